@@ -1,0 +1,23 @@
+//! blobhouse's storage layer: how a database lives in an object store.
+//!
+//! - [`location`]: database URL → object store + prefix.
+//! - [`keys`]: unique, monotonic object keys leased from the store itself.
+//! - [`format`]: the serde types of every metadata object (see
+//!   `docs/storage-format.md`).
+//! - [`database`]: the catalog's version log and atomic commits.
+//! - [`writer`]: record batches → Parquet data objects with zone maps.
+//!
+//! Invariant of the whole layer: no object is ever written twice. Every PUT
+//! uses put-if-absent; commits are the creation of the next catalog version.
+
+pub mod database;
+pub mod error;
+pub mod format;
+pub mod keys;
+pub mod location;
+pub mod writer;
+
+pub use database::{Change, CommitOutcome, Database};
+pub use error::{Result, StorageError};
+pub use location::{Location, StoreOptions, open_location};
+pub use writer::{TableWriter, WriteOptions};

@@ -1,0 +1,154 @@
+//! From a database URL to an object store and a prefix inside it.
+//!
+//! A database is one URL: `file:///path` (or a plain path), `s3://bucket/prefix`,
+//! `gs://bucket/prefix`, `az://container/prefix`, or `memory://`. S3 settings
+//! follow the AWS conventions (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
+//! `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, …) read from the
+//! environment; [`StoreOptions`] overrides them (the CLI's flags land here).
+//! object_store does the actual talking; this module only configures it.
+
+use std::sync::Arc;
+
+use object_store::ObjectStore;
+use object_store::aws::{AmazonS3Builder, AmazonS3ConfigKey};
+use object_store::{ClientConfigKey, RetryConfig};
+use object_store::azure::MicrosoftAzureBuilder;
+use object_store::gcp::GoogleCloudStorageBuilder;
+use object_store::local::LocalFileSystem;
+use object_store::memory::InMemory;
+use object_store::path::Path;
+use url::Url;
+
+use crate::error::{Result, StorageError};
+
+/// Overrides of the environment's object-store settings. `None` keeps the
+/// environment's value (or the store's default).
+#[derive(Debug, Clone, Default)]
+pub struct StoreOptions {
+    /// S3 access key id (overrides `AWS_ACCESS_KEY_ID`).
+    pub access_key_id: Option<String>,
+    /// S3 secret access key (overrides `AWS_SECRET_ACCESS_KEY`).
+    pub secret_access_key: Option<String>,
+    /// S3 region (overrides `AWS_REGION`).
+    pub region: Option<String>,
+    /// Endpoint of an S3-compatible store, e.g. `http://127.0.0.1:9000`
+    /// (overrides `AWS_ENDPOINT_URL`). An `http://` endpoint implies `allow_http`.
+    pub endpoint: Option<String>,
+    /// Permit plain-HTTP connections (overrides `AWS_ALLOW_HTTP`).
+    pub allow_http: Option<bool>,
+    /// Use virtual-hosted-style requests (`bucket.host`) instead of path style.
+    /// S3-compatible servers usually want path style, the default with an endpoint.
+    pub virtual_hosted_style: Option<bool>,
+}
+
+/// An opened location: the store, the prefix of the database inside it, and
+/// the URL for messages.
+#[derive(Debug, Clone)]
+pub struct Location {
+    /// The object store holding the database.
+    pub store: Arc<dyn ObjectStore>,
+    /// The database's prefix inside the store; every object lives under it.
+    pub prefix: Path,
+    /// The URL the user gave, normalised, for error messages and display.
+    pub url: String,
+}
+
+impl Location {
+    /// Wraps an existing store (tests wrap stores to observe or police requests).
+    pub fn from_store(store: Arc<dyn ObjectStore>, prefix: Path, url: impl Into<String>) -> Self {
+        Location { store, prefix, url: url.into() }
+    }
+
+    /// The path of `relative` inside the database.
+    pub fn child(&self, relative: &str) -> Path {
+        let mut p = self.prefix.clone();
+        for part in relative.split('/').filter(|s| !s.is_empty()) {
+            p = p.clone().join(part);
+        }
+        p
+    }
+
+    /// A full URL of an object, for messages.
+    pub fn display(&self, path: &Path) -> String {
+        let base = self.url.trim_end_matches('/');
+        let rel = path.as_ref().strip_prefix(self.prefix.as_ref()).unwrap_or(path.as_ref());
+        format!("{base}/{}", rel.trim_start_matches('/'))
+    }
+}
+
+/// How long to wait for a TCP connection before counting the attempt failed.
+const CONNECT_TIMEOUT: &str = "5s";
+
+/// Retries of control-plane requests. object_store's default keeps retrying for
+/// three minutes, which makes a wrong endpoint look like a hang; a few quick
+/// retries cover transient errors and then the user gets a clear error.
+fn retry_config() -> RetryConfig {
+    RetryConfig { max_retries: 3, retry_timeout: std::time::Duration::from_secs(20), ..Default::default() }
+}
+
+/// Opens the object store behind a database URL.
+pub fn open_location(url: &str, options: &StoreOptions) -> Result<Location> {
+    let invalid = |reason: String| StorageError::InvalidUrl { url: url.to_string(), reason };
+    if url.is_empty() {
+        return Err(invalid("empty URL".into()));
+    }
+    // A plain path is a local directory.
+    if !url.contains("://") {
+        let abs = std::path::absolute(url).map_err(|e| invalid(e.to_string()))?;
+        return open_local(&abs, url);
+    }
+    let parsed = Url::parse(url).map_err(|e| invalid(e.to_string()))?;
+    let key_prefix = || Path::from(parsed.path().trim_matches('/'));
+    match parsed.scheme() {
+        "file" => {
+            let p = parsed.to_file_path().map_err(|_| invalid("not a local path".into()))?;
+            open_local(&p, url)
+        }
+        "memory" => Ok(Location::from_store(Arc::new(InMemory::new()), key_prefix(), url)),
+        "s3" | "s3a" => {
+            let bucket = parsed.host_str().filter(|b| !b.is_empty()).ok_or_else(|| invalid("missing bucket name".into()))?;
+            let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+            if let Some(v) = &options.access_key_id { b = b.with_access_key_id(v); }
+            if let Some(v) = &options.secret_access_key { b = b.with_secret_access_key(v); }
+            if let Some(v) = &options.region { b = b.with_region(v); }
+            let endpoint = options.endpoint.clone().or_else(|| std::env::var("AWS_ENDPOINT_URL").ok()).or_else(|| std::env::var("AWS_ENDPOINT").ok());
+            if let Some(ep) = &endpoint {
+                b = b.with_endpoint(ep);
+                if ep.starts_with("http://") && options.allow_http.is_none() && std::env::var("AWS_ALLOW_HTTP").is_err() {
+                    b = b.with_allow_http(true);
+                }
+                if std::env::var("AWS_REGION").is_err() && std::env::var("AWS_DEFAULT_REGION").is_err() && options.region.is_none() {
+                    b = b.with_region("us-east-1");
+                }
+            }
+            if let Some(v) = options.allow_http { b = b.with_allow_http(v); }
+            if let Some(v) = options.virtual_hosted_style { b = b.with_virtual_hosted_style_request(v); }
+            b = b
+                .with_retry(retry_config())
+                .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), CONNECT_TIMEOUT);
+            let store = b.build().map_err(|e| invalid(e.to_string()))?;
+            Ok(Location::from_store(Arc::new(store), key_prefix(), url))
+        }
+        "gs" => {
+            let store = GoogleCloudStorageBuilder::from_env().with_url(url).with_retry(retry_config()).build().map_err(|e| invalid(e.to_string()))?;
+            Ok(Location::from_store(Arc::new(store), key_prefix(), url))
+        }
+        "az" | "abfs" | "abfss" | "azure" => {
+            let store = MicrosoftAzureBuilder::from_env().with_url(url).with_retry(retry_config()).build().map_err(|e| invalid(e.to_string()))?;
+            Ok(Location::from_store(Arc::new(store), key_prefix(), url))
+        }
+        other => Err(invalid(format!("unsupported scheme '{other}'; use file://, s3://, gs://, az:// or memory://"))),
+    }
+}
+
+fn open_local(dir: &std::path::Path, original: &str) -> Result<Location> {
+    std::fs::create_dir_all(dir).map_err(|e| StorageError::InvalidUrl {
+        url: original.to_string(),
+        reason: format!("cannot create directory {}: {e}", dir.display()),
+    })?;
+    let store = LocalFileSystem::new_with_prefix(dir).map_err(|e| StorageError::InvalidUrl {
+        url: original.to_string(),
+        reason: e.to_string(),
+    })?;
+    Ok(Location::from_store(Arc::new(store), Path::default(), format!("file://{}", dir.display())))
+}
