@@ -1,0 +1,364 @@
+//! [`Engine`]: an open database plus a DataFusion session, and statement
+//! dispatch. DataFusion plans and runs queries and INSERTs through our table
+//! provider; the statements that change the catalog (CREATE TABLE [AS],
+//! DROP TABLE) and `COPY … FROM` are intercepted here, because they must become
+//! atomic commits on the store rather than changes to an in-memory catalog.
+
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::{RecordBatch, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::common::{Column, DataFusionError};
+use datafusion::execution::context::SessionContext;
+use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, DropTable, Expr, LogicalPlan, cast};
+use datafusion::physical_plan::{collect, execute_stream};
+use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig};
+
+use blobhouse_storage::{Change, CommitOutcome, Database, Location, StorageError, StoreOptions, WriteOptions, open_location};
+
+use crate::chunks::RequestPolicy;
+use crate::copy::{CopyFormat, CopyFrom, parse_copy_from};
+use crate::provider::{BlobSchemaProvider, write_stream};
+use crate::scan::{FooterCache, ScanMetrics, collect_scan_metrics};
+
+/// An error of the engine: from the store, from query planning/execution, or
+/// from a statement we do not support.
+#[derive(Debug, thiserror::Error)]
+pub enum EngineError {
+    #[error(transparent)]
+    Storage(#[from] StorageError),
+    #[error("{}", describe_df(.0))]
+    Query(#[from] DataFusionError),
+    #[error("COPY {table} FROM '{source_url}' failed: {message}")]
+    Copy { table: String, source_url: String, message: String },
+    #[error("{0}")]
+    Unsupported(String),
+}
+
+/// DataFusion wraps our storage errors as "External error: …"; show them plainly.
+fn describe_df(e: &DataFusionError) -> String {
+    let mut s = e.to_string();
+    for prefix in ["External error: ", "Execution error: "] {
+        while let Some(rest) = s.strip_prefix(prefix) {
+            s = rest.to_string();
+        }
+    }
+    s
+}
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// How new data objects are written.
+    pub write: WriteOptions,
+    /// How scans cut their reads into requests.
+    pub requests: RequestPolicy,
+    /// Parallelism of query execution (default: the number of cores).
+    pub target_partitions: usize,
+    /// Rows per record batch in execution.
+    pub batch_size: usize,
+}
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            write: WriteOptions::default(),
+            requests: RequestPolicy::default(),
+            target_partitions: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+            batch_size: 8192,
+        }
+    }
+}
+
+/// The outcome of one statement.
+#[derive(Debug, Clone)]
+pub struct QueryResult {
+    /// Schema of the result rows.
+    pub schema: SchemaRef,
+    /// Result rows.
+    pub batches: Vec<RecordBatch>,
+    /// What the statement's scans fetched and skipped.
+    pub scan: ScanMetrics,
+    /// Wall-clock time of the statement.
+    pub elapsed: Duration,
+}
+
+impl QueryResult {
+    /// Rows in the result.
+    pub fn rows(&self) -> usize {
+        self.batches.iter().map(RecordBatch::num_rows).sum()
+    }
+}
+
+/// An open database, ready for SQL.
+pub struct Engine {
+    db: Arc<Database>,
+    ctx: SessionContext,
+    options: Arc<EngineOptions>,
+    store_options: StoreOptions,
+}
+
+impl Engine {
+    /// Opens (creating if needed) the database at `url`.
+    pub async fn open(url: &str, store_options: &StoreOptions, options: EngineOptions) -> Result<Engine, EngineError> {
+        let loc = open_location(url, store_options)?;
+        Self::open_location(loc, store_options.clone(), options).await
+    }
+
+    /// Opens the database at an already-built location (tests wrap stores).
+    pub async fn open_location(loc: Location, store_options: StoreOptions, options: EngineOptions) -> Result<Engine, EngineError> {
+        let db = Database::open(loc, true).await?;
+        let options = Arc::new(options);
+        let config = SessionConfig::new()
+            .with_information_schema(true)
+            .with_target_partitions(options.target_partitions)
+            .with_batch_size(options.batch_size);
+        let ctx = SessionContext::new_with_config(config);
+        let provider = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), Arc::new(FooterCache::default())));
+        ctx.catalog("datafusion")
+            .expect("DataFusion's default catalog exists")
+            .register_schema("public", provider)?;
+        Ok(Engine { db, ctx, options, store_options })
+    }
+
+    /// The storage handle.
+    pub fn database(&self) -> &Arc<Database> {
+        &self.db
+    }
+
+    /// The engine's settings.
+    pub fn options(&self) -> &EngineOptions {
+        &self.options
+    }
+
+    /// The DataFusion session (for registering functions and the like).
+    pub fn session(&self) -> &SessionContext {
+        &self.ctx
+    }
+
+    /// Runs every statement of a script, in order; stops at the first error.
+    pub async fn execute_script(&self, sql: &str) -> Result<Vec<QueryResult>, EngineError> {
+        let mut out = Vec::new();
+        for statement in split_statements(sql) {
+            out.push(self.execute(&statement).await?);
+        }
+        Ok(out)
+    }
+
+    /// Runs one statement. It sees every version committed before it started.
+    pub async fn execute(&self, sql: &str) -> Result<QueryResult, EngineError> {
+        let started = Instant::now();
+        self.db.refresh().await?;
+        if let Some(copy) = parse_copy_from(sql)? {
+            let rows = self.copy_from(&copy).await?;
+            return Ok(count_result(rows, started));
+        }
+        let state = self.ctx.state();
+        let plan = state.create_logical_plan(sql).await?;
+        match plan {
+            LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
+                let rows = self.create_table(create).await?;
+                Ok(count_result(rows, started))
+            }
+            LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
+                self.drop_table(drop).await?;
+                Ok(empty_result(started))
+            }
+            LogicalPlan::Ddl(other) => Err(EngineError::Unsupported(format!(
+                "{} is not supported yet; blobhouse supports CREATE TABLE [AS SELECT], DROP TABLE, INSERT, COPY … FROM and queries",
+                other.name()
+            ))),
+            plan => {
+                let df = self.ctx.execute_logical_plan(plan).await?;
+                let task = Arc::new(df.task_ctx());
+                let physical = df.create_physical_plan().await?;
+                let schema = physical.schema();
+                let batches = collect(physical.clone(), task).await?;
+                Ok(QueryResult { schema, batches, scan: collect_scan_metrics(&physical), elapsed: started.elapsed() })
+            }
+        }
+    }
+
+    async fn create_table(&self, create: CreateMemoryTable) -> Result<u64, EngineError> {
+        let name = table_name(&create.name)?;
+        if !create.column_defaults.is_empty() {
+            return Err(EngineError::Unsupported(format!("column DEFAULT values are not supported yet (table '{name}')")));
+        }
+        let exists = self.db.current().tables.contains_key(&name);
+        if exists && create.if_not_exists {
+            return Ok(0);
+        }
+        if exists && !create.or_replace {
+            return Err(StorageError::TableExists(name).into());
+        }
+        let schema: Schema = create.input.schema().as_arrow().clone();
+        let mut seen = std::collections::HashSet::new();
+        for f in schema.fields() {
+            if !seen.insert(f.name()) {
+                return Err(EngineError::Unsupported(format!("column '{}' appears twice in table '{name}'; give the columns distinct names (AS alias)", f.name())));
+            }
+        }
+        let schema = Arc::new(schema);
+        let state = self.ctx.state();
+        let physical = state.create_physical_plan(&create.input).await?;
+        let stream = execute_stream(physical, self.ctx.task_ctx())?;
+        let (rows, objects) = write_stream(&self.db, &schema, &self.options, stream).await?;
+        if create.or_replace && exists {
+            // Replace = drop + create; both are separate versions, the data is already written.
+            self.db.commit(Change::DropTable { name: name.clone(), if_exists: true }).await?;
+        }
+        self.db
+            .commit(Change::CreateTable { name, schema: schema.as_ref().clone(), if_not_exists: create.if_not_exists, objects })
+            .await?;
+        Ok(rows)
+    }
+
+    async fn drop_table(&self, drop: DropTable) -> Result<(), EngineError> {
+        let name = table_name(&drop.name)?;
+        match self.db.commit(Change::DropTable { name, if_exists: drop.if_exists }).await? {
+            CommitOutcome::Committed(_) | CommitOutcome::NoOp => Ok(()),
+        }
+    }
+
+    async fn copy_from(&self, copy: &CopyFrom) -> Result<u64, EngineError> {
+        let entry = self.db.current().tables.get(&copy.table).cloned().ok_or_else(|| StorageError::TableNotFound(copy.table.clone()))?;
+        let fail = |message: String| EngineError::Copy { table: copy.table.clone(), source_url: copy.source.clone(), message };
+        let schema = Arc::new(entry.schema.clone());
+        // One partition, no splitting of files: errors keep whole-file line numbers.
+        let config = SessionConfig::new().with_target_partitions(1).with_repartition_file_scans(false);
+        let reader = SessionContext::new_with_config(config);
+        if let Some((scheme_host, _)) = split_url(&copy.source) {
+            let loc = open_location(&scheme_host, &self.store_options)?;
+            let url = url::Url::parse(&scheme_host).map_err(|e| fail(e.to_string()))?;
+            reader.register_object_store(&url, loc.store);
+        }
+        let df = match copy.format {
+            CopyFormat::Csv => {
+                // Read strings as Utf8 (the CSV reader's native type), cast below.
+                let read_schema = Schema::new(
+                    schema
+                        .fields()
+                        .iter()
+                        .map(|f| match f.data_type() {
+                            DataType::Utf8View | DataType::LargeUtf8 => Field::new(f.name(), DataType::Utf8, f.is_nullable()),
+                            _ => f.as_ref().clone(),
+                        })
+                        .collect::<Vec<_>>(),
+                );
+                let opts = CsvReadOptions::new().schema(&read_schema).has_header(copy.header).delimiter(copy.delimiter);
+                reader.read_csv(copy.source.as_str(), opts).await
+            }
+            CopyFormat::Parquet => reader.read_parquet(copy.source.as_str(), ParquetReadOptions::default()).await,
+        }
+        .map_err(|e| fail(describe_df(&e)))?;
+        let source_fields: Vec<String> = df.schema().fields().iter().map(|f| f.name().clone()).collect();
+        let mut exprs = Vec::with_capacity(schema.fields().len());
+        for (i, f) in schema.fields().iter().enumerate() {
+            let source_name = match copy.format {
+                CopyFormat::Csv => source_fields.get(i).cloned(),
+                CopyFormat::Parquet => source_fields.iter().find(|n| n.as_str() == f.name()).cloned(),
+            }
+            .ok_or_else(|| fail(format!("the source has no column '{}'", f.name())))?;
+            exprs.push(cast(Expr::Column(Column::new_unqualified(source_name)), f.data_type().clone()).alias(f.name()));
+        }
+        let df = df.select(exprs).map_err(|e| fail(describe_df(&e)))?;
+        let stream = df.execute_stream().await.map_err(|e| fail(describe_df(&e)))?;
+        let (rows, objects) = write_stream(&self.db, &schema, &self.options, stream).await.map_err(|e| fail(describe_df(&e)))?;
+        self.db.commit(Change::Append { name: copy.table.clone(), table_id: entry.id, objects }).await?;
+        Ok(rows)
+    }
+}
+
+/// `scheme://host` and the rest, for URLs other than file://.
+fn split_url(source: &str) -> Option<(String, String)> {
+    let (scheme, rest) = source.split_once("://")?;
+    if scheme == "file" {
+        return None;
+    }
+    let (host, path) = rest.split_once('/').unwrap_or((rest, ""));
+    Some((format!("{scheme}://{host}"), path.to_string()))
+}
+
+fn table_name(r: &datafusion::common::TableReference) -> Result<String, EngineError> {
+    match r.schema() {
+        None | Some("public") => Ok(r.table().to_string()),
+        Some(s) => Err(EngineError::Unsupported(format!("schema '{s}' does not exist; blobhouse tables live in the default schema"))),
+    }
+}
+
+fn count_result(rows: u64, started: Instant) -> QueryResult {
+    let schema = Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]));
+    let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(UInt64Array::from(vec![rows]))]).expect("count batch");
+    QueryResult { schema, batches: vec![batch], scan: ScanMetrics::default(), elapsed: started.elapsed() }
+}
+
+fn empty_result(started: Instant) -> QueryResult {
+    QueryResult { schema: Arc::new(Schema::empty()), batches: vec![], scan: ScanMetrics::default(), elapsed: started.elapsed() }
+}
+
+/// Splits a script into statements at `;`, ignoring semicolons inside quotes
+/// and comments. Empty statements are dropped.
+pub fn split_statements(sql: &str) -> Vec<String> {
+    let mut out = Vec::new();
+    let mut cur = String::new();
+    let mut chars = sql.chars().peekable();
+    while let Some(c) = chars.next() {
+        match c {
+            '\'' | '"' => {
+                cur.push(c);
+                while let Some(d) = chars.next() {
+                    cur.push(d);
+                    if d == c {
+                        if chars.peek() == Some(&c) {
+                            cur.push(chars.next().expect("peeked"));
+                        } else {
+                            break;
+                        }
+                    }
+                }
+            }
+            '-' if chars.peek() == Some(&'-') => {
+                for d in chars.by_ref() {
+                    if d == '\n' {
+                        cur.push('\n');
+                        break;
+                    }
+                }
+            }
+            '/' if chars.peek() == Some(&'*') => {
+                chars.next();
+                let mut prev = ' ';
+                for d in chars.by_ref() {
+                    if prev == '*' && d == '/' {
+                        break;
+                    }
+                    prev = d;
+                }
+                cur.push(' ');
+            }
+            ';' => {
+                if !cur.trim().is_empty() {
+                    out.push(cur.trim().to_string());
+                }
+                cur.clear();
+            }
+            _ => cur.push(c),
+        }
+    }
+    if !cur.trim().is_empty() {
+        out.push(cur.trim().to_string());
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    use super::split_statements;
+
+    #[test]
+    fn splits_scripts_outside_quotes_and_comments() {
+        let s = split_statements("select ';' as a; -- c;\n select 2 /* ; */;;\n insert into t values ('it''s;')");
+        assert_eq!(s, vec!["select ';' as a", "select 2", "insert into t values ('it''s;')"]);
+    }
+}
