@@ -1,0 +1,184 @@
+//! The `blobhouse` command: SQL over tables that live in object storage.
+
+mod demo;
+mod shell;
+
+use std::process::ExitCode;
+use std::sync::Arc;
+
+use anyhow::{Context, Result};
+use clap::{Args, Parser, Subcommand};
+use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
+
+use blobhouse_engine::{Engine, EngineOptions};
+use blobhouse_storage::StoreOptions;
+
+#[derive(Parser)]
+#[command(name = "blobhouse", version, about = "An analytical SQL database whose tables live in object storage", long_about = None,
+    after_help = "Examples:\n  blobhouse demo                                   # TPC-H SF 1 in ./blobhouse-demo, all 22 queries, verified\n  blobhouse sql --db ./mydb                        # interactive SQL shell on a local database\n  blobhouse sql --db s3://bucket/db -c 'SHOW TABLES'\n  blobhouse load tpch --sf 10 --db s3://bucket/tpch10 --endpoint http://127.0.0.1:9000")]
+struct Cli {
+    #[command(subcommand)]
+    command: Command,
+}
+
+#[derive(Subcommand)]
+enum Command {
+    /// Generate TPC-H in a local database, run the 22 queries, check every answer.
+    #[command(after_help = "Examples:\n  blobhouse demo\n  blobhouse demo --sf 0.1 --dir /tmp/bh-demo\n  blobhouse demo --fresh        # reload the data instead of reusing it")]
+    Demo(demo::DemoArgs),
+    /// Run SQL against a database: an interactive shell, or -c / -f for scripts.
+    #[command(after_help = "Examples:\n  blobhouse sql --db ./mydb\n  blobhouse sql --db ./mydb -c \"CREATE TABLE t AS SELECT 1 AS x; SELECT * FROM t\"\n  blobhouse sql --db s3://bucket/db -f queries.sql\n\nStatements: SELECT (all of DataFusion's SQL), EXPLAIN [ANALYZE], CREATE TABLE [AS SELECT],\nINSERT INTO … VALUES / SELECT, COPY t FROM 'file.csv|file.parquet' [WITH (FORMAT csv, HEADER true, DELIMITER '|')],\nDROP TABLE, SHOW TABLES, DESCRIBE t.")]
+    Sql(SqlArgs),
+    /// Load a benchmark data set into a database.
+    #[command(subcommand)]
+    Load(LoadCommand),
+}
+
+#[derive(Subcommand)]
+enum LoadCommand {
+    /// Generate TPC-H (tpchgen, identical to dbgen) and load its eight tables.
+    #[command(after_help = "Examples:\n  blobhouse load tpch --sf 1 --db ./tpch1\n  AWS_ENDPOINT_URL=http://127.0.0.1:9000 blobhouse load tpch --sf 10 --db s3://bucket/tpch10")]
+    Tpch {
+        /// Scale factor (1 = 6 million lineitem rows, about 0.25 GB of Parquet).
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        #[command(flatten)]
+        db: DbArgs,
+    },
+}
+
+/// Where the database is and how to reach it.
+#[derive(Args, Clone)]
+pub struct DbArgs {
+    /// Database URL: a path, file:///path, s3://bucket/prefix, gs://…, az://…, or memory://
+    #[arg(long, env = "BLOBHOUSE_DB")]
+    db: String,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Target average size of a column chunk in MiB when writing (default 12).
+    #[arg(long, value_name = "MIB")]
+    chunk_mib: Option<usize>,
+}
+
+/// Overrides of the AWS_* environment for S3 and S3-compatible stores.
+#[derive(Args, Clone, Default)]
+pub struct StoreArgs {
+    /// S3 endpoint, e.g. http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL, else AWS).
+    #[arg(long)]
+    endpoint: Option<String>,
+    /// S3 access key id (default: AWS_ACCESS_KEY_ID).
+    #[arg(long)]
+    access_key_id: Option<String>,
+    /// S3 secret access key (default: AWS_SECRET_ACCESS_KEY).
+    #[arg(long)]
+    secret_access_key: Option<String>,
+    /// S3 region (default: AWS_REGION; us-east-1 with a custom endpoint).
+    #[arg(long)]
+    region: Option<String>,
+    /// Allow plain HTTP (implied by an http:// endpoint).
+    #[arg(long)]
+    allow_http: bool,
+    /// Use virtual-hosted-style requests instead of path style.
+    #[arg(long)]
+    virtual_hosted_style: bool,
+}
+
+impl StoreArgs {
+    fn options(&self) -> StoreOptions {
+        StoreOptions {
+            access_key_id: self.access_key_id.clone(),
+            secret_access_key: self.secret_access_key.clone(),
+            region: self.region.clone(),
+            endpoint: self.endpoint.clone(),
+            allow_http: self.allow_http.then_some(true),
+            virtual_hosted_style: self.virtual_hosted_style.then_some(true),
+        }
+    }
+}
+
+#[derive(Args)]
+struct SqlArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Run these statements (separated by ';') and exit.
+    #[arg(short = 'c', long = "command", conflicts_with = "file")]
+    command: Option<String>,
+    /// Run the statements in this file and exit.
+    #[arg(short = 'f', long = "file")]
+    file: Option<std::path::PathBuf>,
+}
+
+async fn open(db: &DbArgs) -> Result<Engine> {
+    let mut options = EngineOptions::default();
+    if let Some(mib) = db.chunk_mib {
+        anyhow::ensure!(mib > 0, "--chunk-mib must be at least 1");
+        options.write.target_chunk_bytes = mib << 20;
+    }
+    Engine::open(&db.db, &db.store.options(), options).await.with_context(|| format!("cannot open database {}", db.db))
+}
+
+/// Progress bars for a TPC-H load, one per table.
+pub fn load_progress() -> (MultiProgress, blobhouse_bench::tpch::Progress) {
+    let multi = MultiProgress::new();
+    let style = ProgressStyle::with_template("  {prefix:>9} [{bar:30}] {pos:>10}/{len:10} rows {msg}").expect("valid template").progress_chars("=> ");
+    let bars: std::collections::HashMap<&'static str, ProgressBar> = blobhouse_bench::tpch::TABLES
+        .iter()
+        .map(|t| {
+            let b = multi.add(ProgressBar::new(0));
+            b.set_style(style.clone());
+            b.set_prefix(*t);
+            (*t, b)
+        })
+        .collect();
+    let progress: blobhouse_bench::tpch::Progress = Arc::new(move |table: &str, done: u64, total: u64| {
+        if let Some(b) = bars.get(table) {
+            b.set_length(total);
+            b.set_position(done);
+            if done == total && total > 0 {
+                b.finish_with_message("committed");
+            }
+        }
+    });
+    (multi, progress)
+}
+
+async fn run(cli: Cli) -> Result<ExitCode> {
+    match cli.command {
+        Command::Demo(args) => demo::run(args).await,
+        Command::Sql(args) => {
+            let engine = open(&args.db).await?;
+            if let Some(sql) = &args.command {
+                shell::run_script(&engine, sql).await?;
+            } else if let Some(file) = &args.file {
+                let sql = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
+                shell::run_script(&engine, &sql).await?;
+            } else {
+                shell::interactive(&engine, &args.db.db).await?;
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Load(LoadCommand::Tpch { sf, db }) => {
+            let engine = open(&db).await?;
+            eprintln!("Loading TPC-H SF {sf} into {}", engine.database().location().url);
+            let (_multi, progress) = load_progress();
+            let started = std::time::Instant::now();
+            let loads = blobhouse_bench::tpch::load(&engine, sf, progress).await.context("TPC-H load failed; no partially loaded table was committed")?;
+            let bytes: u64 = loads.iter().map(|l| l.bytes).sum();
+            let rows: u64 = loads.iter().map(|l| l.rows).sum();
+            eprintln!("Loaded {rows} rows, {:.1} MiB of Parquet, in {:.1} s", bytes as f64 / 1048576.0, started.elapsed().as_secs_f64());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
+fn main() -> ExitCode {
+    let cli = Cli::parse();
+    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    match runtime.block_on(run(cli)) {
+        Ok(code) => code,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            ExitCode::FAILURE
+        }
+    }
+}

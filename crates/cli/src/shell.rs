@@ -1,0 +1,86 @@
+//! The SQL shell: interactive (history, multi-line statements, timing) and
+//! scripted (`-c`, `-f`).
+
+use anyhow::Result;
+use datafusion::arrow::util::pretty::pretty_format_batches;
+use rustyline::DefaultEditor;
+use rustyline::error::ReadlineError;
+
+use blobhouse_engine::{Engine, QueryResult, split_statements};
+
+fn print_result(r: &QueryResult) {
+    if !r.batches.is_empty() && r.schema.fields().len() > 0 {
+        match pretty_format_batches(&r.batches) {
+            Ok(t) => println!("{t}"),
+            Err(e) => eprintln!("cannot format result: {e}"),
+        }
+    }
+    let mib = r.scan.bytes_fetched as f64 / 1048576.0;
+    eprintln!(
+        "{} row{} in {:.3} s ({} GET{}, {mib:.2} MiB fetched)",
+        r.rows(),
+        if r.rows() == 1 { "" } else { "s" },
+        r.elapsed.as_secs_f64(),
+        r.scan.get_requests,
+        if r.scan.get_requests == 1 { "" } else { "s" },
+    );
+}
+
+/// Runs each statement; stops at the first error and returns it.
+pub async fn run_script(engine: &Engine, sql: &str) -> Result<()> {
+    for (i, statement) in split_statements(sql).iter().enumerate() {
+        let r = engine.execute(statement).await.map_err(|e| anyhow::anyhow!("statement {} failed: {e}", i + 1))?;
+        print_result(&r);
+    }
+    Ok(())
+}
+
+/// The interactive shell. Statements end with ';'.
+pub async fn interactive(engine: &Engine, url: &str) -> Result<()> {
+    let mut editor = DefaultEditor::new()?;
+    let history = std::env::var("HOME").map(|h| std::path::PathBuf::from(h).join(".blobhouse_history")).ok();
+    if let Some(h) = &history {
+        let _ = editor.load_history(h);
+    }
+    eprintln!("blobhouse {} — connected to {url}", env!("CARGO_PKG_VERSION"));
+    eprintln!("End statements with ';'. \\q quits, \\? helps.");
+    let mut buffer = String::new();
+    loop {
+        let prompt = if buffer.is_empty() { "blobhouse> " } else { "      ...> " };
+        match editor.readline(prompt) {
+            Ok(line) => {
+                let trimmed = line.trim();
+                if buffer.is_empty() {
+                    match trimmed {
+                        "" => continue,
+                        "\\q" | "quit" | "exit" | ".quit" | ".exit" => break,
+                        "\\?" | "help" | ".help" => {
+                            eprintln!("SQL statements end with ';'. Try: SHOW TABLES; DESCRIBE t; EXPLAIN ANALYZE SELECT …;\n\\q quits.");
+                            continue;
+                        }
+                        _ => {}
+                    }
+                }
+                buffer.push_str(&line);
+                buffer.push('\n');
+                if trimmed.ends_with(';') {
+                    let _ = editor.add_history_entry(buffer.trim());
+                    for statement in split_statements(&buffer) {
+                        match engine.execute(&statement).await {
+                            Ok(r) => print_result(&r),
+                            Err(e) => eprintln!("error: {e}"),
+                        }
+                    }
+                    buffer.clear();
+                }
+            }
+            Err(ReadlineError::Interrupted) => buffer.clear(),
+            Err(ReadlineError::Eof) => break,
+            Err(e) => return Err(e.into()),
+        }
+    }
+    if let Some(h) = &history {
+        let _ = editor.save_history(h);
+    }
+    Ok(())
+}

@@ -1,0 +1,80 @@
+//! The `blobhouse` binary, run as separate processes.
+
+use std::process::{Command, Output};
+
+use blobhouse_testkit::MinioServer;
+
+fn blobhouse(db: &str, env: &[(&str, String)], args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
+    cmd.args(["sql", "--db", db]).args(args);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run blobhouse")
+}
+
+fn ok(out: Output) -> String {
+    let stdout = String::from_utf8_lossy(&out.stdout).to_string();
+    assert!(out.status.success(), "blobhouse failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    stdout
+}
+
+fn reopen_in_a_new_process(db: &str, env: &[(&str, String)]) {
+    ok(blobhouse(db, env, &["-c", "CREATE TABLE t AS SELECT * FROM (VALUES (1, 'x'), (2, 'y')) AS v(a, b); INSERT INTO t VALUES (3, 'z')"]));
+    let out = ok(blobhouse(db, env, &["-c", "SELECT a, b FROM t ORDER BY a"]));
+    for row in ["| 1 | x |", "| 2 | y |", "| 3 | z |"] {
+        assert!(out.contains(row), "missing {row} in\n{out}");
+    }
+}
+
+#[test]
+fn reopening_a_local_database_in_a_new_process_sees_committed_data() {
+    let dir = tempfile::tempdir().unwrap();
+    reopen_in_a_new_process(&dir.path().to_string_lossy(), &[]);
+}
+
+#[test]
+fn reopening_an_s3_database_in_a_new_process_sees_committed_data() {
+    let minio = MinioServer::shared();
+    reopen_in_a_new_process(&minio.fresh_url("cli-reopen"), &minio.env());
+}
+
+#[test]
+fn two_writer_processes_insert_every_row_exactly_once() {
+    let minio = MinioServer::shared();
+    let env = minio.env();
+    let db = minio.fresh_url("cli-concurrent");
+    ok(blobhouse(&db, &env, &["-c", "CREATE TABLE c (w INT NOT NULL, i INT NOT NULL)"]));
+    let script = |w: u32| (0..10).map(|i| format!("INSERT INTO c VALUES ({w}, {i})")).collect::<Vec<_>>().join(";");
+    let spawn = |w: u32| {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
+        cmd.args(["sql", "--db", &db, "-c", &script(w)]);
+        for (k, v) in &env {
+            cmd.env(k, v);
+        }
+        cmd.stdout(std::process::Stdio::null()).spawn().expect("spawn")
+    };
+    let (mut a, mut b) = (spawn(1), spawn(2));
+    assert!(a.wait().unwrap().success() && b.wait().unwrap().success());
+    let out = ok(blobhouse(&db, &env, &["-c", "SELECT count(*) AS n, count(DISTINCT w * 100 + i) AS d FROM c"]));
+    assert!(out.contains("| 20 | 20 |"), "{out}");
+}
+
+#[test]
+fn errors_exit_nonzero_and_name_the_problem() {
+    let dir = tempfile::tempdir().unwrap();
+    let out = blobhouse(&dir.path().to_string_lossy(), &[], &["-c", "SELECT * FROM nope"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("nope") && stderr.starts_with("error:"), "{stderr}");
+    assert!(!stderr.contains("panicked"), "{stderr}");
+}
+
+#[test]
+fn help_has_examples_everywhere() {
+    for args in [vec!["--help"], vec!["demo", "--help"], vec!["sql", "--help"], vec!["load", "tpch", "--help"]] {
+        let out = Command::new(env!("CARGO_BIN_EXE_blobhouse")).args(&args).output().unwrap();
+        let text = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && text.contains("Examples:"), "{args:?}:\n{text}");
+    }
+}
