@@ -264,9 +264,24 @@ impl Engine {
         }
         let df = df.select(exprs).map_err(|e| fail(describe_df(&e)))?;
         let stream = df.execute_stream().await.map_err(|e| fail(describe_df(&e)))?;
-        let (rows, objects) = write_stream(&self.db, &schema, &self.options, stream).await.map_err(|e| fail(describe_df(&e)))?;
+        let (rows, objects) = write_stream(&self.db, &schema, &self.options, stream)
+            .await
+            .map_err(|e| fail(file_line_numbers(&describe_df(&e), copy.header)))?;
         self.db.commit(Change::Append { name: copy.table.clone(), table_id: entry.id, objects }).await?;
         Ok(rows)
+    }
+}
+
+/// The CSV reader numbers data records from 1, not counting the header; a
+/// user looks for the line in the file, so shift "at line N" accordingly.
+fn file_line_numbers(message: &str, header: bool) -> String {
+    const MARK: &str = "at line ";
+    let Some(pos) = message.find(MARK) else { return message.to_string() };
+    let start = pos + MARK.len();
+    let digits: String = message[start..].chars().take_while(char::is_ascii_digit).collect();
+    match digits.parse::<u64>() {
+        Ok(n) => format!("{}{MARK}{}{}", &message[..pos], n + u64::from(header), &message[start + digits.len()..]),
+        Err(_) => message.to_string(),
     }
 }
 
@@ -355,6 +370,14 @@ pub fn split_statements(sql: &str) -> Vec<String> {
 #[cfg(test)]
 mod tests {
     use super::split_statements;
+
+    #[test]
+    fn csv_errors_name_the_file_line() {
+        let m = "Parser error: Error while parsing value 'x' as type 'Int32' for column 0 at line 7. Row data: '[x]'";
+        assert!(super::file_line_numbers(m, true).contains("at line 8. Row data"));
+        assert!(super::file_line_numbers(m, false).contains("at line 7. Row data"));
+        assert_eq!(super::file_line_numbers("no line here", true), "no line here");
+    }
 
     #[test]
     fn splits_scripts_outside_quotes_and_comments() {

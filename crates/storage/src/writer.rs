@@ -51,9 +51,11 @@ impl Default for WriteOptions {
     }
 }
 
-/// Rows handed to the Parquet writer at a time: bounds how far a row group
-/// can overshoot its byte target.
-const WRITE_SLICE_ROWS: usize = 8192;
+/// Most rows handed to the Parquet writer at a time. The writer hands fewer
+/// when the row-group target is small, so a row group overshoots its byte
+/// target by at most about a quarter.
+const MAX_SLICE_ROWS: usize = 8192;
+const MIN_SLICE_ROWS: usize = 64;
 /// Uploads allowed to run while the next object is being encoded.
 const MAX_PENDING_UPLOADS: usize = 2;
 
@@ -67,6 +69,8 @@ pub struct TableWriter {
     current: Option<ArrowWriter<Vec<u8>>>,
     /// Learned ratio of actual to estimated row-group size.
     size_ratio: f64,
+    /// Learned compressed bytes per row (0 until the first row group).
+    bytes_per_row: f64,
     uploads: JoinSet<Result<DataObject>>,
     done: Vec<DataObject>,
     rows: u64,
@@ -81,7 +85,7 @@ impl TableWriter {
             .set_statistics_enabled(EnabledStatistics::Chunk)
             .set_max_row_group_row_count(None)
             .build();
-        TableWriter { db, schema, options, props, current: None, size_ratio: 1.0, uploads: JoinSet::new(), done: Vec::new(), rows: 0 }
+        TableWriter { db, schema, options, props, current: None, size_ratio: 1.0, bytes_per_row: 0.0, uploads: JoinSet::new(), done: Vec::new(), rows: 0 }
     }
 
     /// Rows written so far.
@@ -101,11 +105,19 @@ impl TableWriter {
             .map_err(|e| StorageError::InvalidData(format!("data does not fit the table's schema: {e}")))?;
         let mut offset = 0;
         while offset < batch.num_rows() {
-            let len = WRITE_SLICE_ROWS.min(batch.num_rows() - offset);
+            let len = self.slice_rows().min(batch.num_rows() - offset);
             self.write_slice(&batch.slice(offset, len)).await?;
             offset += len;
         }
         Ok(())
+    }
+
+    fn slice_rows(&self) -> usize {
+        if self.bytes_per_row <= 0.0 {
+            return MIN_SLICE_ROWS.max(1024);
+        }
+        let target_rg = (self.options.target_chunk_bytes * self.schema.fields().len().max(1)) as f64;
+        ((target_rg / self.bytes_per_row / 4.0) as usize).clamp(MIN_SLICE_ROWS, MAX_SLICE_ROWS)
     }
 
     async fn write_slice(&mut self, slice: &RecordBatch) -> Result<()> {
@@ -125,10 +137,12 @@ impl TableWriter {
         if estimate >= target_rg || rows_full {
             let before = w.bytes_written();
             let estimated = w.in_progress_size().max(1);
+            let rows = w.in_progress_rows().max(1);
             w.flush().map_err(|e| StorageError::Parquet { location: "new data object".into(), source: e })?;
             let actual = w.bytes_written() - before;
             // Smooth the correction so one odd row group does not swing it.
             self.size_ratio = 0.5 * self.size_ratio + 0.5 * (actual as f64 / estimated as f64);
+            self.bytes_per_row = actual as f64 / rows as f64;
             if w.bytes_written() + (target_rg as usize) > self.options.max_object_bytes {
                 self.finish_object().await?;
             }

@@ -1,0 +1,121 @@
+//! Opening audited test databases on either backend.
+
+use std::sync::Arc;
+
+use blobhouse_engine::{Engine, EngineOptions, QueryResult};
+use blobhouse_storage::{Location, StoreOptions, open_location};
+use blobhouse_testkit::{AuditStore, MinioServer};
+use datafusion::arrow::util::pretty::pretty_format_batches;
+
+/// Where a test database lives.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    Local,
+    Minio,
+}
+
+/// Generates one `#[tokio::test]` per backend for an `async fn(Backend)`.
+#[macro_export]
+macro_rules! on_both_backends {
+    ($($name:ident),* $(,)?) => {
+        $(
+            mod $name {
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn local() { super::$name($crate::common::Backend::Local).await }
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn minio() { super::$name($crate::common::Backend::Minio).await }
+            }
+        )*
+    };
+}
+
+/// A database for one test: its URL, its audited store, and the options to
+/// open more handles on it.
+pub struct TestDb {
+    pub url: String,
+    pub store_options: StoreOptions,
+    pub audit: AuditStore,
+    pub location: Location,
+    _dir: Option<tempfile::TempDir>,
+}
+
+impl TestDb {
+    pub fn new(backend: Backend, name: &str) -> TestDb {
+        let (url, store_options, dir) = match backend {
+            Backend::Local => {
+                let dir = tempfile::tempdir().expect("tempdir");
+                (dir.path().to_string_lossy().to_string(), StoreOptions::default(), Some(dir))
+            }
+            Backend::Minio => {
+                let minio = MinioServer::shared();
+                let opts = minio_options(minio);
+                (minio.fresh_url(name), opts, None)
+            }
+        };
+        let raw = open_location(&url, &store_options).expect("open location");
+        let audit = AuditStore::new(raw.store.clone());
+        let location = Location::from_store(Arc::new(audit.clone()), raw.prefix.clone(), raw.url.clone());
+        TestDb { url, store_options, audit, location, _dir: dir }
+    }
+
+    /// A new engine handle on the database (its own key leases and caches).
+    pub async fn engine(&self, options: EngineOptions) -> Engine {
+        Engine::open_location(self.location.clone(), self.store_options.clone(), options).await.expect("open engine")
+    }
+}
+
+impl Drop for TestDb {
+    fn drop(&mut self) {
+        if !std::thread::panicking() {
+            let o = self.audit.overwrites();
+            assert!(o.is_empty(), "objects were overwritten: {o:?}");
+        }
+    }
+}
+
+/// Settings to reach the harness's MinIO without touching the environment.
+pub fn minio_options(minio: &MinioServer) -> StoreOptions {
+    StoreOptions {
+        access_key_id: Some(blobhouse_testkit::minio::ACCESS_KEY.into()),
+        secret_access_key: Some(blobhouse_testkit::minio::SECRET_KEY.into()),
+        region: Some("us-east-1".into()),
+        endpoint: Some(minio.endpoint.clone()),
+        allow_http: Some(true),
+        virtual_hosted_style: None,
+    }
+}
+
+/// Runs SQL that must succeed.
+pub async fn run(engine: &Engine, sql: &str) -> QueryResult {
+    match engine.execute(sql).await {
+        Ok(r) => r,
+        Err(e) => panic!("{sql}\nfailed: {e}"),
+    }
+}
+
+/// Runs SQL that must fail, returning the error text.
+pub async fn fail(engine: &Engine, sql: &str) -> String {
+    match engine.execute(sql).await {
+        Ok(r) => panic!("{sql}\nshould have failed but returned {} rows", r.rows()),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// The result as text lines (pretty table).
+pub fn text(r: &QueryResult) -> String {
+    pretty_format_batches(&r.batches).expect("format").to_string()
+}
+
+/// The single value of a one-row, one-column result, as text.
+pub fn scalar(r: &QueryResult) -> String {
+    let rows = blobhouse_bench::answers::result_rows(&r.batches);
+    assert_eq!(rows.len(), 1, "expected one row, got {}", rows.len());
+    rows[0][0].clone()
+}
+
+/// Options with small row groups, so that small test tables still have many.
+pub fn small_chunks(target_chunk_bytes: usize) -> EngineOptions {
+    let mut o = EngineOptions::default();
+    o.write.target_chunk_bytes = target_chunk_bytes;
+    o
+}

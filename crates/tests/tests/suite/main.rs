@@ -1,0 +1,12 @@
+//! blobhouse's integration suite. Each storage and SQL test runs twice: on a
+//! local directory store and on a real MinIO (started by the harness). Every
+//! test's store is wrapped in an `AuditStore`, so any attempt to overwrite an
+//! existing object fails the test.
+
+mod common;
+
+mod bad_input;
+mod concurrency;
+mod scan;
+mod sql;
+mod tpch;

@@ -1,0 +1,85 @@
+//! The scan's promises: only projected chunks are fetched, no footer is ever
+//! read, zone maps prune, LIMIT and COUNT(*) stop early.
+
+use std::sync::Arc;
+
+use base64::Engine as _;
+use blobhouse_bench::tpch;
+use blobhouse_storage::format::Manifest;
+use blobhouse_testkit::Request;
+use object_store::GetRange;
+
+use crate::common::*;
+use crate::on_both_backends;
+
+on_both_backends!(projection_fetches_only_projected_chunks_and_no_footer, sorted_range_predicate_prunes_row_groups, limit_and_count_stop_early);
+
+/// lineitem at SF 0.01 with small chunks, so it has many row groups.
+async fn lineitem(b: Backend, name: &str) -> (TestDb, blobhouse_engine::Engine, Arc<Manifest>) {
+    let db = TestDb::new(b, name);
+    let e = db.engine(small_chunks(4 << 10)).await;
+    tpch::load_tables(&e, 0.01, &["lineitem"], Arc::new(|_, _, _| {})).await.expect("load lineitem");
+    let current = e.database().current();
+    let manifest = e.database().manifest(&current.tables["lineitem"]).await.unwrap();
+    (db, e, manifest)
+}
+
+async fn projection_fetches_only_projected_chunks_and_no_footer(b: Backend) {
+    let (db, e, manifest) = lineitem(b, "projection").await;
+    let row_groups: usize = manifest.objects.iter().map(|o| o.row_groups.len()).sum();
+    assert!(row_groups >= 10, "want many row groups, got {row_groups}");
+    // l_orderkey (0) and l_quantity (4): 2 of 16 columns.
+    let chunk_bytes: u64 = manifest.objects.iter().flat_map(|o| &o.row_groups).map(|rg| rg.columns[0].length + rg.columns[4].length).sum();
+    db.audit.clear_requests();
+    let r = run(&e, "SELECT l_orderkey, l_quantity FROM lineitem").await;
+    assert_eq!(r.rows() as u64, manifest.objects.iter().map(|o| o.rows).sum::<u64>());
+    assert!(r.scan.bytes_fetched >= chunk_bytes, "fetched {} < chunks {chunk_bytes}", r.scan.bytes_fetched);
+    assert!(r.scan.bytes_fetched as f64 <= 1.1 * chunk_bytes as f64, "fetched {} > 1.1 x chunks {chunk_bytes}", r.scan.bytes_fetched);
+    assert_eq!(r.scan.row_groups_read as usize, row_groups);
+
+    // No GET touched a footer: every read of a data object is a bounded range
+    // that ends before the object's footer begins.
+    let footer_start = |path: &str| {
+        let o = manifest.objects.iter().find(|o| path.ends_with(&o.path)).expect("object in manifest");
+        o.size - 8 - base64::engine::general_purpose::STANDARD.decode(&o.footer).unwrap().len() as u64
+    };
+    let mut data_gets = 0;
+    for req in db.audit.requests() {
+        if let Request::Get { path, range, .. } = req {
+            if !path.ends_with(".parquet") {
+                continue;
+            }
+            data_gets += 1;
+            match range {
+                Some(GetRange::Bounded(r)) => assert!(r.end <= footer_start(&path), "GET {path} {r:?} reads the footer"),
+                other => panic!("GET of {path} with range {other:?}: a footer-free scan issues only bounded ranges"),
+            }
+        }
+    }
+    assert_eq!(data_gets as u64, r.scan.get_requests, "scan metrics and store disagree on GETs");
+}
+
+async fn sorted_range_predicate_prunes_row_groups(b: Backend) {
+    let (_db, e, manifest) = lineitem(b, "pruning").await;
+    let total: u64 = manifest.objects.iter().map(|o| o.row_groups.len() as u64).sum();
+    // lineitem is generated in l_orderkey order.
+    let r = run(&e, "SELECT count(*) FROM lineitem WHERE l_orderkey BETWEEN 1000 AND 1100").await;
+    assert!(r.scan.row_groups_read * 10 <= total, "read {} of {total} row groups", r.scan.row_groups_read);
+    assert_eq!(r.scan.row_groups_pruned + r.scan.row_groups_read, total);
+    // Same answer as a query that cannot prune.
+    let full = run(&e, "SELECT sum(CASE WHEN l_orderkey BETWEEN 1000 AND 1100 THEN 1 ELSE 0 END) FROM lineitem").await;
+    assert_eq!(full.scan.row_groups_pruned, 0);
+    assert_eq!(scalar(&r), scalar(&full));
+    assert_ne!(scalar(&r), "0");
+}
+
+async fn limit_and_count_stop_early(b: Backend) {
+    let (_db, e, manifest) = lineitem(b, "limit").await;
+    let r = run(&e, "SELECT * FROM lineitem LIMIT 10").await;
+    assert_eq!(r.rows(), 10);
+    assert_eq!(r.scan.row_groups_read, 1, "LIMIT 10 should read one row group");
+    assert!(r.scan.get_requests <= 16, "{} requests for LIMIT 10", r.scan.get_requests);
+    let c = run(&e, "SELECT count(*) FROM lineitem").await;
+    assert_eq!(scalar(&c), manifest.objects.iter().map(|o| o.rows).sum::<u64>().to_string());
+    assert_eq!(c.scan.get_requests, 0, "COUNT(*) is answered from the manifest");
+}
