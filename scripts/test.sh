@@ -5,8 +5,6 @@
 # harness starts on 127.0.0.1 and kills when the tests exit.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-# Outside the clone, so repeated CI runs reuse the build.
-export CARGO_TARGET_DIR="${CARGO_TARGET_DIR:-$HOME/.cache/blobhouse-target}"
 scripts/install-test-deps.sh
 export PATH="$(go env GOPATH)/bin:$PATH"
 cargo test --workspace --locked "$@"

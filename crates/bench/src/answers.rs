@@ -131,10 +131,11 @@ pub fn result_rows(batches: &[RecordBatch]) -> Vec<Vec<String>> {
 /// Checks a query result against the reference answer.
 pub fn verify(n: usize, sf: f64, result: &QueryResult) -> Verdict {
     let Some(reference) = reference(n, sf) else { return Verdict::NoReference };
-    compare(&parse_reference(reference), &result_rows(&result.batches))
+    compare(&parse_answer(reference), &result_rows(&result.batches))
 }
 
-fn parse_reference(text: &str) -> Vec<Vec<String>> {
+/// Parses pipe-separated rows after a header line.
+pub fn parse_answer(text: &str) -> Vec<Vec<String>> {
     text.lines().skip(1).filter(|l| !l.is_empty()).map(|l| l.split('|').map(str::to_string).collect()).collect()
 }
 
@@ -184,7 +185,7 @@ mod tests {
     use super::*;
 
     fn rows(t: &str) -> Vec<Vec<String>> {
-        parse_reference(t)
+        parse_answer(t)
     }
 
     #[test]
