@@ -7,4 +7,11 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 scripts/install-test-deps.sh
 export PATH="$(go env GOPATH)/bin:$PATH"
-cargo test --workspace --locked "$@"
+log="$(mktemp)"
+trap 'rm -f "$log"' EXIT
+status=0
+cargo test --workspace --locked "$@" 2>&1 | tee "$log" || status=$?
+# One total over all test binaries.
+awk '/^test result:/ { for (i = 1; i <= NF; i++) { if ($i ~ /^passed;?$/) p += $(i-1); if ($i ~ /^failed;?$/) f += $(i-1) } }
+     END { printf "tests: %d passed, %d failed\n", p, f }' "$log"
+exit "$status"
