@@ -92,18 +92,37 @@ impl Hint {
             src = s.source();
         }
         let t = text.to_ascii_lowercase();
-        let hint = if t.contains("nosuchbucket") || t.contains("bucket does not exist") || t.contains("specified bucket does not exist") {
+        let any = |needles: &[&str]| needles.iter().any(|n| t.contains(n));
+        // Match status lines and S3 error codes, never bare numbers: object
+        // names are hex and may contain "403" or "404".
+        let hint = if any(&["nosuchbucket", "bucket does not exist"]) {
             Some("the bucket does not exist; create it first or fix the bucket name in the URL")
-        } else if t.contains("invalidaccesskeyid") || t.contains("signaturedoesnotmatch") || t.contains("403") || t.contains("access denied") || t.contains("forbidden") {
+        } else if any(&["invalidaccesskeyid", "signaturedoesnotmatch", "accessdenied", "access denied", "status 403", "403 forbidden", "invalidtoken", "expiredtoken"]) {
             Some("the store refused the credentials; check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or --access-key-id / --secret-access-key)")
-        } else if t.contains("connection refused") || t.contains("error sending request") || t.contains("dns error") || t.contains("timed out") || t.contains("connect error") {
+        } else if any(&["connection refused", "error sending request", "dns error", "timed out", "connect error", "tcp connect"]) {
             Some("the endpoint did not answer; check AWS_ENDPOINT_URL / --endpoint and that the server is running")
-        } else if t.contains("builder error") && t.contains("http") {
-            Some("plain-HTTP endpoints need AWS_ALLOW_HTTP=true or --allow-http")
         } else {
             None
         };
         Hint(hint)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn generic(msg: &str) -> object_store::Error {
+        object_store::Error::Generic { store: "S3", source: msg.to_string().into() }
+    }
+
+    #[test]
+    fn hints_follow_status_and_codes_not_digits_in_names() {
+        assert!(Hint::for_error(&generic("Client error with status 403 Forbidden: <Code>InvalidAccessKeyId</Code>")).0.unwrap().contains("credentials"));
+        assert!(Hint::for_error(&generic("<Code>NoSuchBucket</Code>")).0.unwrap().contains("bucket"));
+        assert!(Hint::for_error(&generic("error sending request for url: Connection refused")).0.unwrap().contains("endpoint"));
+        // An object named with "403" in it is no credential problem.
+        assert!(Hint::for_error(&generic("object objects/a403/0000000000100403.parquet is bad")).0.is_none());
     }
 }
 

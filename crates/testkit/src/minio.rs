@@ -88,6 +88,7 @@ fn start() -> Result<MinioServer, String> {
     let bin = minio_binary().ok_or_else(|| {
         "MinIO is not installed: run scripts/install-test-deps.sh (go install of the pinned MinIO), or set MINIO_BIN".to_string()
     })?;
+    remove_stale_data_dirs();
     let data_dir = std::env::temp_dir().join(format!("blobhouse-minio-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&data_dir);
     std::fs::create_dir_all(data_dir.join(TEST_BUCKET)).map_err(|e| format!("cannot create MinIO data dir: {e}"))?;
@@ -152,6 +153,21 @@ fn start() -> Result<MinioServer, String> {
     }
     let log = std::fs::read_to_string(&log_path).unwrap_or_default();
     Err(format!("MinIO did not become ready on port {port} within 60 s; its log:\n{log}"))
+}
+
+/// Data directories of test processes that no longer run (their MinIO died
+/// with them) are deleted, so repeated runs do not fill the disk.
+fn remove_stale_data_dirs() {
+    let Ok(entries) = std::fs::read_dir(std::env::temp_dir()) else { return };
+    for entry in entries.flatten() {
+        let name = entry.file_name().to_string_lossy().to_string();
+        let Some(pid) = name.strip_prefix("blobhouse-minio-").map(|p| p.trim_end_matches(".log")) else { continue };
+        let Ok(pid) = pid.parse::<u32>() else { continue };
+        if pid != std::process::id() && !std::path::Path::new(&format!("/proc/{pid}")).exists() {
+            let p = entry.path();
+            let _ = if p.is_dir() { std::fs::remove_dir_all(&p) } else { std::fs::remove_file(&p) };
+        }
+    }
 }
 
 fn health_ok(port: u16) -> bool {
