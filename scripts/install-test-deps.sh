@@ -1,10 +1,14 @@
 #!/usr/bin/env bash
-# Installs what the test suite needs beyond cargo: the MinIO server (pinned, via
-# `go install`) and the Python packages of the external correctness oracle
-# (DuckDB with its TPC-H extension). Idempotent: skips what is already there.
+# Installs what the tests and the testbed need beyond cargo, each pinned:
+#   - MinIO (S3 API) and toxiproxy (connection shaping), built with `go install`;
+#   - nginx (plain HTTP range server) and a TrueType font for the benchmark
+#     plots, from Debian;
+#   - DuckDB and its TPC-H extension, the external correctness oracle (PyPI).
+# Idempotent: skips what is already there.
 set -euo pipefail
 
 MINIO_VERSION="v0.0.0-20260212201848-7aac2a2c5b7c"   # last commit of the community repo
+TOXIPROXY_VERSION="v2.5.0"                             # newest /v2 the module proxy serves
 DUCKDB_VERSION="1.5.5"                                 # must match the extension wheels
 
 GOBIN="${GOBIN:-$(go env GOPATH)/bin}"
@@ -14,9 +18,22 @@ if [ ! -x "$GOBIN/minio" ]; then
   go install "github.com/minio/minio@$MINIO_VERSION"
 fi
 
+TOXIPROXY_DIR="$HOME/.cache/blobhouse-tools/toxiproxy"
+if [ ! -x "$TOXIPROXY_DIR/server" ]; then
+  echo "install-test-deps: building toxiproxy $TOXIPROXY_VERSION with go install" >&2
+  GOBIN="$TOXIPROXY_DIR" go install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"
+fi
+
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ] || [ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]; then
+  echo "install-test-deps: installing nginx-light and fonts-dejavu-core from Debian" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nginx-light fonts-dejavu-core >/dev/null
+fi
+
 if ! python3 -c "import duckdb, duckdb_extension_tpch; assert duckdb.__version__ == '$DUCKDB_VERSION'" 2>/dev/null; then
   echo "install-test-deps: installing duckdb==$DUCKDB_VERSION (oracle for TPC-H answers)" >&2
   python3 -m pip install --quiet --disable-pip-version-check \
     "duckdb==$DUCKDB_VERSION" "duckdb-extension-tpch==$DUCKDB_VERSION"
 fi
-echo "install-test-deps: minio at $GOBIN/minio; duckdb $DUCKDB_VERSION ready" >&2
+echo "install-test-deps: minio, toxiproxy, nginx and duckdb $DUCKDB_VERSION ready" >&2

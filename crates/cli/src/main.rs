@@ -2,6 +2,7 @@
 
 mod demo;
 mod shell;
+mod testbed;
 
 use std::process::ExitCode;
 use std::sync::Arc;
@@ -32,6 +33,9 @@ enum Command {
     /// Load a benchmark data set into a database.
     #[command(subcommand)]
     Load(LoadCommand),
+    /// The object-store testbed: MinIO, nginx and toxiproxy on 127.0.0.1, shaped like a cloud store.
+    #[command(subcommand)]
+    Testbed(testbed::TestbedCommand),
 }
 
 #[derive(Subcommand)]
@@ -155,6 +159,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 shell::interactive(&engine, &args.db.db).await?;
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Testbed(cmd) => {
+            testbed::run(cmd)?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Load(LoadCommand::Tpch { sf, db }) => {

@@ -1,0 +1,129 @@
+//! The testbed's promises: up/down leave nothing behind, and every fault mode
+//! the profiles use is real on the wire.
+
+use std::io::{ErrorKind, Read, Write};
+use std::net::TcpStream;
+use std::time::{Duration, Instant};
+
+use blobhouse_testbed::{Lifetime, Profile, Testbed, Toxic, process};
+use serde_json::json;
+
+/// Sends a keep-alive GET on a fresh connection, as object-store clients do,
+/// and reads the response until its Content-Length is complete, the peer
+/// closes, or `timeout` passes between two reads. Returns what arrived.
+fn get(port: u16, path: &str, timeout: Duration) -> std::io::Result<Vec<u8>> {
+    let mut s = TcpStream::connect(("127.0.0.1", port))?;
+    s.set_read_timeout(Some(timeout))?;
+    write!(s, "GET {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n\r\n")?;
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 65536];
+    loop {
+        if let Some(end) = buf.windows(4).position(|w| w == b"\r\n\r\n") {
+            let head = String::from_utf8_lossy(&buf[..end]).to_ascii_lowercase();
+            let len: usize = head.lines().find_map(|l| l.strip_prefix("content-length: ").map(|v| v.trim().parse().unwrap())).unwrap_or(0);
+            if buf.len() >= end + 4 + len {
+                return Ok(buf);
+            }
+        }
+        match s.read(&mut chunk)? {
+            0 => return Ok(buf),
+            n => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn status(response: &[u8]) -> u16 {
+    std::str::from_utf8(&response[9..12]).unwrap().parse().unwrap()
+}
+
+fn content_length_and_body(response: &[u8]) -> (usize, usize) {
+    let text = String::from_utf8_lossy(response);
+    let (head, _) = text.split_once("\r\n\r\n").expect("headers");
+    let len = head.lines().find_map(|l| l.to_ascii_lowercase().strip_prefix("content-length: ").map(|v| v.trim().parse().unwrap())).expect("content-length");
+    let body = response.len() - head.len() - 4;
+    (len, body)
+}
+
+/// A proxy of its own in front of unshaped nginx, with one toxic.
+fn faulty_proxy(tb: &Testbed, name: &str, toxic: Toxic) -> u16 {
+    let port = process::free_port().unwrap();
+    let api = tb.toxiproxy();
+    api.proxy(name, port, tb.state().nginx_port).unwrap();
+    api.add_toxic(name, &toxic).unwrap();
+    port
+}
+
+#[test]
+fn up_reshape_and_down_leave_no_process() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tb");
+    let tb = Testbed::up(&path, Profile::S3, Lifetime::TiedToThisProcess).unwrap();
+    let pids = tb.state().pids.clone();
+    assert_eq!(pids.len(), 3);
+    assert!(pids.iter().all(|&p| process::alive(p)));
+    let s3_endpoint = tb.endpoints().s3;
+    assert_ne!(s3_endpoint, tb.endpoints().s3_direct, "s3 goes through the proxy");
+    // Up again: same processes, new shape.
+    let again = Testbed::up(&path, Profile::Lan, Lifetime::TiedToThisProcess).unwrap();
+    assert_eq!(again.state().pids, pids);
+    assert_eq!(again.endpoints().s3, again.endpoints().s3_direct);
+    assert_eq!(Testbed::status(&path).unwrap().unwrap().profile(), Profile::Lan);
+    let stopped = Testbed::down(&path).unwrap();
+    assert_eq!(stopped.len(), 3);
+    assert!(pids.iter().all(|&p| !process::alive(p)), "a testbed process survived down");
+    assert!(!path.exists());
+    assert!(Testbed::down(&path).unwrap().is_empty(), "down is idempotent");
+}
+
+#[test]
+fn s3_profile_delays_the_first_byte() {
+    let dir = tempfile::tempdir().unwrap();
+    let tb = Testbed::up(&dir.path().join("tb"), Profile::S3, Lifetime::TiedToThisProcess).unwrap();
+    let port = tb.state().nginx_proxy_port;
+    // Take the fastest of a few: stalls and lost connections are a few per cent.
+    let best = (0..5)
+        .filter_map(|_| {
+            let t = Instant::now();
+            get(port, "/health", Duration::from_secs(10)).ok().filter(|r| status(r) == 200).map(|_| t.elapsed())
+        })
+        .min()
+        .expect("some request succeeds");
+    assert!(best >= Duration::from_millis(20), "first byte after {best:?}");
+    Testbed::down(tb.dir()).unwrap();
+}
+
+#[test]
+fn each_fault_mode_is_real() {
+    let dir = tempfile::tempdir().unwrap();
+    let tb = Testbed::up(&dir.path().join("tb"), Profile::Lan, Lifetime::TiedToThisProcess).unwrap();
+    std::fs::write(tb.dir().join("www/blob"), vec![7u8; 64 << 10]).unwrap();
+
+    // A stalled connection: the request times out.
+    let stalled = faulty_proxy(&tb, "stalled", Toxic::new("lost", "timeout", 1.0, json!({"timeout": 0})));
+    let t = Instant::now();
+    let err = get(stalled, "/blob", Duration::from_millis(800)).expect_err("a stalled request must not complete");
+    assert!(matches!(err.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut), "{err:?}");
+    assert!(t.elapsed() >= Duration::from_millis(700));
+
+    // A dropped connection: reset by the peer (or closed before any byte).
+    let reset = faulty_proxy(&tb, "reset", Toxic::new("reset", "reset_peer", 1.0, json!({"timeout": 0})));
+    match get(reset, "/blob", Duration::from_secs(5)) {
+        Err(e) => assert!(matches!(e.kind(), ErrorKind::ConnectionReset | ErrorKind::BrokenPipe | ErrorKind::UnexpectedEof), "{e:?}"),
+        Ok(bytes) => assert!(bytes.is_empty(), "a reset connection delivered {} bytes", bytes.len()),
+    }
+
+    // A connection cut mid-body: the body is shorter than Content-Length.
+    let cut = faulty_proxy(&tb, "cut", Toxic::new("truncate", "limit_data", 1.0, json!({"bytes": 20000})));
+    let response = get(cut, "/blob", Duration::from_secs(5)).unwrap();
+    let (declared, received) = content_length_and_body(&response);
+    assert_eq!(declared, 64 << 10);
+    assert!(received < declared, "received {received} of {declared} bytes");
+
+    // Throttling: beyond the rate, nginx answers 503.
+    let throttled = tb.state().nginx_throttled_port;
+    let statuses: Vec<u16> = (0..300).map(|_| status(&get(throttled, "/blob", Duration::from_secs(5)).unwrap())).collect();
+    let (ok, slow) = (statuses.iter().filter(|&&s| s == 200).count(), statuses.iter().filter(|&&s| s == 503).count());
+    assert!(ok > 0 && slow > 0, "{ok} x 200, {slow} x 503");
+    assert_eq!(ok + slow, statuses.len());
+    Testbed::down(tb.dir()).unwrap();
+}
