@@ -1,5 +1,6 @@
 //! The `blobhouse` command: SQL over tables that live in object storage.
 
+mod bench;
 mod demo;
 mod shell;
 mod testbed;
@@ -33,6 +34,9 @@ enum Command {
     /// Load a benchmark data set into a database.
     #[command(subcommand)]
     Load(LoadCommand),
+    /// Benchmarks: tables on stdout, CSV and PNG plots on disk.
+    #[command(subcommand)]
+    Bench(bench::BenchCommand),
     /// The object-store testbed: MinIO, nginx and toxiproxy on 127.0.0.1, shaped like a cloud store.
     #[command(subcommand)]
     Testbed(testbed::TestbedCommand),
@@ -159,6 +163,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 shell::interactive(&engine, &args.db.db).await?;
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Bench(cmd) => {
+            bench::run(cmd).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Testbed(cmd) => {

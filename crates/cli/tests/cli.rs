@@ -72,7 +72,14 @@ fn errors_exit_nonzero_and_name_the_problem() {
 
 #[test]
 fn help_has_examples_everywhere() {
-    for args in [vec!["--help"], vec!["demo", "--help"], vec!["sql", "--help"], vec!["load", "tpch", "--help"]] {
+    for args in [
+        vec!["--help"],
+        vec!["demo", "--help"],
+        vec!["sql", "--help"],
+        vec!["load", "tpch", "--help"],
+        vec!["testbed", "up", "--help"],
+        vec!["bench", "calibrate", "--help"],
+    ] {
         let out = Command::new(env!("CARGO_BIN_EXE_blobhouse")).args(&args).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);
         assert!(out.status.success() && text.contains("Examples:"), "{args:?}:\n{text}");
