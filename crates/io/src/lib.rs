@@ -11,8 +11,12 @@
 //!
 //! - [`http`]: the wire format — request writing, a strict response parser,
 //!   an in-place body decoder that detects truncated bodies.
+//! - [`uring`]: the event loop — many requests in flight on one thread
+//!   through io_uring, keep-alive pools, deadlines, retries.
 //!
-//! The event loop on io_uring, request planning, the concurrency model,
-//! hedging and statistics follow (see docs/notes/2026-11-22-download-manager.md).
+//! Still to come: the async front-end and loop threads, request planning,
+//! the concurrency model, hedging, the epoll fallback, HTTPS and statistics
+//! for EXPLAIN (see docs/notes/2026-11-22-download-manager.md).
 
 pub mod http;
+pub mod uring;

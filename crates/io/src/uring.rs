@@ -1,0 +1,546 @@
+//! The event loop: many HTTP requests in flight on one thread, through
+//! io_uring (AnyBlob §3.1).
+//!
+//! Each request is a small state machine (connect → send → receive head →
+//! receive body) with at most one operation in the ring at a time; its slot
+//! index and a generation form the operation's `user_data`. One iteration
+//! starts waiting requests up to the in-flight limit, queues their next
+//! operations, submits the whole batch with one `io_uring_enter`, and reaps
+//! every completion. Bodies are received straight into the request's own
+//! buffer (no copy; chunked framing is squeezed out in place). Connections
+//! are kept alive per address. A 50 ms tick checks deadlines: a request past
+//! its deadline is cancelled in the kernel (`IORING_OP_ASYNC_CANCEL`) and
+//! retried on a fresh connection, as are resets, truncated bodies and 5xx
+//! answers, with exponential back-off and jitter; 4xx and malformed responses
+//! fail at once.
+
+use std::collections::{HashMap, VecDeque};
+use std::net::SocketAddr;
+use std::ops::Range;
+use std::os::fd::AsRawFd;
+use std::time::{Duration, Instant};
+
+use io_uring::{IoUring, opcode, types};
+use socket2::{Domain, SockAddr, Socket, Type};
+
+use crate::http::{BodyDecoder, Framing, HttpError, Limits, ResponseHead, parse_content_range, parse_head, range_header, write_request};
+
+/// One GET to run.
+#[derive(Debug)]
+pub struct Get {
+    /// Where to connect.
+    pub addr: SocketAddr,
+    /// The Host header.
+    pub host: String,
+    /// Path and query (a presigned URL's, for object stores).
+    pub target: String,
+    /// The bytes wanted; `None` for the whole object.
+    pub range: Option<Range<u64>>,
+    /// The buffer the body is received into (reused by the caller).
+    pub buffer: Vec<u8>,
+}
+
+/// A completed GET.
+#[derive(Debug)]
+pub struct Fetched {
+    pub status: u16,
+    /// The body, in the caller's buffer.
+    pub body: Vec<u8>,
+    /// Attempts it took (1 = no retry).
+    pub attempts: u32,
+    /// From the start of the successful attempt to the response head.
+    pub first_byte: Duration,
+    /// From the first attempt's start to the last byte.
+    pub total: Duration,
+}
+
+/// Why a GET failed for good.
+#[derive(Debug, thiserror::Error)]
+pub enum FetchError {
+    #[error("{addr}: {source}")]
+    Io { addr: SocketAddr, source: std::io::Error },
+    #[error("{0}")]
+    Http(#[from] HttpError),
+    #[error("HTTP {status}{}", if .detail.is_empty() { String::new() } else { format!(": {}", .detail) })]
+    Status { status: u16, detail: String },
+    #[error("no complete response within {0:?}")]
+    Timeout(Duration),
+    #[error("the server ignored the Range header or answered another range ({0})")]
+    WrongRange(String),
+    #[error("gave up after {attempts} attempts; last error: {last}")]
+    Exhausted { attempts: u32, last: Box<FetchError> },
+}
+
+impl FetchError {
+    fn retryable(&self) -> bool {
+        match self {
+            FetchError::Io { .. } | FetchError::Timeout(_) => true,
+            FetchError::Http(HttpError::Truncated { .. }) => true,
+            FetchError::Status { status, .. } => *status >= 500 || *status == 429,
+            _ => false,
+        }
+    }
+}
+
+/// Knobs of the loop.
+#[derive(Debug, Clone)]
+pub struct LoopOptions {
+    /// Submission queue entries.
+    pub ring_entries: u32,
+    /// Requests in flight at most.
+    pub max_in_flight: usize,
+    /// Largest single receive into a body buffer.
+    pub recv_bytes: usize,
+    /// Deadline of one attempt.
+    pub attempt_timeout: Duration,
+    /// Attempts per request, the first included.
+    pub max_attempts: u32,
+    /// First retry back-off (doubles each time, with jitter).
+    pub backoff: Duration,
+}
+
+impl Default for LoopOptions {
+    fn default() -> Self {
+        LoopOptions {
+            ring_entries: 1024,
+            max_in_flight: 256,
+            recv_bytes: 1 << 20,
+            attempt_timeout: Duration::from_secs(30),
+            max_attempts: 4,
+            backoff: Duration::from_millis(20),
+        }
+    }
+}
+
+/// Counters of a loop.
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct LoopStats {
+    /// GETs finished (successfully or not).
+    pub requests: u64,
+    /// Attempts beyond the first.
+    pub retries: u64,
+    /// Attempts cancelled at their deadline.
+    pub timeouts: u64,
+    /// Body bytes received.
+    pub body_bytes: u64,
+    /// Most requests in flight at once.
+    pub max_in_flight: usize,
+    /// `io_uring_enter` calls.
+    pub submits: u64,
+    /// Completions reaped.
+    pub completions: u64,
+    /// Connections opened / reused from the pool.
+    pub connects: u64,
+    pub reuses: u64,
+}
+
+const TICK: u64 = u64::MAX;
+const CANCEL: u64 = 1 << 62;
+const HEAD_BUFFER: usize = 64 << 10;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Phase {
+    Connect,
+    Send,
+    RecvHead,
+    RecvBody,
+}
+
+struct Task {
+    index: usize,
+    get: Get,
+    attempt: u32,
+    first_started: Instant,
+    attempt_started: Instant,
+    deadline: Instant,
+    not_before: Instant,
+    socket: Option<Socket>,
+    sockaddr: Box<SockAddr>,
+    phase: Phase,
+    request: Vec<u8>,
+    sent: usize,
+    head: Vec<u8>,
+    filled: usize,
+    response: Option<ResponseHead>,
+    decoder: Option<BodyDecoder>,
+    first_byte: Duration,
+    cancelling: bool,
+    last_error: Option<FetchError>,
+}
+
+/// A single-threaded io_uring event loop.
+pub struct EventLoop {
+    ring: IoUring,
+    opts: LoopOptions,
+    idle: HashMap<SocketAddr, Vec<Socket>>,
+    stats: LoopStats,
+    limits: Limits,
+    generation: u64,
+    tick: Box<types::Timespec>,
+    rng: u64,
+}
+
+impl EventLoop {
+    /// A loop with its own ring. Fails where io_uring is unavailable.
+    pub fn new(opts: LoopOptions) -> std::io::Result<EventLoop> {
+        let ring = IoUring::builder().setup_cqsize(opts.ring_entries * 4).build(opts.ring_entries)?;
+        Ok(EventLoop {
+            ring,
+            opts,
+            idle: HashMap::new(),
+            stats: LoopStats::default(),
+            limits: Limits::default(),
+            generation: 0,
+            tick: Box::new(types::Timespec::new().nsec(50_000_000)),
+            rng: 0x2545_F491_4F6C_DD1D,
+        })
+    }
+
+    /// Counters so far.
+    pub fn stats(&self) -> &LoopStats {
+        &self.stats
+    }
+
+    /// Runs all `gets` to completion, at most `max_in_flight` at a time;
+    /// results come back in the order of `gets`.
+    pub fn fetch_all(&mut self, gets: Vec<Get>) -> std::io::Result<Vec<Result<Fetched, FetchError>>> {
+        let now = Instant::now();
+        let mut results: Vec<Option<Result<Fetched, FetchError>>> = (0..gets.len()).map(|_| None).collect();
+        let mut waiting: VecDeque<Box<Task>> = gets.into_iter().enumerate().map(|(index, get)| Box::new(self.new_task(index, get, now))).collect();
+        let mut slots: Vec<Option<(u64, Box<Task>)>> = Vec::new();
+        let mut free: Vec<usize> = Vec::new();
+        let mut in_flight = 0usize;
+        let mut tick_armed = false;
+        loop {
+            // Start what may start.
+            let now = Instant::now();
+            let mut deferred = VecDeque::new();
+            while in_flight < self.opts.max_in_flight {
+                let Some(mut task) = waiting.pop_front() else { break };
+                if task.not_before > now {
+                    deferred.push_back(task);
+                    continue;
+                }
+                task.attempt_started = now;
+                task.deadline = now + self.opts.attempt_timeout;
+                let slot = free.pop().unwrap_or_else(|| {
+                    slots.push(None);
+                    slots.len() - 1
+                });
+                self.generation += 1;
+                let generation_id = self.generation & 0x3FFF_FFFF;
+                let first = self.begin(&mut task);
+                if let Err(e) = first {
+                    // Could not even create a socket: fail this attempt.
+                    self.fail(task, e, &mut waiting, &mut results);
+                    free.push(slot);
+                    continue;
+                }
+                slots[slot] = Some((generation_id, task));
+                in_flight += 1;
+                self.stats.max_in_flight = self.stats.max_in_flight.max(in_flight);
+                self.push_next(slot, generation_id, slots[slot].as_mut().map(|(_, t)| t.as_mut()).expect("just placed"))?;
+            }
+            waiting.extend(deferred);
+            if in_flight == 0 && waiting.is_empty() {
+                break;
+            }
+            if !tick_armed {
+                let entry = opcode::Timeout::new(&*self.tick as *const types::Timespec).build().user_data(TICK);
+                self.push(&entry)?;
+                tick_armed = true;
+            }
+            self.ring.submit_and_wait(1)?;
+            self.stats.submits += 1;
+            let completions: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
+            self.stats.completions += completions.len() as u64;
+            for (user_data, result) in completions {
+                if user_data == TICK {
+                    tick_armed = false;
+                    let now = Instant::now();
+                    for (slot, entry) in slots.iter_mut().enumerate() {
+                        if let Some((generation_id, task)) = entry {
+                            if !task.cancelling && now > task.deadline {
+                                task.cancelling = true;
+                                let cancel = opcode::AsyncCancel::new(user_data_of(slot, *generation_id)).build().user_data(CANCEL);
+                                self.push(&cancel)?;
+                            }
+                        }
+                    }
+                    continue;
+                }
+                if user_data & CANCEL != 0 {
+                    continue;
+                }
+                let (slot, generation_id) = split_user_data(user_data);
+                let Some(Some((slot_gen, _))) = slots.get(slot) else { continue };
+                if *slot_gen != generation_id {
+                    continue;
+                }
+                let (_, mut task) = slots[slot].take().expect("checked");
+                match self.advance(&mut task, result) {
+                    Step::Continue => {
+                        slots[slot] = Some((generation_id, task));
+                        self.push_next(slot, generation_id, slots[slot].as_mut().map(|(_, t)| t.as_mut()).expect("just placed"))?;
+                    }
+                    Step::Done(outcome) => {
+                        in_flight -= 1;
+                        free.push(slot);
+                        match outcome {
+                            Ok(fetched) => {
+                                self.stats.requests += 1;
+                                self.stats.body_bytes += fetched.body.len() as u64;
+                                results[task.index] = Some(Ok(fetched));
+                            }
+                            Err(e) => self.fail(task, e, &mut waiting, &mut results),
+                        }
+                    }
+                }
+            }
+        }
+        Ok(results.into_iter().map(|r| r.expect("every request finishes")).collect())
+    }
+
+    fn new_task(&self, index: usize, get: Get, now: Instant) -> Task {
+        let sockaddr = Box::new(SockAddr::from(get.addr));
+        Task {
+            index,
+            get,
+            attempt: 0,
+            first_started: now,
+            attempt_started: now,
+            deadline: now,
+            not_before: now,
+            socket: None,
+            sockaddr,
+            phase: Phase::Connect,
+            request: Vec::new(),
+            sent: 0,
+            head: Vec::new(),
+            filled: 0,
+            response: None,
+            decoder: None,
+            first_byte: Duration::ZERO,
+            cancelling: false,
+            last_error: None,
+        }
+    }
+
+    /// Prepares an attempt: a pooled connection or a new socket, the request bytes.
+    fn begin(&mut self, task: &mut Task) -> Result<(), FetchError> {
+        task.attempt += 1;
+        task.cancelling = false;
+        task.sent = 0;
+        task.filled = 0;
+        task.response = None;
+        task.decoder = None;
+        task.request.clear();
+        let range = task.get.range.as_ref().map(range_header);
+        let headers: Vec<(&str, &str)> = range.as_deref().map(|r| vec![("Range", r)]).unwrap_or_default();
+        write_request(&mut task.request, "GET", &task.get.host, &task.get.target, &headers, None)?;
+        if task.head.len() < HEAD_BUFFER {
+            task.head.resize(HEAD_BUFFER, 0);
+        }
+        // Retries always use a fresh connection: the old one may be the problem.
+        let pooled = if task.attempt == 1 { self.idle.get_mut(&task.get.addr).and_then(Vec::pop) } else { None };
+        match pooled {
+            Some(socket) => {
+                self.stats.reuses += 1;
+                task.socket = Some(socket);
+                task.phase = Phase::Send;
+            }
+            None => {
+                let socket = Socket::new(Domain::for_address(task.get.addr), Type::STREAM.cloexec(), None).map_err(|source| FetchError::Io { addr: task.get.addr, source })?;
+                let _ = socket.set_tcp_nodelay(true);
+                self.stats.connects += 1;
+                task.socket = Some(socket);
+                task.phase = Phase::Connect;
+            }
+        }
+        Ok(())
+    }
+
+    fn push(&mut self, entry: &io_uring::squeue::Entry) -> std::io::Result<()> {
+        loop {
+            // SAFETY: every buffer an entry points to lives in a boxed task
+            // (or the loop) until its completion is reaped.
+            if unsafe { self.ring.submission().push(entry) }.is_ok() {
+                return Ok(());
+            }
+            self.ring.submit()?;
+            self.stats.submits += 1;
+        }
+    }
+
+    fn push_next(&mut self, slot: usize, generation_id: u64, task: &mut Task) -> std::io::Result<()> {
+        let fd = types::Fd(task.socket.as_ref().expect("attempt has a socket").as_raw_fd());
+        let entry = match task.phase {
+            Phase::Connect => opcode::Connect::new(fd, task.sockaddr.as_ptr() as *const libc::sockaddr, task.sockaddr.len()).build(),
+            Phase::Send => {
+                let rest = &task.request[task.sent..];
+                opcode::Send::new(fd, rest.as_ptr(), rest.len() as u32).build()
+            }
+            Phase::RecvHead => {
+                let spare = &mut task.head[task.filled..];
+                opcode::Recv::new(fd, spare.as_mut_ptr(), spare.len() as u32).build()
+            }
+            Phase::RecvBody => {
+                let body = &mut task.get.buffer;
+                let want = match task.response.as_ref().map(|h| h.framing) {
+                    Some(Framing::Length(n)) => (n as usize).saturating_sub(body.len()).max(1),
+                    _ => self.opts.recv_bytes,
+                }
+                .min(self.opts.recv_bytes);
+                body.reserve(want);
+                let spare = body.spare_capacity_mut();
+                let len = spare.len().min(self.opts.recv_bytes);
+                opcode::Recv::new(fd, spare.as_mut_ptr() as *mut u8, len as u32).build()
+            }
+        };
+        self.push(&entry.user_data(user_data_of(slot, generation_id)))
+    }
+
+    /// Applies one completion to a task.
+    fn advance(&mut self, task: &mut Task, result: i32) -> Step {
+        let addr = task.get.addr;
+        if task.cancelling {
+            // Abandoned at its deadline, whether or not the cancel won the race.
+            self.stats.timeouts += 1;
+            return Step::Done(Err(FetchError::Timeout(self.opts.attempt_timeout)));
+        }
+        if result < 0 {
+            return Step::Done(Err(FetchError::Io { addr, source: std::io::Error::from_raw_os_error(-result) }));
+        }
+        let n = result as usize;
+        match task.phase {
+            Phase::Connect => {
+                task.phase = Phase::Send;
+                Step::Continue
+            }
+            Phase::Send => {
+                task.sent += n;
+                if task.sent == task.request.len() {
+                    task.phase = Phase::RecvHead;
+                }
+                Step::Continue
+            }
+            Phase::RecvHead => {
+                if n == 0 {
+                    return Step::Done(Err(FetchError::Io { addr, source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed before the response") }));
+                }
+                task.filled += n;
+                let parsed = match parse_head(&task.head[..task.filled], &self.limits, false) {
+                    Ok(p) => p,
+                    Err(e) => return Step::Done(Err(e.into())),
+                };
+                let Some((head, used)) = parsed else {
+                    return Step::Continue;
+                };
+                task.first_byte = task.attempt_started.elapsed();
+                let mut decoder = BodyDecoder::new(head.framing);
+                let body = &mut task.get.buffer;
+                body.clear();
+                if let Framing::Length(len) = head.framing {
+                    body.reserve(len as usize);
+                }
+                let extra = task.filled - used;
+                body.extend_from_slice(&task.head[used..task.filled]);
+                match decoder.decode(&mut body[..]) {
+                    Ok(d) if d.consumed < extra => return Step::Done(Err(HttpError::Malformed("bytes after the end of the body".into()).into())),
+                    Ok(d) => body.truncate(d.payload),
+                    Err(e) => return Step::Done(Err(e.into())),
+                }
+                task.response = Some(head);
+                let done = decoder.is_done();
+                task.decoder = Some(decoder);
+                if done { Step::Done(self.finish(task)) } else {
+                    task.phase = Phase::RecvBody;
+                    Step::Continue
+                }
+            }
+            Phase::RecvBody => {
+                let decoder = task.decoder.as_mut().expect("head parsed");
+                let body = &mut task.get.buffer;
+                if n == 0 {
+                    return match decoder.finish_at_eof() {
+                        Ok(()) => Step::Done(self.finish(task)),
+                        Err(e) => Step::Done(Err(e.into())),
+                    };
+                }
+                let old = body.len();
+                // SAFETY: the kernel wrote `n` bytes into the spare capacity
+                // this recv was given.
+                unsafe { body.set_len(old + n) };
+                match decoder.decode(&mut body[old..]) {
+                    Ok(d) if d.consumed < n => return Step::Done(Err(HttpError::Malformed("bytes after the end of the body".into()).into())),
+                    Ok(d) => body.truncate(old + d.payload),
+                    Err(e) => return Step::Done(Err(e.into())),
+                }
+                if decoder.is_done() { Step::Done(self.finish(task)) } else { Step::Continue }
+            }
+        }
+    }
+
+    /// A whole response arrived: pool the connection, check status and range.
+    fn finish(&mut self, task: &mut Task) -> Result<Fetched, FetchError> {
+        let head = task.response.as_ref().expect("head parsed");
+        let socket = task.socket.take().expect("attempt has a socket");
+        if head.keep_alive {
+            self.idle.entry(task.get.addr).or_default().push(socket);
+        }
+        let status = head.status;
+        if !(200..300).contains(&status) {
+            let detail = String::from_utf8_lossy(&task.get.buffer[..task.get.buffer.len().min(300)]).trim().to_string();
+            return Err(FetchError::Status { status, detail });
+        }
+        if let Some(range) = &task.get.range {
+            let got = head.header("content-range").map(parse_content_range);
+            match got {
+                Some(Ok((r, _))) if status == 206 && r == *range && task.get.buffer.len() as u64 == range.end - range.start => {}
+                Some(Ok((r, _))) => return Err(FetchError::WrongRange(format!("asked {range:?}, got {r:?} with {} bytes", task.get.buffer.len()))),
+                Some(Err(e)) => return Err(e.into()),
+                None => return Err(FetchError::WrongRange(format!("status {status} without Content-Range"))),
+            }
+        }
+        Ok(Fetched {
+            status,
+            body: std::mem::take(&mut task.get.buffer),
+            attempts: task.attempt,
+            first_byte: task.first_byte,
+            total: task.first_started.elapsed(),
+        })
+    }
+
+    /// An attempt failed: retry later on a fresh connection, or give up.
+    fn fail(&mut self, mut task: Box<Task>, err: FetchError, waiting: &mut VecDeque<Box<Task>>, results: &mut [Option<Result<Fetched, FetchError>>]) {
+        task.socket = None; // closes the connection
+        if err.retryable() && task.attempt < self.opts.max_attempts {
+            self.stats.retries += 1;
+            self.rng ^= self.rng << 13;
+            self.rng ^= self.rng >> 7;
+            self.rng ^= self.rng << 17;
+            let base = self.opts.backoff * (1 << (task.attempt - 1).min(6));
+            let jitter = Duration::from_nanos(self.rng % (base.as_nanos() as u64 + 1));
+            task.not_before = Instant::now() + base / 2 + jitter;
+            task.last_error = Some(err);
+            waiting.push_back(task);
+        } else {
+            self.stats.requests += 1;
+            let err = if task.attempt > 1 { FetchError::Exhausted { attempts: task.attempt, last: Box::new(err) } } else { err };
+            results[task.index] = Some(Err(err));
+        }
+    }
+}
+
+enum Step {
+    Continue,
+    Done(Result<Fetched, FetchError>),
+}
+
+fn user_data_of(slot: usize, generation_id: u64) -> u64 {
+    ((generation_id & 0x3FFF_FFFF) << 32) | slot as u64
+}
+
+fn split_user_data(user_data: u64) -> (usize, u64) {
+    ((user_data & 0xFFFF_FFFF) as usize, (user_data >> 32) & 0x3FFF_FFFF)
+}

@@ -1,0 +1,144 @@
+//! The io_uring event loop against the testbed's real servers.
+
+use std::net::SocketAddr;
+use std::time::Duration;
+
+use blobhouse_io::uring::{EventLoop, FetchError, Get, LoopOptions};
+use blobhouse_testbed::{Lifetime, Profile, Testbed, Toxic, process};
+use serde_json::json;
+
+fn testbed(profile: Profile) -> (tempfile_dir::Dir, Testbed) {
+    let dir = tempfile_dir::Dir::new();
+    let tb = Testbed::up(&dir.0.join("tb"), profile, Lifetime::TiedToThisProcess).unwrap();
+    tb.ensure_calibration_objects().unwrap();
+    (dir, tb)
+}
+
+/// A directory removed on drop, without pulling in a crate for it.
+mod tempfile_dir {
+    pub struct Dir(pub std::path::PathBuf);
+    impl Dir {
+        pub fn new() -> Dir {
+            static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+            let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let p = std::env::temp_dir().join(format!("blobhouse-io-test-{}-{n}", std::process::id()));
+            std::fs::create_dir_all(&p).unwrap();
+            Dir(p)
+        }
+    }
+    impl Drop for Dir {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+}
+
+fn get(port: u16, object: &str, range: Option<std::ops::Range<u64>>) -> Get {
+    Get { addr: SocketAddr::from(([127, 0, 0, 1], port)), host: format!("127.0.0.1:{port}"), target: format!("/cal/{object}"), range, buffer: Vec::new() }
+}
+
+fn file(tb: &Testbed, object: &str) -> Vec<u8> {
+    std::fs::read(tb.dir().join("www/cal").join(object)).unwrap()
+}
+
+#[test]
+fn ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections() {
+    let (_d, tb) = testbed(Profile::Lan);
+    let port = tb.state().nginx_port;
+    let big = file(&tb, "16m-3");
+    let ranges = [0..1u64, 1000..5000, 0..(16 << 20), (16 << 20) - 7..(16 << 20), 5..(9 << 20)];
+    let mut gets: Vec<Get> = ranges.iter().map(|r| get(port, "16m-3", Some(r.clone()))).collect();
+    gets.push(get(port, "1m-2", None));
+    let mut lp = EventLoop::new(LoopOptions { max_in_flight: 3, ..Default::default() }).unwrap();
+    let results = lp.fetch_all(gets).unwrap();
+    for (r, range) in results.iter().zip(ranges.iter()) {
+        let f = r.as_ref().unwrap();
+        assert_eq!(f.status, 206);
+        assert_eq!(f.body, big[range.start as usize..range.end as usize], "range {range:?}");
+    }
+    assert_eq!(results[5].as_ref().unwrap().body, file(&tb, "1m-2"));
+    let s = lp.stats();
+    assert_eq!(s.requests, 6);
+    assert!(s.reuses > 0, "keep-alive connections were not reused: {s:?}");
+    assert!(s.connects <= 3, "{s:?}");
+    // A second batch on the same loop reuses the pool.
+    let again = lp.fetch_all(vec![get(port, "4m-0", Some(10..20))]).unwrap();
+    assert_eq!(again[0].as_ref().unwrap().body, file(&tb, "4m-0")[10..20]);
+    Testbed::down(tb.dir()).unwrap();
+}
+
+#[test]
+fn client_errors_fail_at_once_with_the_status() {
+    let (_d, tb) = testbed(Profile::Lan);
+    let port = tb.state().nginx_port;
+    let mut lp = EventLoop::new(LoopOptions::default()).unwrap();
+    let r = lp.fetch_all(vec![get(port, "no-such-object", None)]).unwrap();
+    match &r[0] {
+        Err(FetchError::Status { status: 404, .. }) => {}
+        other => panic!("{other:?}"),
+    }
+    assert_eq!(lp.stats().retries, 0);
+    // Nobody listens: a connection error, retried, then reported.
+    let closed = process::free_port().unwrap();
+    let mut lp = EventLoop::new(LoopOptions { backoff: Duration::from_millis(1), ..Default::default() }).unwrap();
+    let r = lp.fetch_all(vec![get(closed, "x", None)]).unwrap();
+    let err = r[0].as_ref().unwrap_err().to_string();
+    assert!(err.contains("attempts") && err.contains("refused"), "{err}");
+    Testbed::down(tb.dir()).unwrap();
+}
+
+#[test]
+fn resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact() {
+    let (_d, tb) = testbed(Profile::Lan);
+    let api = tb.toxiproxy();
+    let faults = [
+        ("resets", Toxic::new("reset", "reset_peer", 0.3, json!({"timeout": 0}))),
+        ("cuts", Toxic::new("truncate", "limit_data", 0.3, json!({"bytes": 300_000}))),
+        ("stalls", Toxic::new("lost", "timeout", 0.3, json!({"timeout": 0}))),
+    ];
+    let expected = file(&tb, "1m-1");
+    for (name, toxic) in faults {
+        let port = process::free_port().unwrap();
+        api.proxy(name, port, tb.state().nginx_port).unwrap();
+        api.add_toxic(name, &toxic).unwrap();
+        // The deadline must catch stalls yet never fire on a healthy request,
+        // even when the other tests load both cores.
+        let opts = LoopOptions { attempt_timeout: Duration::from_secs(2), max_attempts: 12, backoff: Duration::from_millis(2), ..Default::default() };
+        let mut lp = EventLoop::new(opts).unwrap();
+        let gets = (0..40).map(|i| get(port, "1m-1", Some(i * 1000..i * 1000 + 600_000))).collect();
+        let results = lp.fetch_all(gets).unwrap();
+        for (i, r) in results.iter().enumerate() {
+            let f = r.as_ref().unwrap_or_else(|e| panic!("{name}, request {i}: {e}"));
+            let start = i * 1000;
+            assert_eq!(f.body, expected[start..start + 600_000], "{name}, request {i}");
+        }
+        let s = lp.stats();
+        assert!(s.retries > 0, "{name}: no fault was hit: {s:?}");
+        if name == "stalls" {
+            assert!(s.timeouts > 0, "{s:?}");
+        }
+    }
+    Testbed::down(tb.dir()).unwrap();
+}
+
+#[test]
+fn one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled() {
+    let (_d, tb) = testbed(Profile::S3Scaled);
+    let port = tb.state().nginx_proxy_port;
+    let objects: Vec<Vec<u8>> = (0..8).map(|i| file(&tb, &format!("16m-{i}"))).collect();
+    let opts = LoopOptions { max_in_flight: 512, attempt_timeout: Duration::from_secs(8), max_attempts: 6, ..Default::default() };
+    let mut lp = EventLoop::new(opts).unwrap();
+    let n = 320u64;
+    let size = 256 << 10;
+    // Request i reads the (i / 8)-th 256 KiB block of object i % 8.
+    let gets = (0..n).map(|i| get(port, &format!("16m-{}", i % 8), Some((i / 8) * size..(i / 8 + 1) * size))).collect();
+    let results = lp.fetch_all(gets).unwrap();
+    for (i, r) in results.iter().enumerate() {
+        let f = r.as_ref().unwrap_or_else(|e| panic!("request {i}: {e}"));
+        let (o, s) = (i % 8, (i as u64 / 8) * size);
+        assert_eq!(f.body, objects[o][s as usize..(s + size) as usize], "request {i}");
+    }
+    let s = lp.stats();
+    assert!(s.max_in_flight >= 256, "{s:?}");
+    Testbed::down(tb.dir()).unwrap();
+}
