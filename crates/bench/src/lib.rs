@@ -2,9 +2,10 @@
 //! queries, verification of answers against reference answers from outside
 //! the project (DuckDB's results on the same generated data, exported by
 //! `scripts/export-tpch-reference.py`), the testbed's calibration benchmark,
-//! and PNG plots.
+//! the I/O benchmark (download manager vs object_store), and PNG plots.
 
 pub mod answers;
 pub mod calibrate;
+pub mod io_bench;
 pub mod plot;
 pub mod tpch;

@@ -7,6 +7,7 @@ use anyhow::{Context, Result};
 use clap::Subcommand;
 
 use blobhouse_bench::calibrate::{CalibrateOptions, calibrate};
+use blobhouse_bench::io_bench::{self, IoBenchOptions};
 use blobhouse_testbed::{Lifetime, Profile, Testbed, default_dir};
 
 #[derive(Subcommand)]
@@ -27,6 +28,28 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 4.0)]
         window_secs: f64,
         /// Output directory (default bench-results/calibrate-<profile>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Testbed state directory.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// Download with blobhouse's io_uring download manager and with object_store, same requests, same run.
+    #[command(after_help = "Fetches ranges of the testbed's 16 MiB objects from nginx, one client thread each,\nand reports throughput and client CPU-seconds per GiB (process user+sys time).\nWrites report.txt, io.csv and cpu-throughput.png to --out.\n\nExamples:\n  blobhouse bench io --profile lan\n  blobhouse bench io --profile lan --requests 400 --sizes-kib 1024,16384 --in-flight 8,32")]
+    Io {
+        /// Testbed profile: lan, s3, s3-scaled, throttled.
+        #[arg(long, default_value = "lan")]
+        profile: String,
+        /// Requests per run.
+        #[arg(long, default_value_t = 200)]
+        requests: usize,
+        /// Request sizes in KiB (at most 16384).
+        #[arg(long, value_delimiter = ',', default_value = "1024,16384")]
+        sizes_kib: Vec<usize>,
+        /// Requests in flight.
+        #[arg(long, value_delimiter = ',', default_value = "8,32")]
+        in_flight: Vec<usize>,
+        /// Output directory (default bench-results/io-<profile>).
         #[arg(long)]
         out: Option<PathBuf>,
         /// Testbed state directory.
@@ -57,6 +80,27 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             let cal = result.map_err(anyhow::Error::msg)?;
             println!("{}", cal.report());
             println!("wrote {}/{{report.txt,latency.csv,throughput.csv,latency.png,throughput.png}}", out.display());
+        }
+        BenchCommand::Io { profile, requests, sizes_kib, in_flight, out, dir } => {
+            anyhow::ensure!(requests > 0, "--requests must be at least 1");
+            anyhow::ensure!(in_flight.iter().all(|&c| c > 0), "--in-flight levels must be at least 1");
+            let profile = Profile::parse(&profile)?;
+            let dir = dir.unwrap_or_else(default_dir);
+            let owned = Testbed::status(&dir)?.is_none();
+            let lifetime = if owned { Lifetime::TiedToThisProcess } else { Lifetime::Detached };
+            let tb = Testbed::up(&dir, profile, lifetime).with_context(|| format!("testbed up in {}", dir.display()))?;
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/io-{}", profile.name())));
+            let opts = IoBenchOptions { requests, sizes: sizes_kib.iter().map(|k| k << 10).collect(), in_flight, out: out.clone() };
+            // The benchmark drives its own event loop and runtime on a plain
+            // thread of its own, outside this command's tokio runtime.
+            let result = std::thread::scope(|s| s.spawn(|| io_bench::run(&tb, &opts, &|step| eprintln!("bench io: {step}"))).join())
+                .map_err(|_| anyhow::anyhow!("the I/O benchmark thread panicked"))?;
+            if owned {
+                Testbed::down(&dir)?;
+            }
+            let runs = result.map_err(anyhow::Error::msg)?;
+            println!("{}", io_bench::report(profile.name(), &runs));
+            println!("wrote {}/{{report.txt,io.csv,cpu-throughput.png}}", out.display());
         }
     }
     Ok(())

@@ -178,6 +178,8 @@ pub struct EventLoop {
     generation: u64,
     tick: Box<types::Timespec>,
     rng: u64,
+    /// Head buffers of finished requests, reused by the next ones.
+    head_pool: Vec<Vec<u8>>,
 }
 
 impl EventLoop {
@@ -193,6 +195,7 @@ impl EventLoop {
             generation: 0,
             tick: Box::new(types::Timespec::new().nsec(50_000_000)),
             rng: 0x2545_F491_4F6C_DD1D,
+            head_pool: Vec::new(),
         })
     }
 
@@ -286,6 +289,9 @@ impl EventLoop {
                     Step::Done(outcome) => {
                         in_flight -= 1;
                         free.push(slot);
+                        if outcome.is_ok() {
+                            self.head_pool.push(std::mem::take(&mut task.head));
+                        }
                         match outcome {
                             Ok(fetched) => {
                                 self.stats.requests += 1;
@@ -339,7 +345,7 @@ impl EventLoop {
         let headers: Vec<(&str, &str)> = range.as_deref().map(|r| vec![("Range", r)]).unwrap_or_default();
         write_request(&mut task.request, "GET", &task.get.host, &task.get.target, &headers, None)?;
         if task.head.len() < HEAD_BUFFER {
-            task.head.resize(HEAD_BUFFER, 0);
+            task.head = self.head_pool.pop().unwrap_or_else(|| vec![0; HEAD_BUFFER]);
         }
         // Retries always use a fresh connection: the old one may be the problem.
         let pooled = if task.attempt == 1 { self.idle.get_mut(&task.get.addr).and_then(Vec::pop) } else { None };
@@ -526,6 +532,7 @@ impl EventLoop {
             waiting.push_back(task);
         } else {
             self.stats.requests += 1;
+            self.head_pool.push(std::mem::take(&mut task.head));
             let err = if task.attempt > 1 { FetchError::Exhausted { attempts: task.attempt, last: Box::new(err) } } else { err };
             results[task.index] = Some(Err(err));
         }
