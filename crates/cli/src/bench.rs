@@ -58,25 +58,43 @@ pub enum BenchCommand {
     },
 }
 
+/// The testbed a benchmark runs on: a running one is reused (re-shaped to the
+/// profile, and left running); otherwise one is started for this run only.
+struct BenchTestbed {
+    tb: Testbed,
+    profile: Profile,
+    owned: bool,
+}
+
+impl BenchTestbed {
+    fn up(profile: &str, dir: Option<PathBuf>) -> Result<BenchTestbed> {
+        let profile = Profile::parse(profile)?;
+        let dir = dir.unwrap_or_else(default_dir);
+        let owned = Testbed::status(&dir)?.is_none();
+        let lifetime = if owned { Lifetime::TiedToThisProcess } else { Lifetime::Detached };
+        let tb = Testbed::up(&dir, profile, lifetime).with_context(|| format!("testbed up in {}", dir.display()))?;
+        Ok(BenchTestbed { tb, profile, owned })
+    }
+
+    fn down(self) -> Result<()> {
+        if self.owned {
+            Testbed::down(self.tb.dir())?;
+        }
+        Ok(())
+    }
+}
+
 pub async fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Calibrate { profile, samples, concurrency, window_secs, out, dir } => {
             anyhow::ensure!(samples > 0, "--samples must be at least 1");
             anyhow::ensure!(concurrency.iter().all(|&c| c > 0), "--concurrency levels must be at least 1");
             anyhow::ensure!(window_secs > 0.0, "--window-secs must be positive");
-            let profile = Profile::parse(&profile)?;
-            let dir = dir.unwrap_or_else(default_dir);
-            // Reuse a running testbed (and leave it running); otherwise start
-            // one for this run only.
-            let owned = Testbed::status(&dir)?.is_none();
-            let lifetime = if owned { Lifetime::TiedToThisProcess } else { Lifetime::Detached };
-            let tb = Testbed::up(&dir, profile, lifetime).with_context(|| format!("testbed up in {}", dir.display()))?;
-            let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/calibrate-{}", profile.name())));
+            let bench = BenchTestbed::up(&profile, dir)?;
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/calibrate-{}", bench.profile.name())));
             let opts = CalibrateOptions { samples, concurrency, window: Duration::from_secs_f64(window_secs), out: out.clone() };
-            let result = calibrate(&tb, &opts, &|step| eprintln!("calibrate: {step}")).await;
-            if owned {
-                Testbed::down(&dir)?;
-            }
+            let result = calibrate(&bench.tb, &opts, &|step| eprintln!("calibrate: {step}")).await;
+            bench.down()?;
             let cal = result.map_err(anyhow::Error::msg)?;
             println!("{}", cal.report());
             println!("wrote {}/{{report.txt,latency.csv,throughput.csv,latency.png,throughput.png}}", out.display());
@@ -84,20 +102,15 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         BenchCommand::Io { profile, requests, sizes_kib, in_flight, out, dir } => {
             anyhow::ensure!(requests > 0, "--requests must be at least 1");
             anyhow::ensure!(in_flight.iter().all(|&c| c > 0), "--in-flight levels must be at least 1");
-            let profile = Profile::parse(&profile)?;
-            let dir = dir.unwrap_or_else(default_dir);
-            let owned = Testbed::status(&dir)?.is_none();
-            let lifetime = if owned { Lifetime::TiedToThisProcess } else { Lifetime::Detached };
-            let tb = Testbed::up(&dir, profile, lifetime).with_context(|| format!("testbed up in {}", dir.display()))?;
-            let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/io-{}", profile.name())));
+            let bench = BenchTestbed::up(&profile, dir)?;
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/io-{}", bench.profile.name())));
             let opts = IoBenchOptions { requests, sizes: sizes_kib.iter().map(|k| k << 10).collect(), in_flight, out: out.clone() };
             // The benchmark drives its own event loop and runtime on a plain
             // thread of its own, outside this command's tokio runtime.
-            let result = std::thread::scope(|s| s.spawn(|| io_bench::run(&tb, &opts, &|step| eprintln!("bench io: {step}"))).join())
+            let result = std::thread::scope(|s| s.spawn(|| io_bench::run(&bench.tb, &opts, &|step| eprintln!("bench io: {step}"))).join())
                 .map_err(|_| anyhow::anyhow!("the I/O benchmark thread panicked"))?;
-            if owned {
-                Testbed::down(&dir)?;
-            }
+            let profile = bench.profile;
+            bench.down()?;
             let runs = result.map_err(anyhow::Error::msg)?;
             println!("{}", io_bench::report(profile.name(), &runs));
             println!("wrote {}/{{report.txt,io.csv,cpu-throughput.png}}", out.display());
