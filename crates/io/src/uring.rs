@@ -97,6 +97,28 @@ pub struct LoopOptions {
     pub max_attempts: u32,
     /// First retry back-off (doubles each time, with jitter).
     pub backoff: Duration,
+    /// Resend requests that are late against their expected latency.
+    pub hedge: Option<HedgePolicy>,
+}
+
+/// When a request is late enough to send a duplicate (AnyBlob §2: for S3,
+/// fewer than 5 % of 16 MiB requests take over 600 ms, fewer than 5 % wait
+/// over 200 ms for the first byte). The first complete answer wins; the
+/// other attempt is cancelled.
+#[derive(Debug, Clone, Copy)]
+pub struct HedgePolicy {
+    /// No response head after this long: hedge.
+    pub first_byte: Duration,
+    /// Not complete after `first_byte + bytes × per_mib`: hedge.
+    pub per_mib: Duration,
+    /// Hedges allowed, as a share of the requests started.
+    pub max_share: f64,
+}
+
+impl Default for HedgePolicy {
+    fn default() -> Self {
+        HedgePolicy { first_byte: Duration::from_millis(200), per_mib: Duration::from_micros(37_500), max_share: 0.05 }
+    }
 }
 
 impl Default for LoopOptions {
@@ -108,6 +130,7 @@ impl Default for LoopOptions {
             attempt_timeout: Duration::from_secs(30),
             max_attempts: 4,
             backoff: Duration::from_millis(20),
+            hedge: None,
         }
     }
 }
@@ -121,6 +144,10 @@ pub struct LoopStats {
     pub retries: u64,
     /// Attempts cancelled at their deadline.
     pub timeouts: u64,
+    /// Duplicate attempts sent for late requests.
+    pub hedges: u64,
+    /// Requests whose hedge answered first.
+    pub hedges_won: u64,
     /// Body bytes received.
     pub body_bytes: u64,
     /// Most requests in flight at once.
@@ -135,6 +162,8 @@ pub struct LoopStats {
 }
 
 const TICK: u64 = u64::MAX;
+/// A late hedge may itself be hedged, up to this many per request.
+const MAX_HEDGES_PER_REQUEST: u8 = 4;
 const CANCEL: u64 = 1 << 62;
 const HEAD_BUFFER: usize = 64 << 10;
 
@@ -165,6 +194,12 @@ struct Task {
     decoder: Option<BodyDecoder>,
     first_byte: Duration,
     cancelling: bool,
+    /// Cancelled because a sibling attempt answered first: drop, never retry.
+    abandoned: bool,
+    /// This attempt is a hedge (a duplicate of a late one).
+    is_hedge: bool,
+    /// This attempt was late and has a hedge racing it already.
+    spawned_hedge: bool,
     last_error: Option<FetchError>,
 }
 
@@ -214,12 +249,22 @@ impl EventLoop {
         let mut free: Vec<usize> = Vec::new();
         let mut in_flight = 0usize;
         let mut tick_armed = false;
+        // Live attempts per request (2 while a hedge races the original).
+        let mut live: Vec<u8> = vec![1; results.len()];
+        let mut hedge_count: Vec<u8> = vec![0; results.len()];
+        let mut started = 0u64;
+        let mut hedges_sent = 0u64;
         loop {
             // Start what may start.
             let now = Instant::now();
             let mut deferred = VecDeque::new();
             while in_flight < self.opts.max_in_flight {
                 let Some(mut task) = waiting.pop_front() else { break };
+                if results[task.index].is_some() {
+                    // A hedge whose sibling already answered.
+                    live[task.index] -= 1;
+                    continue;
+                }
                 if task.not_before > now {
                     deferred.push_back(task);
                     continue;
@@ -241,6 +286,7 @@ impl EventLoop {
                 }
                 slots[slot] = Some((generation_id, task));
                 in_flight += 1;
+                started += 1;
                 self.stats.max_in_flight = self.stats.max_in_flight.max(in_flight);
                 self.push_next(slot, generation_id, slots[slot].as_mut().map(|(_, t)| t.as_mut()).expect("just placed"))?;
             }
@@ -261,14 +307,34 @@ impl EventLoop {
                 if user_data == TICK {
                     tick_armed = false;
                     let now = Instant::now();
+                    let mut hedges = Vec::new();
                     for (slot, entry) in slots.iter_mut().enumerate() {
                         if let Some((generation_id, task)) = entry {
                             if !task.cancelling && now > task.deadline {
                                 task.cancelling = true;
                                 let cancel = opcode::AsyncCancel::new(user_data_of(slot, *generation_id)).build().user_data(CANCEL);
                                 self.push(&cancel)?;
+                            } else if let Some(policy) = self.opts.hedge {
+                                let budget = (policy.max_share * started as f64).floor() as u64;
+                                if !task.cancelling
+                                    && !task.spawned_hedge
+                                    && hedge_count[task.index] < MAX_HEDGES_PER_REQUEST
+                                    && hedges_sent < budget.max(u64::from(policy.max_share > 0.0))
+                                    && task.is_late(&policy, now)
+                                {
+                                    task.spawned_hedge = true;
+                                    hedge_count[task.index] += 1;
+                                    live[task.index] += 1;
+                                    hedges_sent += 1;
+                                    self.stats.hedges += 1;
+                                    hedges.push(task.hedge_of(now));
+                                }
                             }
                         }
+                    }
+                    // Hedges go first: they are late already.
+                    for h in hedges {
+                        waiting.push_front(Box::new(h));
                     }
                     continue;
                 }
@@ -289,16 +355,42 @@ impl EventLoop {
                     Step::Done(outcome) => {
                         in_flight -= 1;
                         free.push(slot);
-                        if outcome.is_ok() {
-                            self.head_pool.push(std::mem::take(&mut task.head));
-                        }
+                        let index = task.index;
+                        live[index] -= 1;
+                        let decided = results[index].is_some();
                         match outcome {
-                            Ok(fetched) => {
+                            Ok(fetched) if !decided => {
+                                self.head_pool.push(std::mem::take(&mut task.head));
                                 self.stats.requests += 1;
                                 self.stats.body_bytes += fetched.body.len() as u64;
-                                results[task.index] = Some(Ok(fetched));
+                                if task.is_hedge {
+                                    self.stats.hedges_won += 1;
+                                }
+                                results[index] = Some(Ok(fetched));
+                                // Cancel the sibling still racing for this request.
+                                for (other, entry) in slots.iter_mut().enumerate() {
+                                    if let Some((generation_id, t)) = entry {
+                                        if t.index == index && !t.cancelling {
+                                            t.cancelling = true;
+                                            t.abandoned = true;
+                                            let cancel = opcode::AsyncCancel::new(user_data_of(other, *generation_id)).build().user_data(CANCEL);
+                                            self.push(&cancel)?;
+                                        }
+                                    }
+                                }
                             }
-                            Err(e) => self.fail(task, e, &mut waiting, &mut results),
+                            // The loser of a race, or a failed attempt whose sibling
+                            // is still running: nothing more to do for it.
+                            _ if decided || task.abandoned || live[index] > 0 => {
+                                self.head_pool.push(std::mem::take(&mut task.head));
+                            }
+                            Ok(_) => unreachable!("an undecided success is handled above"),
+                            Err(e) => {
+                                live[index] += 1; // a retry is a live attempt again
+                                if !self.fail(task, e, &mut waiting, &mut results) {
+                                    live[index] -= 1;
+                                }
+                            }
                         }
                     }
                 }
@@ -308,28 +400,7 @@ impl EventLoop {
     }
 
     fn new_task(&self, index: usize, get: Get, now: Instant) -> Task {
-        let sockaddr = Box::new(SockAddr::from(get.addr));
-        Task {
-            index,
-            get,
-            attempt: 0,
-            first_started: now,
-            attempt_started: now,
-            deadline: now,
-            not_before: now,
-            socket: None,
-            sockaddr,
-            phase: Phase::Connect,
-            request: Vec::new(),
-            sent: 0,
-            head: Vec::new(),
-            filled: 0,
-            response: None,
-            decoder: None,
-            first_byte: Duration::ZERO,
-            cancelling: false,
-            last_error: None,
-        }
+        Task::fresh(index, get, now)
     }
 
     /// Prepares an attempt: a pooled connection or a new socket, the request bytes.
@@ -410,8 +481,11 @@ impl EventLoop {
     fn advance(&mut self, task: &mut Task, result: i32) -> Step {
         let addr = task.get.addr;
         if task.cancelling {
-            // Abandoned at its deadline, whether or not the cancel won the race.
-            self.stats.timeouts += 1;
+            // Abandoned (deadline passed, or a sibling answered first),
+            // whether or not the cancel won the race with the operation.
+            if !task.abandoned {
+                self.stats.timeouts += 1;
+            }
             return Step::Done(Err(FetchError::Timeout(self.opts.attempt_timeout)));
         }
         if result < 0 {
@@ -517,8 +591,9 @@ impl EventLoop {
         })
     }
 
-    /// An attempt failed: retry later on a fresh connection, or give up.
-    fn fail(&mut self, mut task: Box<Task>, err: FetchError, waiting: &mut VecDeque<Box<Task>>, results: &mut [Option<Result<Fetched, FetchError>>]) {
+    /// An attempt failed: retry later on a fresh connection (returns true),
+    /// or give up and record the error (false).
+    fn fail(&mut self, mut task: Box<Task>, err: FetchError, waiting: &mut VecDeque<Box<Task>>, results: &mut [Option<Result<Fetched, FetchError>>]) -> bool {
         task.socket = None; // closes the connection
         if err.retryable() && task.attempt < self.opts.max_attempts {
             self.stats.retries += 1;
@@ -530,11 +605,65 @@ impl EventLoop {
             task.not_before = Instant::now() + base / 2 + jitter;
             task.last_error = Some(err);
             waiting.push_back(task);
+            true
         } else {
             self.stats.requests += 1;
             self.head_pool.push(std::mem::take(&mut task.head));
             let err = if task.attempt > 1 { FetchError::Exhausted { attempts: task.attempt, last: Box::new(err) } } else { err };
             results[task.index] = Some(Err(err));
+            false
+        }
+    }
+}
+
+impl Task {
+    /// Whether this attempt is late against the hedging policy.
+    fn is_late(&self, policy: &HedgePolicy, now: Instant) -> bool {
+        let elapsed = now.duration_since(self.attempt_started);
+        if self.response.is_none() {
+            return elapsed > policy.first_byte;
+        }
+        let bytes = self.get.range.as_ref().map(|r| r.end - r.start).unwrap_or(self.get.buffer.capacity() as u64);
+        elapsed > policy.first_byte + policy.per_mib.mul_f64(bytes as f64 / (1u64 << 20) as f64)
+    }
+
+    /// A duplicate of this request, to start now on a fresh connection.
+    fn hedge_of(&self, now: Instant) -> Task {
+        let get = Get { addr: self.get.addr, host: self.get.host.clone(), target: self.get.target.clone(), range: self.get.range.clone(), buffer: Vec::new() };
+        let mut hedge = Task::fresh(self.index, get, now);
+        // Counted as a retry would be, so it never takes a pooled connection.
+        hedge.attempt = 1;
+        hedge.first_started = self.first_started;
+        hedge.is_hedge = true;
+        hedge
+    }
+
+    /// A request that has not started an attempt yet.
+    fn fresh(index: usize, get: Get, now: Instant) -> Task {
+        let sockaddr = Box::new(SockAddr::from(get.addr));
+        Task {
+            index,
+            get,
+            attempt: 0,
+            first_started: now,
+            attempt_started: now,
+            deadline: now,
+            not_before: now,
+            socket: None,
+            sockaddr,
+            phase: Phase::Connect,
+            request: Vec::new(),
+            sent: 0,
+            head: Vec::new(),
+            filled: 0,
+            response: None,
+            decoder: None,
+            first_byte: Duration::ZERO,
+            cancelling: false,
+            abandoned: false,
+            is_hedge: false,
+            spawned_hedge: false,
+            last_error: None,
         }
     }
 }

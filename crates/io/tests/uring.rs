@@ -142,3 +142,52 @@ fn one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled() {
     assert!(s.max_in_flight >= 256, "{s:?}");
     Testbed::down(tb.dir()).unwrap();
 }
+
+#[test]
+fn hedging_answers_stalled_requests_from_a_duplicate() {
+    let (_d, tb) = testbed(Profile::Lan);
+    let api = tb.toxiproxy();
+    let port = process::free_port().unwrap();
+    api.proxy("stalls", port, tb.state().nginx_port).unwrap();
+    // One connection in five stalls for 3 s (the s3 profile stalls 2 %).
+    api.add_toxic("stalls", &Toxic::new("stall", "latency", 0.2, json!({"latency": 3000}))).unwrap();
+    let expected = file(&tb, "1m-0");
+    let gets = || (0..40u64).map(|i| get(port, "1m-0", Some(i * 100..i * 100 + 300_000))).collect::<Vec<_>>();
+    let run = |hedge: Option<blobhouse_io::uring::HedgePolicy>| {
+        let opts = LoopOptions { hedge, attempt_timeout: Duration::from_secs(20), ..Default::default() };
+        let mut lp = EventLoop::new(opts).unwrap();
+        let results = lp.fetch_all(gets()).unwrap();
+        let mut slowest = Duration::ZERO;
+        for (i, r) in results.iter().enumerate() {
+            let f = r.as_ref().unwrap();
+            assert_eq!(f.body, expected[i * 100..i * 100 + 300_000], "request {i}");
+            slowest = slowest.max(f.total);
+        }
+        (slowest, lp.stats().clone())
+    };
+    let (unhedged, s) = run(None);
+    assert_eq!(s.hedges, 0);
+    assert!(unhedged >= Duration::from_millis(2900), "no request hit a stalled connection ({unhedged:?})");
+    let policy = blobhouse_io::uring::HedgePolicy { first_byte: Duration::from_millis(200), per_mib: Duration::from_millis(40), max_share: 1.0 };
+    let (hedged, s) = run(Some(policy));
+    assert!(s.hedges > 0 && s.hedges_won > 0, "{s:?}");
+    assert!(hedged < Duration::from_millis(2000), "slowest hedged request took {hedged:?}; unhedged {unhedged:?}; {s:?}");
+    Testbed::down(tb.dir()).unwrap();
+}
+
+#[test]
+fn hedges_stay_within_their_share() {
+    let (_d, tb) = testbed(Profile::Lan);
+    let api = tb.toxiproxy();
+    let port = process::free_port().unwrap();
+    api.proxy("slow", port, tb.state().nginx_port).unwrap();
+    // Every connection is late: only the budget limits the hedges.
+    api.add_toxic("slow", &Toxic::new("slow", "latency", 1.0, json!({"latency": 400}))).unwrap();
+    let policy = blobhouse_io::uring::HedgePolicy { first_byte: Duration::from_millis(100), per_mib: Duration::from_millis(40), max_share: 0.1 };
+    let mut lp = EventLoop::new(LoopOptions { hedge: Some(policy), ..Default::default() }).unwrap();
+    let results = lp.fetch_all((0..40u64).map(|i| get(port, "1k-0", Some(i..i + 10))).collect()).unwrap();
+    assert!(results.iter().all(Result::is_ok));
+    assert!(lp.stats().hedges <= 4, "{:?}", lp.stats());
+    assert!(lp.stats().hedges > 0, "{:?}", lp.stats());
+    Testbed::down(tb.dir()).unwrap();
+}
