@@ -229,3 +229,79 @@ fn write_outputs(tb: &Testbed, runs: &[IoRun], out: &Path) -> Result<(), String>
         &series,
     )
 }
+
+/// Latency distribution of one hedging run.
+#[derive(Debug, Clone)]
+pub struct HedgeRun {
+    pub hedging: bool,
+    pub requests: usize,
+    pub failed: usize,
+    /// Per-request total latency, sorted, milliseconds.
+    pub latencies_ms: Vec<f64>,
+    pub hedges: u64,
+    pub hedges_won: u64,
+    pub retries: u64,
+}
+
+impl HedgeRun {
+    /// The `p`-quantile of the request latency, ms.
+    pub fn percentile(&self, p: f64) -> f64 {
+        if self.latencies_ms.is_empty() {
+            return f64::NAN;
+        }
+        self.latencies_ms[((self.latencies_ms.len() - 1) as f64 * p).round() as usize]
+    }
+}
+
+/// The same requests with and without hedging through the event loop.
+pub fn hedging(tb: &Testbed, requests: usize, size: usize, in_flight: usize) -> Result<[HedgeRun; 2], String> {
+    tb.ensure_calibration_objects().map_err(|e| e.to_string())?;
+    if size == 0 || size as u64 > OBJECT {
+        return Err(format!("request size {size} must be between 1 byte and 16 MiB"));
+    }
+    let base = tb.endpoints().http;
+    let url = base.strip_prefix("http://").ok_or("needs an http:// endpoint")?.to_string();
+    let addr: SocketAddr = url.parse().map_err(|e| format!("{url}: {e}"))?;
+    let run = |hedge: Option<blobhouse_io::uring::HedgePolicy>| -> Result<HedgeRun, String> {
+        // A connection per request: the testbed draws its faults per
+        // connection, S3's tail hits individual requests.
+        let opts = LoopOptions { max_in_flight: in_flight, hedge, attempt_timeout: Duration::from_secs(5), keep_alive: false, ..Default::default() };
+        let mut lp = EventLoop::new(opts).map_err(|e| format!("io_uring: {e}"))?;
+        let gets = (0..requests)
+            .map(|i| {
+                let (target, range) = request(i, size);
+                Get { addr, host: url.clone(), target: format!("/{target}"), range: Some(range), buffer: Vec::new() }
+            })
+            .collect();
+        let results = lp.fetch_all(gets).map_err(|e| e.to_string())?;
+        let failed = results.iter().filter(|r| r.is_err()).count();
+        let mut latencies_ms: Vec<f64> = results.iter().filter_map(|r| r.as_ref().ok()).map(|f| f.total.as_secs_f64() * 1e3).collect();
+        latencies_ms.sort_by(f64::total_cmp);
+        let s = lp.stats();
+        Ok(HedgeRun { hedging: hedge.is_some(), requests, failed, latencies_ms, hedges: s.hedges, hedges_won: s.hedges_won, retries: s.retries })
+    };
+    Ok([run(None)?, run(Some(blobhouse_io::uring::HedgePolicy::default()))?])
+}
+
+/// The hedging comparison as a table.
+pub fn hedging_report(profile: &str, size: usize, in_flight: usize, runs: &[HedgeRun; 2]) -> String {
+    let mut s = format!("Hedging on profile '{profile}': {} requests of {} KiB, {in_flight} in flight, a connection per request, default policy (200 ms first byte, 37.5 ms/MiB, <= 5 % extra)\n\n", runs[0].requests, size >> 10);
+    s.push_str("hedging  failed  p50 ms  p90 ms  p99 ms   max ms  retries  hedges (share of requests)  hedges won\n");
+    for r in runs {
+        s.push_str(&format!(
+            "{:<8} {:>6} {:>7.1} {:>7.1} {:>7.1} {:>8.1} {:>8} {:>8} ({:>5.2} %) {:>17}\n",
+            if r.hedging { "on" } else { "off" },
+            r.failed,
+            r.percentile(0.5),
+            r.percentile(0.9),
+            r.percentile(0.99),
+            r.percentile(1.0),
+            r.retries,
+            r.hedges,
+            100.0 * r.hedges as f64 / r.requests as f64,
+            r.hedges_won
+        ));
+    }
+    s.push_str(&format!("\np99 without / with hedging: {:.2}x\n", runs[0].percentile(0.99) / runs[1].percentile(0.99)));
+    s
+}

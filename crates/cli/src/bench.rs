@@ -56,6 +56,28 @@ pub enum BenchCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Request latency with and without hedging through the download manager.
+    #[command(after_help = "Runs the same requests twice through the io_uring event loop, without and with the\ndefault hedging policy, and prints latency percentiles and the share of extra requests.\n\nExamples:\n  blobhouse bench hedge --profile s3\n  blobhouse bench hedge --profile s3 --requests 2000 --size-kib 16384 --in-flight 32")]
+    Hedge {
+        /// Testbed profile (s3 has the stalls and lost requests hedging is for).
+        #[arg(long, default_value = "s3")]
+        profile: String,
+        /// Requests per run.
+        #[arg(long, default_value_t = 1000)]
+        requests: usize,
+        /// Request size in KiB (at most 16384).
+        #[arg(long, default_value_t = 4096)]
+        size_kib: usize,
+        /// Requests in flight (keep their sum of bandwidth below the testbed's aggregate cap).
+        #[arg(long, default_value_t = 8)]
+        in_flight: usize,
+        /// Where report.txt goes (default bench-results/hedge-<profile>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Testbed state directory.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
 }
 
 /// The testbed a benchmark runs on: a running one is reused (re-shaped to the
@@ -114,6 +136,22 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             let runs = result.map_err(anyhow::Error::msg)?;
             println!("{}", io_bench::report(profile.name(), &runs));
             println!("wrote {}/{{report.txt,io.csv,cpu-throughput.png}}", out.display());
+        }
+        BenchCommand::Hedge { profile, requests, size_kib, in_flight, out, dir } => {
+            anyhow::ensure!(requests > 0 && in_flight > 0, "--requests and --in-flight must be at least 1");
+            let bench = BenchTestbed::up(&profile, dir)?;
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/hedge-{}", bench.profile.name())));
+            let size = size_kib << 10;
+            let result = std::thread::scope(|s| s.spawn(|| io_bench::hedging(&bench.tb, requests, size, in_flight)).join())
+                .map_err(|_| anyhow::anyhow!("the hedging benchmark thread panicked"))?;
+            let profile = bench.profile;
+            bench.down()?;
+            let runs = result.map_err(anyhow::Error::msg)?;
+            let text = io_bench::hedging_report(profile.name(), size, in_flight, &runs);
+            std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
+            std::fs::write(out.join("report.txt"), &text)?;
+            println!("{text}");
+            println!("wrote {}/report.txt", out.display());
         }
     }
     Ok(())

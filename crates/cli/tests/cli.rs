@@ -80,6 +80,7 @@ fn help_has_examples_everywhere() {
         vec!["testbed", "up", "--help"],
         vec!["bench", "calibrate", "--help"],
         vec!["bench", "io", "--help"],
+        vec!["bench", "hedge", "--help"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_blobhouse")).args(&args).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);

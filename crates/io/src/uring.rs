@@ -50,7 +50,8 @@ pub struct Fetched {
     pub attempts: u32,
     /// From the start of the successful attempt to the response head.
     pub first_byte: Duration,
-    /// From the first attempt's start to the last byte.
+    /// From the start of the first attempt (not of the wait for a slot) to
+    /// the last byte.
     pub total: Duration,
 }
 
@@ -99,6 +100,9 @@ pub struct LoopOptions {
     pub backoff: Duration,
     /// Resend requests that are late against their expected latency.
     pub hedge: Option<HedgePolicy>,
+    /// Keep connections open for the next request (default). Off, every
+    /// request gets its own connection.
+    pub keep_alive: bool,
 }
 
 /// When a request is late enough to send a duplicate (AnyBlob §2: for S3,
@@ -131,6 +135,7 @@ impl Default for LoopOptions {
             max_attempts: 4,
             backoff: Duration::from_millis(20),
             hedge: None,
+            keep_alive: true,
         }
     }
 }
@@ -268,6 +273,11 @@ impl EventLoop {
                 if task.not_before > now {
                     deferred.push_back(task);
                     continue;
+                }
+                if task.attempt == 0 {
+                    // A request's latency starts with its first attempt, not
+                    // with the time it waited for a slot.
+                    task.first_started = now;
                 }
                 task.attempt_started = now;
                 task.deadline = now + self.opts.attempt_timeout;
@@ -565,7 +575,7 @@ impl EventLoop {
     fn finish(&mut self, task: &mut Task) -> Result<Fetched, FetchError> {
         let head = task.response.as_ref().expect("head parsed");
         let socket = task.socket.take().expect("attempt has a socket");
-        if head.keep_alive {
+        if head.keep_alive && self.opts.keep_alive {
             self.idle.entry(task.get.addr).or_default().push(socket);
         }
         let status = head.status;

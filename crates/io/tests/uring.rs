@@ -7,11 +7,28 @@ use blobhouse_io::uring::{EventLoop, FetchError, Get, LoopOptions};
 use blobhouse_testbed::{Lifetime, Profile, Testbed, Toxic, process};
 use serde_json::json;
 
-fn testbed(profile: Profile) -> (tempfile_dir::Dir, Testbed) {
-    let dir = tempfile_dir::Dir::new();
-    let tb = Testbed::up(&dir.0.join("tb"), profile, Lifetime::TiedToThisProcess).unwrap();
-    tb.ensure_calibration_objects().unwrap();
-    (dir, tb)
+/// One testbed for all tests of this file (each test shapes proxies of its
+/// own), so the tests do not start six sets of servers at once.
+fn testbed() -> &'static Testbed {
+    static TB: std::sync::OnceLock<(tempfile_dir::Dir, Testbed)> = std::sync::OnceLock::new();
+    let (_, tb) = TB.get_or_init(|| {
+        let dir = tempfile_dir::Dir::new();
+        let tb = Testbed::up(&dir.0.join("tb"), Profile::Lan, Lifetime::TiedToThisProcess).unwrap();
+        tb.ensure_calibration_objects().unwrap();
+        (dir, tb)
+    });
+    tb
+}
+
+/// A proxy of its own in front of unshaped nginx, shaped by `toxics`.
+fn proxy(tb: &Testbed, name: &str, toxics: &[Toxic]) -> u16 {
+    let port = process::free_port().unwrap();
+    let api = tb.toxiproxy();
+    api.proxy(name, port, tb.state().nginx_port).unwrap();
+    for t in toxics {
+        api.add_toxic(name, t).unwrap();
+    }
+    port
 }
 
 /// A directory removed on drop, without pulling in a crate for it.
@@ -38,14 +55,15 @@ fn get(port: u16, object: &str, range: Option<std::ops::Range<u64>>) -> Get {
 }
 
 fn file(tb: &Testbed, object: &str) -> Vec<u8> {
+    // (tb is the shared testbed; its objects never change)
     std::fs::read(tb.dir().join("www/cal").join(object)).unwrap()
 }
 
 #[test]
 fn ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections() {
-    let (_d, tb) = testbed(Profile::Lan);
+    let tb = testbed();
     let port = tb.state().nginx_port;
-    let big = file(&tb, "16m-3");
+    let big = file(tb, "16m-3");
     let ranges = [0..1u64, 1000..5000, 0..(16 << 20), (16 << 20) - 7..(16 << 20), 5..(9 << 20)];
     let mut gets: Vec<Get> = ranges.iter().map(|r| get(port, "16m-3", Some(r.clone()))).collect();
     gets.push(get(port, "1m-2", None));
@@ -56,20 +74,19 @@ fn ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections() {
         assert_eq!(f.status, 206);
         assert_eq!(f.body, big[range.start as usize..range.end as usize], "range {range:?}");
     }
-    assert_eq!(results[5].as_ref().unwrap().body, file(&tb, "1m-2"));
+    assert_eq!(results[5].as_ref().unwrap().body, file(tb, "1m-2"));
     let s = lp.stats();
     assert_eq!(s.requests, 6);
     assert!(s.reuses > 0, "keep-alive connections were not reused: {s:?}");
     assert!(s.connects <= 3, "{s:?}");
     // A second batch on the same loop reuses the pool.
     let again = lp.fetch_all(vec![get(port, "4m-0", Some(10..20))]).unwrap();
-    assert_eq!(again[0].as_ref().unwrap().body, file(&tb, "4m-0")[10..20]);
-    Testbed::down(tb.dir()).unwrap();
+    assert_eq!(again[0].as_ref().unwrap().body, file(tb, "4m-0")[10..20]);
 }
 
 #[test]
 fn client_errors_fail_at_once_with_the_status() {
-    let (_d, tb) = testbed(Profile::Lan);
+    let tb = testbed();
     let port = tb.state().nginx_port;
     let mut lp = EventLoop::new(LoopOptions::default()).unwrap();
     let r = lp.fetch_all(vec![get(port, "no-such-object", None)]).unwrap();
@@ -84,23 +101,19 @@ fn client_errors_fail_at_once_with_the_status() {
     let r = lp.fetch_all(vec![get(closed, "x", None)]).unwrap();
     let err = r[0].as_ref().unwrap_err().to_string();
     assert!(err.contains("attempts") && err.contains("refused"), "{err}");
-    Testbed::down(tb.dir()).unwrap();
 }
 
 #[test]
 fn resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact() {
-    let (_d, tb) = testbed(Profile::Lan);
-    let api = tb.toxiproxy();
+    let tb = testbed();
     let faults = [
         ("resets", Toxic::new("reset", "reset_peer", 0.3, json!({"timeout": 0}))),
         ("cuts", Toxic::new("truncate", "limit_data", 0.3, json!({"bytes": 300_000}))),
         ("stalls", Toxic::new("lost", "timeout", 0.3, json!({"timeout": 0}))),
     ];
-    let expected = file(&tb, "1m-1");
+    let expected = file(tb, "1m-1");
     for (name, toxic) in faults {
-        let port = process::free_port().unwrap();
-        api.proxy(name, port, tb.state().nginx_port).unwrap();
-        api.add_toxic(name, &toxic).unwrap();
+        let port = proxy(tb, name, &[toxic]);
         // The deadline must catch stalls yet never fire on a healthy request,
         // even when the other tests load both cores.
         let opts = LoopOptions { attempt_timeout: Duration::from_secs(2), max_attempts: 12, backoff: Duration::from_millis(2), ..Default::default() };
@@ -118,14 +131,13 @@ fn resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact() {
             assert!(s.timeouts > 0, "{s:?}");
         }
     }
-    Testbed::down(tb.dir()).unwrap();
 }
 
 #[test]
 fn one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled() {
-    let (_d, tb) = testbed(Profile::S3Scaled);
-    let port = tb.state().nginx_proxy_port;
-    let objects: Vec<Vec<u8>> = (0..8).map(|i| file(&tb, &format!("16m-{i}"))).collect();
+    let tb = testbed();
+    let port = proxy(tb, "s3-scaled", &Profile::S3Scaled.toxics());
+    let objects: Vec<Vec<u8>> = (0..8).map(|i| file(tb, &format!("16m-{i}"))).collect();
     let opts = LoopOptions { max_in_flight: 512, attempt_timeout: Duration::from_secs(8), max_attempts: 6, ..Default::default() };
     let mut lp = EventLoop::new(opts).unwrap();
     let n = 320u64;
@@ -140,18 +152,14 @@ fn one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled() {
     }
     let s = lp.stats();
     assert!(s.max_in_flight >= 256, "{s:?}");
-    Testbed::down(tb.dir()).unwrap();
 }
 
 #[test]
 fn hedging_answers_stalled_requests_from_a_duplicate() {
-    let (_d, tb) = testbed(Profile::Lan);
-    let api = tb.toxiproxy();
-    let port = process::free_port().unwrap();
-    api.proxy("stalls", port, tb.state().nginx_port).unwrap();
+    let tb = testbed();
     // One connection in five stalls for 3 s (the s3 profile stalls 2 %).
-    api.add_toxic("stalls", &Toxic::new("stall", "latency", 0.2, json!({"latency": 3000}))).unwrap();
-    let expected = file(&tb, "1m-0");
+    let port = proxy(tb, "hedge-stalls", &[Toxic::new("stall", "latency", 0.2, json!({"latency": 3000}))]);
+    let expected = file(tb, "1m-0");
     let gets = || (0..40u64).map(|i| get(port, "1m-0", Some(i * 100..i * 100 + 300_000))).collect::<Vec<_>>();
     let run = |hedge: Option<blobhouse_io::uring::HedgePolicy>| {
         let opts = LoopOptions { hedge, attempt_timeout: Duration::from_secs(20), ..Default::default() };
@@ -172,22 +180,17 @@ fn hedging_answers_stalled_requests_from_a_duplicate() {
     let (hedged, s) = run(Some(policy));
     assert!(s.hedges > 0 && s.hedges_won > 0, "{s:?}");
     assert!(hedged < Duration::from_millis(2000), "slowest hedged request took {hedged:?}; unhedged {unhedged:?}; {s:?}");
-    Testbed::down(tb.dir()).unwrap();
 }
 
 #[test]
 fn hedges_stay_within_their_share() {
-    let (_d, tb) = testbed(Profile::Lan);
-    let api = tb.toxiproxy();
-    let port = process::free_port().unwrap();
-    api.proxy("slow", port, tb.state().nginx_port).unwrap();
+    let tb = testbed();
     // Every connection is late: only the budget limits the hedges.
-    api.add_toxic("slow", &Toxic::new("slow", "latency", 1.0, json!({"latency": 400}))).unwrap();
+    let port = proxy(tb, "hedge-slow", &[Toxic::new("slow", "latency", 1.0, json!({"latency": 400}))]);
     let policy = blobhouse_io::uring::HedgePolicy { first_byte: Duration::from_millis(100), per_mib: Duration::from_millis(40), max_share: 0.1 };
     let mut lp = EventLoop::new(LoopOptions { hedge: Some(policy), ..Default::default() }).unwrap();
     let results = lp.fetch_all((0..40u64).map(|i| get(port, "1k-0", Some(i..i + 10))).collect()).unwrap();
     assert!(results.iter().all(Result::is_ok));
     assert!(lp.stats().hedges <= 4, "{:?}", lp.stats());
     assert!(lp.stats().hedges > 0, "{:?}", lp.stats());
-    Testbed::down(tb.dir()).unwrap();
 }

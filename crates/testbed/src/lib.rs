@@ -37,6 +37,9 @@ pub const SECRET_KEY: &str = "blobhouse-test-secret";
 /// Region the testbed answers for.
 pub const REGION: &str = "us-east-1";
 
+/// Attempts to start the servers before `up` gives up.
+const START_ATTEMPTS: usize = 3;
+
 /// Objects nginx serves for calibration: (label, size, count).
 pub const CALIBRATION_OBJECTS: [(&str, usize, usize); 4] = [("1k", 1 << 10, 4), ("1m", 1 << 20, 4), ("4m", 4 << 20, 4), ("16m", 16 << 20, 8)];
 
@@ -86,11 +89,22 @@ impl Testbed {
             running.apply(profile)?;
             return Ok(running);
         }
-        Testbed::down(dir)?;
-        std::fs::create_dir_all(dir)?;
-        let mut tb = Testbed::start(dir, lifetime)?;
-        tb.apply(profile)?;
-        Ok(tb)
+        // A start can fail when another process takes a port between our
+        // choosing it and the server binding it; try again with fresh ports.
+        let mut last = None;
+        for _ in 0..START_ATTEMPTS {
+            Testbed::down(dir)?;
+            std::fs::create_dir_all(dir)?;
+            match Testbed::start(dir, lifetime) {
+                Ok(mut tb) => {
+                    tb.apply(profile)?;
+                    return Ok(tb);
+                }
+                Err(e @ TestbedError::MissingTool { .. }) => return Err(e),
+                Err(e) => last = Some(e),
+            }
+        }
+        Err(last.expect("at least one attempt"))
     }
 
     /// The testbed running in `dir`, if all its servers are alive.
