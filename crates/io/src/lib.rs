@@ -18,5 +18,6 @@
 //! the concurrency model, hedging, the epoll fallback, HTTPS and statistics
 //! for EXPLAIN (see docs/notes/2026-11-22-download-manager.md).
 
+mod epoll;
 pub mod http;
 pub mod uring;

@@ -103,6 +103,19 @@ pub struct LoopOptions {
     /// Keep connections open for the next request (default). Off, every
     /// request gets its own connection.
     pub keep_alive: bool,
+    /// Which kernel interface drives the sockets.
+    pub backend: Backend,
+}
+
+/// The kernel interface of the loop.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Backend {
+    /// io_uring where available, else epoll (default).
+    Auto,
+    /// io_uring, or fail.
+    IoUring,
+    /// epoll readiness on non-blocking sockets (the fallback).
+    Epoll,
 }
 
 /// When a request is late enough to send a duplicate (AnyBlob §2: for S3,
@@ -136,6 +149,7 @@ impl Default for LoopOptions {
             backoff: Duration::from_millis(20),
             hedge: None,
             keep_alive: true,
+            backend: Backend::Auto,
         }
     }
 }
@@ -209,8 +223,13 @@ struct Task {
 }
 
 /// A single-threaded io_uring event loop.
+enum Driver {
+    Uring(IoUring),
+    Epoll(crate::epoll::EpollDriver),
+}
+
 pub struct EventLoop {
-    ring: IoUring,
+    driver: Driver,
     opts: LoopOptions,
     idle: HashMap<SocketAddr, Vec<Socket>>,
     stats: LoopStats,
@@ -225,9 +244,19 @@ pub struct EventLoop {
 impl EventLoop {
     /// A loop with its own ring. Fails where io_uring is unavailable.
     pub fn new(opts: LoopOptions) -> std::io::Result<EventLoop> {
-        let ring = IoUring::builder().setup_cqsize(opts.ring_entries * 4).build(opts.ring_entries)?;
+        let uring = || IoUring::builder().setup_cqsize(opts.ring_entries * 4).build(opts.ring_entries);
+        let driver = match opts.backend {
+            Backend::IoUring => Driver::Uring(uring()?),
+            Backend::Epoll => Driver::Epoll(crate::epoll::EpollDriver::new()?),
+            // io_uring may be missing (old kernel) or forbidden (seccomp,
+            // kernel.io_uring_disabled): fall back to epoll.
+            Backend::Auto => match uring() {
+                Ok(ring) => Driver::Uring(ring),
+                Err(_) => Driver::Epoll(crate::epoll::EpollDriver::new()?),
+            },
+        };
         Ok(EventLoop {
-            ring,
+            driver,
             opts,
             idle: HashMap::new(),
             stats: LoopStats::default(),
@@ -237,6 +266,14 @@ impl EventLoop {
             rng: 0x2545_F491_4F6C_DD1D,
             head_pool: Vec::new(),
         })
+    }
+
+    /// The kernel interface in use.
+    pub fn backend(&self) -> Backend {
+        match self.driver {
+            Driver::Uring(_) => Backend::IoUring,
+            Driver::Epoll(_) => Backend::Epoll,
+        }
     }
 
     /// Counters so far.
@@ -304,14 +341,7 @@ impl EventLoop {
             if in_flight == 0 && waiting.is_empty() {
                 break;
             }
-            if !tick_armed {
-                let entry = opcode::Timeout::new(&*self.tick as *const types::Timespec).build().user_data(TICK);
-                self.push(&entry)?;
-                tick_armed = true;
-            }
-            self.ring.submit_and_wait(1)?;
-            self.stats.submits += 1;
-            let completions: Vec<(u64, i32)> = self.ring.completion().map(|c| (c.user_data(), c.result())).collect();
+            let completions = self.wait(&mut tick_armed)?;
             self.stats.completions += completions.len() as u64;
             for (user_data, result) in completions {
                 if user_data == TICK {
@@ -322,8 +352,7 @@ impl EventLoop {
                         if let Some((generation_id, task)) = entry {
                             if !task.cancelling && now > task.deadline {
                                 task.cancelling = true;
-                                let cancel = opcode::AsyncCancel::new(user_data_of(slot, *generation_id)).build().user_data(CANCEL);
-                                self.push(&cancel)?;
+                                self.cancel(user_data_of(slot, *generation_id))?;
                             } else if let Some(policy) = self.opts.hedge {
                                 let budget = (policy.max_share * started as f64).floor() as u64;
                                 if !task.cancelling
@@ -383,8 +412,7 @@ impl EventLoop {
                                         if t.index == index && !t.cancelling {
                                             t.cancelling = true;
                                             t.abandoned = true;
-                                            let cancel = opcode::AsyncCancel::new(user_data_of(other, *generation_id)).build().user_data(CANCEL);
-                                            self.push(&cancel)?;
+                                            self.cancel(user_data_of(other, *generation_id))?;
                                         }
                                     }
                                 }
@@ -439,6 +467,9 @@ impl EventLoop {
             None => {
                 let socket = Socket::new(Domain::for_address(task.get.addr), Type::STREAM.cloexec(), None).map_err(|source| FetchError::Io { addr: task.get.addr, source })?;
                 let _ = socket.set_tcp_nodelay(true);
+                if matches!(self.driver, Driver::Epoll(_)) {
+                    socket.set_nonblocking(true).map_err(|source| FetchError::Io { addr: task.get.addr, source })?;
+                }
                 self.stats.connects += 1;
                 task.socket = Some(socket);
                 task.phase = Phase::Connect;
@@ -448,28 +479,62 @@ impl EventLoop {
     }
 
     fn push(&mut self, entry: &io_uring::squeue::Entry) -> std::io::Result<()> {
+        let Driver::Uring(ring) = &mut self.driver else { unreachable!("io_uring entries only go to a ring") };
         loop {
             // SAFETY: every buffer an entry points to lives in a boxed task
             // (or the loop) until its completion is reaped.
-            if unsafe { self.ring.submission().push(entry) }.is_ok() {
+            if unsafe { ring.submission().push(entry) }.is_ok() {
                 return Ok(());
             }
-            self.ring.submit()?;
+            ring.submit()?;
             self.stats.submits += 1;
         }
     }
 
+    /// Submits what is queued and returns completions (and ticks).
+    fn wait(&mut self, tick_armed: &mut bool) -> std::io::Result<Vec<(u64, i32)>> {
+        if let Driver::Epoll(epoll) = &mut self.driver {
+            self.stats.submits += 1;
+            return epoll.wait(Duration::from_millis(50), TICK);
+        }
+        if !*tick_armed {
+            let entry = opcode::Timeout::new(&*self.tick as *const types::Timespec).build().user_data(TICK);
+            self.push(&entry)?;
+            *tick_armed = true;
+        }
+        let Driver::Uring(ring) = &mut self.driver else { unreachable!() };
+        ring.submit_and_wait(1)?;
+        self.stats.submits += 1;
+        let completions: Vec<(u64, i32)> = ring.completion().map(|c| (c.user_data(), c.result())).collect();
+        if completions.iter().any(|c| c.0 == TICK) {
+            *tick_armed = false;
+        }
+        Ok(completions)
+    }
+
+    /// Cancels the operation tagged `user_data`; it completes with -ECANCELED.
+    fn cancel(&mut self, user_data: u64) -> std::io::Result<()> {
+        match &mut self.driver {
+            Driver::Epoll(epoll) => {
+                epoll.cancel(user_data);
+                Ok(())
+            }
+            Driver::Uring(_) => self.push(&opcode::AsyncCancel::new(user_data).build().user_data(CANCEL)),
+        }
+    }
+
     fn push_next(&mut self, slot: usize, generation_id: u64, task: &mut Task) -> std::io::Result<()> {
-        let fd = types::Fd(task.socket.as_ref().expect("attempt has a socket").as_raw_fd());
-        let entry = match task.phase {
-            Phase::Connect => opcode::Connect::new(fd, task.sockaddr.as_ptr() as *const libc::sockaddr, task.sockaddr.len()).build(),
+        use crate::epoll::Op;
+        let raw = task.socket.as_ref().expect("attempt has a socket").as_raw_fd();
+        let op = match task.phase {
+            Phase::Connect => Op::Connect { addr: task.sockaddr.as_ptr() as *const libc::sockaddr, len: task.sockaddr.len() },
             Phase::Send => {
                 let rest = &task.request[task.sent..];
-                opcode::Send::new(fd, rest.as_ptr(), rest.len() as u32).build()
+                Op::Send { ptr: rest.as_ptr(), len: rest.len() }
             }
             Phase::RecvHead => {
                 let spare = &mut task.head[task.filled..];
-                opcode::Recv::new(fd, spare.as_mut_ptr(), spare.len() as u32).build()
+                Op::Recv { ptr: spare.as_mut_ptr(), len: spare.len() }
             }
             Phase::RecvBody => {
                 let body = &mut task.get.buffer;
@@ -481,10 +546,20 @@ impl EventLoop {
                 body.reserve(want);
                 let spare = body.spare_capacity_mut();
                 let len = spare.len().min(self.opts.recv_bytes);
-                opcode::Recv::new(fd, spare.as_mut_ptr() as *mut u8, len as u32).build()
+                Op::Recv { ptr: spare.as_mut_ptr() as *mut u8, len }
             }
         };
-        self.push(&entry.user_data(user_data_of(slot, generation_id)))
+        let user_data = user_data_of(slot, generation_id);
+        if let Driver::Epoll(epoll) = &mut self.driver {
+            return epoll.issue(user_data, raw, op);
+        }
+        let fd = types::Fd(raw);
+        let entry = match op {
+            Op::Connect { addr, len } => opcode::Connect::new(fd, addr, len).build(),
+            Op::Send { ptr, len } => opcode::Send::new(fd, ptr, len as u32).build(),
+            Op::Recv { ptr, len } => opcode::Recv::new(fd, ptr, len as u32).build(),
+        };
+        self.push(&entry.user_data(user_data))
     }
 
     /// Applies one completion to a task.

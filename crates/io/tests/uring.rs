@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use blobhouse_io::uring::{EventLoop, FetchError, Get, LoopOptions};
+use blobhouse_io::uring::{Backend, EventLoop, FetchError, Get, LoopOptions};
 use blobhouse_testbed::{Lifetime, Profile, Testbed, Toxic, process};
 use serde_json::json;
 
@@ -22,11 +22,14 @@ fn testbed() -> &'static Testbed {
 
 /// A proxy of its own in front of unshaped nginx, shaped by `toxics`.
 fn proxy(tb: &Testbed, name: &str, toxics: &[Toxic]) -> u16 {
+    // Unique per call: tests run in parallel, once per backend.
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let name = format!("{name}-{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
     let port = process::free_port().unwrap();
     let api = tb.toxiproxy();
-    api.proxy(name, port, tb.state().nginx_port).unwrap();
+    api.proxy(&name, port, tb.state().nginx_port).unwrap();
     for t in toxics {
-        api.add_toxic(name, t).unwrap();
+        api.add_toxic(&name, t).unwrap();
     }
     port
 }
@@ -50,6 +53,20 @@ mod tempfile_dir {
     }
 }
 
+
+/// Every test runs on io_uring and on the epoll fallback.
+macro_rules! on_both_backends {
+    ($($name:ident),*) => {
+        $(mod $name {
+            #[test]
+            fn io_uring() { super::$name(super::Backend::IoUring) }
+            #[test]
+            fn epoll() { super::$name(super::Backend::Epoll) }
+        })*
+    };
+}
+on_both_backends!(ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections, client_errors_fail_at_once_with_the_status, resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact, one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled, hedging_answers_stalled_requests_from_a_duplicate, hedges_stay_within_their_share);
+
 fn get(port: u16, object: &str, range: Option<std::ops::Range<u64>>) -> Get {
     Get { addr: SocketAddr::from(([127, 0, 0, 1], port)), host: format!("127.0.0.1:{port}"), target: format!("/cal/{object}"), range, buffer: Vec::new() }
 }
@@ -59,15 +76,15 @@ fn file(tb: &Testbed, object: &str) -> Vec<u8> {
     std::fs::read(tb.dir().join("www/cal").join(object)).unwrap()
 }
 
-#[test]
-fn ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections() {
+fn ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections(backend: Backend) {
     let tb = testbed();
     let port = tb.state().nginx_port;
     let big = file(tb, "16m-3");
     let ranges = [0..1u64, 1000..5000, 0..(16 << 20), (16 << 20) - 7..(16 << 20), 5..(9 << 20)];
     let mut gets: Vec<Get> = ranges.iter().map(|r| get(port, "16m-3", Some(r.clone()))).collect();
     gets.push(get(port, "1m-2", None));
-    let mut lp = EventLoop::new(LoopOptions { max_in_flight: 3, ..Default::default() }).unwrap();
+    let mut lp = EventLoop::new(LoopOptions { max_in_flight: 3, backend, ..Default::default() }).unwrap();
+    assert_eq!(lp.backend(), backend);
     let results = lp.fetch_all(gets).unwrap();
     for (r, range) in results.iter().zip(ranges.iter()) {
         let f = r.as_ref().unwrap();
@@ -84,11 +101,10 @@ fn ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections() {
     assert_eq!(again[0].as_ref().unwrap().body, file(tb, "4m-0")[10..20]);
 }
 
-#[test]
-fn client_errors_fail_at_once_with_the_status() {
+fn client_errors_fail_at_once_with_the_status(backend: Backend) {
     let tb = testbed();
     let port = tb.state().nginx_port;
-    let mut lp = EventLoop::new(LoopOptions::default()).unwrap();
+    let mut lp = EventLoop::new(LoopOptions { backend, ..Default::default() }).unwrap();
     let r = lp.fetch_all(vec![get(port, "no-such-object", None)]).unwrap();
     match &r[0] {
         Err(FetchError::Status { status: 404, .. }) => {}
@@ -97,14 +113,13 @@ fn client_errors_fail_at_once_with_the_status() {
     assert_eq!(lp.stats().retries, 0);
     // Nobody listens: a connection error, retried, then reported.
     let closed = process::free_port().unwrap();
-    let mut lp = EventLoop::new(LoopOptions { backoff: Duration::from_millis(1), ..Default::default() }).unwrap();
+    let mut lp = EventLoop::new(LoopOptions { backoff: Duration::from_millis(1), backend, ..Default::default() }).unwrap();
     let r = lp.fetch_all(vec![get(closed, "x", None)]).unwrap();
     let err = r[0].as_ref().unwrap_err().to_string();
     assert!(err.contains("attempts") && err.contains("refused"), "{err}");
 }
 
-#[test]
-fn resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact() {
+fn resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact(backend: Backend) {
     let tb = testbed();
     let faults = [
         ("resets", Toxic::new("reset", "reset_peer", 0.3, json!({"timeout": 0}))),
@@ -116,7 +131,7 @@ fn resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact() {
         let port = proxy(tb, name, &[toxic]);
         // The deadline must catch stalls yet never fire on a healthy request,
         // even when the other tests load both cores.
-        let opts = LoopOptions { attempt_timeout: Duration::from_secs(2), max_attempts: 12, backoff: Duration::from_millis(2), ..Default::default() };
+        let opts = LoopOptions { attempt_timeout: Duration::from_secs(2), max_attempts: 12, backoff: Duration::from_millis(2), backend, ..Default::default() };
         let mut lp = EventLoop::new(opts).unwrap();
         let gets = (0..40).map(|i| get(port, "1m-1", Some(i * 1000..i * 1000 + 600_000))).collect();
         let results = lp.fetch_all(gets).unwrap();
@@ -133,12 +148,11 @@ fn resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact() {
     }
 }
 
-#[test]
-fn one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled() {
+fn one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled(backend: Backend) {
     let tb = testbed();
     let port = proxy(tb, "s3-scaled", &Profile::S3Scaled.toxics());
     let objects: Vec<Vec<u8>> = (0..8).map(|i| file(tb, &format!("16m-{i}"))).collect();
-    let opts = LoopOptions { max_in_flight: 512, attempt_timeout: Duration::from_secs(8), max_attempts: 6, ..Default::default() };
+    let opts = LoopOptions { max_in_flight: 512, attempt_timeout: Duration::from_secs(8), max_attempts: 6, backend, ..Default::default() };
     let mut lp = EventLoop::new(opts).unwrap();
     let n = 320u64;
     let size = 256 << 10;
@@ -154,15 +168,14 @@ fn one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled() {
     assert!(s.max_in_flight >= 256, "{s:?}");
 }
 
-#[test]
-fn hedging_answers_stalled_requests_from_a_duplicate() {
+fn hedging_answers_stalled_requests_from_a_duplicate(backend: Backend) {
     let tb = testbed();
     // One connection in five stalls for 3 s (the s3 profile stalls 2 %).
     let port = proxy(tb, "hedge-stalls", &[Toxic::new("stall", "latency", 0.2, json!({"latency": 3000}))]);
     let expected = file(tb, "1m-0");
     let gets = || (0..40u64).map(|i| get(port, "1m-0", Some(i * 100..i * 100 + 300_000))).collect::<Vec<_>>();
     let run = |hedge: Option<blobhouse_io::uring::HedgePolicy>| {
-        let opts = LoopOptions { hedge, attempt_timeout: Duration::from_secs(20), ..Default::default() };
+        let opts = LoopOptions { hedge, attempt_timeout: Duration::from_secs(20), backend, ..Default::default() };
         let mut lp = EventLoop::new(opts).unwrap();
         let results = lp.fetch_all(gets()).unwrap();
         let mut slowest = Duration::ZERO;
@@ -182,13 +195,12 @@ fn hedging_answers_stalled_requests_from_a_duplicate() {
     assert!(hedged < Duration::from_millis(2000), "slowest hedged request took {hedged:?}; unhedged {unhedged:?}; {s:?}");
 }
 
-#[test]
-fn hedges_stay_within_their_share() {
+fn hedges_stay_within_their_share(backend: Backend) {
     let tb = testbed();
     // Every connection is late: only the budget limits the hedges.
     let port = proxy(tb, "hedge-slow", &[Toxic::new("slow", "latency", 1.0, json!({"latency": 400}))]);
     let policy = blobhouse_io::uring::HedgePolicy { first_byte: Duration::from_millis(100), per_mib: Duration::from_millis(40), max_share: 0.1 };
-    let mut lp = EventLoop::new(LoopOptions { hedge: Some(policy), ..Default::default() }).unwrap();
+    let mut lp = EventLoop::new(LoopOptions { hedge: Some(policy), backend, ..Default::default() }).unwrap();
     let results = lp.fetch_all((0..40u64).map(|i| get(port, "1k-0", Some(i..i + 10))).collect()).unwrap();
     assert!(results.iter().all(Result::is_ok));
     assert!(lp.stats().hedges <= 4, "{:?}", lp.stats());
