@@ -13,7 +13,7 @@ use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 use std::time::{Duration, Instant};
 
-use blobhouse_io::uring::{EventLoop, Get, LoopOptions};
+use blobhouse_io::uring::{EventLoop, LoopOptions, Request};
 use blobhouse_testbed::Testbed;
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
@@ -110,7 +110,7 @@ pub fn run_download_manager(base: &str, size: usize, in_flight: usize, requests:
         let gets = (next..next + n)
             .map(|i| {
                 let (target, range) = request(i, size);
-                Get { addr, host: url.to_string(), target: format!("/{target}"), range: Some(range), buffer: buffers.pop().unwrap_or_default() }
+                Request { buffer: buffers.pop().unwrap_or_default(), ..Request::get(addr, url.to_string(), format!("/{target}"), Some(range)) }
             })
             .collect();
         for r in lp.fetch_all(gets).map_err(|e| e.to_string())? {
@@ -270,7 +270,7 @@ pub fn hedging(tb: &Testbed, requests: usize, size: usize, in_flight: usize) -> 
         let gets = (0..requests)
             .map(|i| {
                 let (target, range) = request(i, size);
-                Get { addr, host: url.clone(), target: format!("/{target}"), range: Some(range), buffer: Vec::new() }
+                Request::get(addr, url.clone(), format!("/{target}"), Some(range))
             })
             .collect();
         let results = lp.fetch_all(gets).map_err(|e| e.to_string())?;

@@ -1,84 +1,14 @@
-//! Column-chunk bytes fetched by range requests, and how requests are cut.
+//! Column-chunk bytes fetched by range requests.
 //!
-//! A scan asks for the byte ranges of the column chunks it needs. Requests are
-//! planned the AnyBlob way (§4.4): neighbouring chunks of one row group are
-//! merged when the gap between them is small (fewer requests, which is what
-//! object stores charge for), but never so much that the waste exceeds 1/16
-//! of the useful bytes; a range larger than `max_request_bytes` is split into
-//! equal parts of 8–16 MiB so several requests fetch it in parallel.
-//!
-//! [`FetchedChunks`] then serves the Parquet decoder from those bytes, so the
+//! A scan asks for the byte ranges of the column chunks it needs; the
+//! download manager's planner ([`blobhouse_io::plan::RequestPolicy`]) cuts
+//! them into requests. [`FetchedChunks`] then serves the Parquet decoder from those bytes, so the
 //! decoder never touches the object store and never needs the file's footer.
 
-use std::ops::Range;
-
+pub use blobhouse_io::plan::{RequestPolicy, Span};
 use bytes::{Buf, Bytes};
 use parquet::errors::ParquetError;
 use parquet::file::reader::{ChunkReader, Length};
-
-/// How a scan cuts its reads into requests.
-#[derive(Debug, Clone)]
-pub struct RequestPolicy {
-    /// Largest single range request (default 16 MiB).
-    pub max_request_bytes: u64,
-    /// Largest gap between two chunks that may be read through (default 1 MiB).
-    pub coalesce_gap: u64,
-}
-
-impl Default for RequestPolicy {
-    fn default() -> Self {
-        RequestPolicy { max_request_bytes: 16 << 20, coalesce_gap: 1 << 20 }
-    }
-}
-
-/// A group of requests whose bytes are reassembled into one contiguous span.
-#[derive(Debug, Clone, PartialEq, Eq)]
-pub struct Span {
-    /// The bytes of the object the span covers.
-    pub range: Range<u64>,
-    /// The requests that fetch it, in order, covering `range` exactly.
-    pub requests: Vec<Range<u64>>,
-}
-
-impl RequestPolicy {
-    /// Plans the requests for a set of chunk ranges of one object.
-    pub fn plan(&self, chunks: &[Range<u64>]) -> Vec<Span> {
-        let mut sorted: Vec<Range<u64>> = chunks.iter().filter(|r| r.end > r.start).cloned().collect();
-        sorted.sort_by_key(|r| r.start);
-        let useful: u64 = sorted.iter().map(|r| r.end - r.start).sum();
-        let waste_budget = useful / 16;
-        let mut waste = 0u64;
-        let mut merged: Vec<Range<u64>> = Vec::new();
-        for r in sorted {
-            if let Some(last) = merged.last_mut() {
-                if r.start <= last.end {
-                    last.end = last.end.max(r.end);
-                    continue;
-                }
-                let gap = r.start - last.end;
-                if gap <= self.coalesce_gap && waste + gap <= waste_budget {
-                    waste += gap;
-                    last.end = r.end;
-                    continue;
-                }
-            }
-            merged.push(r);
-        }
-        merged
-            .into_iter()
-            .map(|range| {
-                let len = range.end - range.start;
-                let parts = len.div_ceil(self.max_request_bytes.max(1)).max(1);
-                let step = len.div_ceil(parts);
-                let requests = (0..parts)
-                    .map(|i| range.start + i * step..(range.start + (i + 1) * step).min(range.end))
-                    .filter(|r| r.end > r.start)
-                    .collect();
-                Span { range, requests }
-            })
-            .collect()
-    }
-}
 
 /// The fetched spans of one object, served to the Parquet decoder.
 #[derive(Debug, Clone)]
@@ -142,34 +72,6 @@ impl ChunkReader for FetchedChunks {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    const MIB: u64 = 1 << 20;
-
-    #[test]
-    fn splits_large_ranges_into_8_to_16_mib_requests() {
-        let p = RequestPolicy::default();
-        let spans = p.plan(&[0..40 * MIB]);
-        assert_eq!(spans.len(), 1);
-        let reqs = &spans[0].requests;
-        assert_eq!(reqs.len(), 3);
-        assert!(reqs.iter().all(|r| (8 * MIB..=16 * MIB).contains(&(r.end - r.start))));
-        assert_eq!(reqs.first().unwrap().start, 0);
-        assert_eq!(reqs.last().unwrap().end, 40 * MIB);
-        assert!(reqs.windows(2).all(|w| w[0].end == w[1].start));
-    }
-
-    #[test]
-    fn merges_small_gaps_but_bounds_waste() {
-        let p = RequestPolicy::default();
-        // Adjacent chunks always merge.
-        assert_eq!(p.plan(&[0..100, 100..200]).len(), 1);
-        // A gap of 10 bytes between 2x1000 useful bytes: 10 <= 2000/16, merged.
-        assert_eq!(p.plan(&[0..1000, 1010..2010]).len(), 1);
-        // A gap larger than 1/16 of the useful bytes is not read through.
-        assert_eq!(p.plan(&[0..1000, 1500..2500]).len(), 2);
-        // Never across a gap above coalesce_gap, however large the chunks.
-        assert_eq!(p.plan(&[0..64 * MIB, 66 * MIB..130 * MIB]).len(), 2);
-    }
 
     #[test]
     fn fetched_chunks_serve_only_fetched_bytes() {

@@ -31,6 +31,8 @@ pub(crate) struct EpollDriver {
     by_fd: HashMap<RawFd, u64>,
     ready: Vec<(u64, i32)>,
     next_tick: Instant,
+    /// An eventfd that wakes the loop, and the user_data to report it with.
+    wake: Option<(RawFd, u64)>,
 }
 
 fn errno() -> i32 {
@@ -44,7 +46,7 @@ impl EpollDriver {
         if epfd < 0 {
             return Err(std::io::Error::last_os_error());
         }
-        Ok(EpollDriver { epfd, pending: HashMap::new(), by_fd: HashMap::new(), ready: Vec::new(), next_tick: Instant::now() })
+        Ok(EpollDriver { epfd, pending: HashMap::new(), by_fd: HashMap::new(), ready: Vec::new(), next_tick: Instant::now(), wake: None })
     }
 
     /// Starts `op` on `fd`; its completion is reported by [`EpollDriver::wait`].
@@ -121,6 +123,18 @@ impl EpollDriver {
         Err(std::io::Error::last_os_error())
     }
 
+    /// Reports `user_data` whenever the eventfd `fd` is written (it is
+    /// drained each time).
+    pub(crate) fn watch(&mut self, fd: RawFd, user_data: u64) -> std::io::Result<()> {
+        let mut ev = libc::epoll_event { events: libc::EPOLLIN as u32, u64: fd as u64 };
+        // SAFETY: plain syscall on a descriptor the caller keeps open.
+        if unsafe { libc::epoll_ctl(self.epfd, libc::EPOLL_CTL_ADD, fd, &mut ev) } != 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        self.wake = Some((fd, user_data));
+        Ok(())
+    }
+
     /// Abandons an operation: it completes with `-ECANCELED`, like io_uring's.
     pub(crate) fn cancel(&mut self, user_data: u64) {
         if let Some(p) = self.pending.remove(&user_data) {
@@ -129,13 +143,18 @@ impl EpollDriver {
         }
     }
 
-    /// Completions, waiting for at most `tick`; reports `tick_user_data` each
-    /// time a tick has passed.
-    pub(crate) fn wait(&mut self, tick: Duration, tick_user_data: u64) -> std::io::Result<Vec<(u64, i32)>> {
+    /// Completions, waiting for at most `tick` (without a tick, until an
+    /// operation completes or the wake-up fd is written); reports
+    /// `tick_user_data` each time a tick has passed.
+    pub(crate) fn wait(&mut self, tick: Option<Duration>, tick_user_data: u64) -> std::io::Result<Vec<(u64, i32)>> {
         let now = Instant::now();
         // Round up: a timeout truncated to 0 ms would return at once, again
         // and again, until the tick is due.
-        let timeout = if self.ready.is_empty() { self.next_tick.saturating_duration_since(now).as_micros().div_ceil(1000).min(i32::MAX as u128) as i32 } else { 0 };
+        let timeout = match tick {
+            _ if !self.ready.is_empty() => 0,
+            None => -1,
+            Some(_) => self.next_tick.saturating_duration_since(now).as_micros().div_ceil(1000).min(i32::MAX as u128) as i32,
+        };
         let mut events = [libc::epoll_event { events: 0, u64: 0 }; 256];
         // SAFETY: the buffer holds `events.len()` entries.
         let n = unsafe { libc::epoll_wait(self.epfd, events.as_mut_ptr(), events.len() as i32, timeout) };
@@ -144,6 +163,15 @@ impl EpollDriver {
         }
         for ev in events.iter().take(n.max(0) as usize) {
             let fd = ev.u64 as RawFd;
+            if let Some((wake_fd, wake_data)) = self.wake
+                && wake_fd == fd
+            {
+                let mut counter = 0u64;
+                // SAFETY: reads 8 bytes into a u64 from an eventfd.
+                unsafe { libc::read(fd, &mut counter as *mut u64 as *mut libc::c_void, 8) };
+                self.ready.push((wake_data, 0));
+                continue;
+            }
             let Some(&user_data) = self.by_fd.get(&fd) else { continue };
             let Some(mut p) = self.pending.remove(&user_data) else { continue };
             match Self::attempt(&mut p) {
@@ -159,7 +187,9 @@ impl EpollDriver {
             }
         }
         let mut out = std::mem::take(&mut self.ready);
-        if Instant::now() >= self.next_tick {
+        if let Some(tick) = tick
+            && Instant::now() >= self.next_tick
+        {
             self.next_tick = Instant::now() + tick;
             out.push((tick_user_data, 0));
         }

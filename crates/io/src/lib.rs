@@ -12,12 +12,24 @@
 //! - [`http`]: the wire format — request writing, a strict response parser,
 //!   an in-place body decoder that detects truncated bodies.
 //! - [`uring`]: the event loop — many requests in flight on one thread
-//!   through io_uring, keep-alive pools, deadlines, retries.
+//!   through io_uring (or epoll where io_uring is unavailable), keep-alive
+//!   pools, deadlines, retries, hedging.
+//! - [`model`]: latencies learned from completed requests; they set the
+//!   requests in flight and the hedging deadlines.
+//! - [`manager`]: loop threads behind an async `get`/`put` with a memory
+//!   budget as back-pressure — what the engine calls.
+//! - [`plan`]: which range requests to send for the byte ranges a reader wants.
+//! - [`stats`]: latency histograms.
 //!
-//! Still to come: the async front-end and loop threads, request planning,
-//! the concurrency model, hedging, the epoll fallback, HTTPS and statistics
-//! for EXPLAIN (see docs/notes/2026-11-22-download-manager.md).
+//! Still to come: HTTPS and the throughput-based resolver (see
+//! docs/notes/2026-11-22-download-manager.md).
 
 mod epoll;
 pub mod http;
+pub mod manager;
+pub mod model;
+pub mod plan;
+pub mod stats;
 pub mod uring;
+
+pub use manager::{Download, DownloadError, DownloadManager, ManagerOptions, ManagerStats};

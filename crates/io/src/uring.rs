@@ -17,43 +17,82 @@
 use std::collections::{HashMap, VecDeque};
 use std::net::SocketAddr;
 use std::ops::Range;
-use std::os::fd::AsRawFd;
+use std::os::fd::{AsRawFd, RawFd};
+use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use io_uring::{IoUring, opcode, types};
 use socket2::{Domain, SockAddr, Socket, Type};
 
+use crate::model::LatencyModel;
+use crate::stats::Histogram;
 use crate::http::{BodyDecoder, Framing, HttpError, Limits, ResponseHead, parse_content_range, parse_head, range_header, write_request};
 
-/// One GET to run.
+/// One HTTP request to run: a GET (optionally of a byte range) or a PUT.
 #[derive(Debug)]
-pub struct Get {
+pub struct Request {
     /// Where to connect.
     pub addr: SocketAddr,
     /// The Host header.
     pub host: String,
     /// Path and query (a presigned URL's, for object stores).
     pub target: String,
-    /// The bytes wanted; `None` for the whole object.
+    /// GET, or PUT with its body.
+    pub method: Method,
+    /// The bytes wanted; `None` for the whole object. GET only.
     pub range: Option<Range<u64>>,
-    /// The buffer the body is received into (reused by the caller).
+    /// The buffer the response body is received into (reused by the caller).
     pub buffer: Vec<u8>,
 }
 
-/// A completed GET.
+/// The request's method.
+#[derive(Debug, Clone)]
+pub enum Method {
+    Get,
+    /// Uploads the body; shared, so retries and hedges send it without a copy.
+    Put(Arc<[u8]>),
+}
+
+impl Request {
+    /// A GET of `range` (or the whole object).
+    pub fn get(addr: SocketAddr, host: impl Into<String>, target: impl Into<String>, range: Option<Range<u64>>) -> Request {
+        Request { addr, host: host.into(), target: target.into(), method: Method::Get, range, buffer: Vec::new() }
+    }
+
+    /// A PUT of `body`.
+    pub fn put(addr: SocketAddr, host: impl Into<String>, target: impl Into<String>, body: Arc<[u8]>) -> Request {
+        Request { addr, host: host.into(), target: target.into(), method: Method::Put(body), range: None, buffer: Vec::new() }
+    }
+
+    /// Bytes the request moves: the range (or what the buffer can hold) for a
+    /// GET, the body for a PUT.
+    fn payload_bytes(&self) -> u64 {
+        match &self.method {
+            Method::Put(body) => body.len() as u64,
+            Method::Get => self.range.as_ref().map(|r| r.end - r.start).unwrap_or(self.buffer.capacity() as u64),
+        }
+    }
+}
+
+/// A completed request.
 #[derive(Debug)]
 pub struct Fetched {
     pub status: u16,
-    /// The body, in the caller's buffer.
+    /// The response body, in the caller's buffer.
     pub body: Vec<u8>,
-    /// Attempts it took (1 = no retry).
+    /// Attempts it took (1 = no retry), hedges included.
     pub attempts: u32,
+    /// The answer came from a hedge.
+    pub hedged: bool,
     /// From the start of the successful attempt to the response head.
     pub first_byte: Duration,
     /// From the start of the first attempt (not of the wait for a slot) to
     /// the last byte.
     pub total: Duration,
 }
+
+/// Where the loop sends a request's outcome; called once, on the loop thread.
+pub type Reply = Box<dyn FnOnce(Result<Fetched, FetchError>) + Send>;
 
 /// Why a GET failed for good.
 #[derive(Debug, thiserror::Error)]
@@ -88,8 +127,11 @@ impl FetchError {
 pub struct LoopOptions {
     /// Submission queue entries.
     pub ring_entries: u32,
-    /// Requests in flight at most.
+    /// Requests in flight at most (a hard cap; see `concurrency`).
     pub max_in_flight: usize,
+    /// Keep only as many requests in flight as the latency model says a
+    /// target throughput needs (AnyBlob §2.4); `None` keeps `max_in_flight`.
+    pub concurrency: Option<ConcurrencyTarget>,
     /// Largest single receive into a body buffer.
     pub recv_bytes: usize,
     /// Deadline of one attempt.
@@ -105,6 +147,16 @@ pub struct LoopOptions {
     pub keep_alive: bool,
     /// Which kernel interface drives the sockets.
     pub backend: Backend,
+}
+
+/// The throughput the loop aims for and the memory it may use for it.
+#[derive(Debug, Clone, Copy)]
+pub struct ConcurrencyTarget {
+    /// Bytes per second wanted: the link's bandwidth, or what the consumer
+    /// can process.
+    pub bytes_per_sec: f64,
+    /// Bytes of response buffers in flight at most.
+    pub memory: u64,
 }
 
 /// The kernel interface of the loop.
@@ -130,11 +182,18 @@ pub struct HedgePolicy {
     pub per_mib: Duration,
     /// Hedges allowed, as a share of the requests started.
     pub max_share: f64,
+    /// Replace the two deadlines by the recent p95s once enough requests
+    /// have completed (never below [`HEDGE_FLOOR`]).
+    pub adaptive: bool,
 }
+
+/// The earliest an adaptive policy hedges: first byte, per MiB. Below these
+/// a fast network's noise would be hedged.
+pub const HEDGE_FLOOR: (Duration, Duration) = (Duration::from_millis(20), Duration::from_millis(2));
 
 impl Default for HedgePolicy {
     fn default() -> Self {
-        HedgePolicy { first_byte: Duration::from_millis(200), per_mib: Duration::from_micros(37_500), max_share: 0.05 }
+        HedgePolicy { first_byte: Duration::from_millis(200), per_mib: Duration::from_micros(37_500), max_share: 0.05, adaptive: false }
     }
 }
 
@@ -143,6 +202,7 @@ impl Default for LoopOptions {
         LoopOptions {
             ring_entries: 1024,
             max_in_flight: 256,
+            concurrency: None,
             recv_bytes: 1 << 20,
             attempt_timeout: Duration::from_secs(30),
             max_attempts: 4,
@@ -157,8 +217,10 @@ impl Default for LoopOptions {
 /// Counters of a loop.
 #[derive(Debug, Clone, Default, PartialEq, Eq)]
 pub struct LoopStats {
-    /// GETs finished (successfully or not).
+    /// Requests finished (successfully or not).
     pub requests: u64,
+    /// Requests that failed for good.
+    pub failures: u64,
     /// Attempts beyond the first.
     pub retries: u64,
     /// Attempts cancelled at their deadline.
@@ -169,18 +231,46 @@ pub struct LoopStats {
     pub hedges_won: u64,
     /// Body bytes received.
     pub body_bytes: u64,
+    /// Body bytes sent (PUT).
+    pub sent_bytes: u64,
     /// Most requests in flight at once.
     pub max_in_flight: usize,
-    /// `io_uring_enter` calls.
+    /// `io_uring_enter` (or `epoll_wait`) calls.
     pub submits: u64,
     /// Completions reaped.
     pub completions: u64,
     /// Connections opened / reused from the pool.
     pub connects: u64,
     pub reuses: u64,
+    /// Head of each successful request's answering attempt.
+    pub first_byte: Histogram,
+    /// Whole successful requests, from their first attempt.
+    pub total: Histogram,
+}
+
+impl LoopStats {
+    /// Adds another loop's counters (several loop threads, one report).
+    pub fn merge(&mut self, o: &LoopStats) {
+        self.requests += o.requests;
+        self.failures += o.failures;
+        self.retries += o.retries;
+        self.timeouts += o.timeouts;
+        self.hedges += o.hedges;
+        self.hedges_won += o.hedges_won;
+        self.body_bytes += o.body_bytes;
+        self.sent_bytes += o.sent_bytes;
+        self.max_in_flight += o.max_in_flight;
+        self.submits += o.submits;
+        self.completions += o.completions;
+        self.connects += o.connects;
+        self.reuses += o.reuses;
+        self.first_byte.merge(&o.first_byte);
+        self.total.merge(&o.total);
+    }
 }
 
 const TICK: u64 = u64::MAX;
+const WAKE: u64 = u64::MAX - 1;
 /// A late hedge may itself be hedged, up to this many per request.
 const MAX_HEDGES_PER_REQUEST: u8 = 4;
 const CANCEL: u64 = 1 << 62;
@@ -194,9 +284,12 @@ enum Phase {
     RecvBody,
 }
 
+/// One attempt of a request (a request has several while a hedge races
+/// the original, or one after another when retried).
 struct Task {
-    index: usize,
-    get: Get,
+    /// The request this attempt belongs to (index into `EventLoop::requests`).
+    id: usize,
+    req: Request,
     attempt: u32,
     first_started: Instant,
     attempt_started: Instant,
@@ -205,7 +298,7 @@ struct Task {
     socket: Option<Socket>,
     sockaddr: Box<SockAddr>,
     phase: Phase,
-    request: Vec<u8>,
+    head_out: Vec<u8>,
     sent: usize,
     head: Vec<u8>,
     filled: usize,
@@ -219,15 +312,26 @@ struct Task {
     is_hedge: bool,
     /// This attempt was late and has a hedge racing it already.
     spawned_hedge: bool,
-    last_error: Option<FetchError>,
 }
 
-/// A single-threaded io_uring event loop.
+/// A request across its attempts.
+struct Pending {
+    /// Taken when the outcome is decided.
+    reply: Option<Reply>,
+    /// Attempts alive (running or waiting to run).
+    live: u8,
+    hedges: u8,
+}
+
 enum Driver {
     Uring(IoUring),
     Epoll(crate::epoll::EpollDriver),
 }
 
+/// A single-threaded event loop holding many requests in flight. Requests
+/// are submitted with [`EventLoop::submit`] and run by [`EventLoop::turn`];
+/// [`EventLoop::fetch_all`] does both for a batch. The download manager runs
+/// one per thread, woken through an eventfd when requests arrive.
 pub struct EventLoop {
     driver: Driver,
     opts: LoopOptions,
@@ -236,13 +340,36 @@ pub struct EventLoop {
     limits: Limits,
     generation: u64,
     tick: Box<types::Timespec>,
+    tick_armed: bool,
     rng: u64,
     /// Head buffers of finished requests, reused by the next ones.
     head_pool: Vec<Vec<u8>>,
+    requests: Vec<Option<Pending>>,
+    free_requests: Vec<usize>,
+    /// Attempts waiting to start (new, retries after back-off, hedges).
+    waiting: VecDeque<Box<Task>>,
+    slots: Vec<Option<(u64, Box<Task>)>>,
+    free_slots: Vec<usize>,
+    in_flight: usize,
+    /// Attempts started and hedges sent: the hedge budget is a share of them.
+    started: u64,
+    hedges_sent: u64,
+    model: LatencyModel,
+    /// The current hedging deadlines (from the policy or the model).
+    hedge_deadlines: (Duration, Duration),
+    wake: Option<Wake>,
+}
+
+/// An eventfd that other threads write to wake the loop, and the 8-byte
+/// buffer the ring reads it into.
+struct Wake {
+    fd: RawFd,
+    buf: Box<u64>,
+    armed: bool,
 }
 
 impl EventLoop {
-    /// A loop with its own ring. Fails where io_uring is unavailable.
+    /// A loop with its own ring (or epoll set, see [`Backend`]).
     pub fn new(opts: LoopOptions) -> std::io::Result<EventLoop> {
         let uring = || IoUring::builder().setup_cqsize(opts.ring_entries * 4).build(opts.ring_entries);
         let driver = match opts.backend {
@@ -255,6 +382,7 @@ impl EventLoop {
                 Err(_) => Driver::Epoll(crate::epoll::EpollDriver::new()?),
             },
         };
+        let hedge_deadlines = opts.hedge.map(|h| (h.first_byte, h.per_mib)).unwrap_or_default();
         Ok(EventLoop {
             driver,
             opts,
@@ -263,8 +391,20 @@ impl EventLoop {
             limits: Limits::default(),
             generation: 0,
             tick: Box::new(types::Timespec::new().nsec(50_000_000)),
+            tick_armed: false,
             rng: 0x2545_F491_4F6C_DD1D,
             head_pool: Vec::new(),
+            requests: Vec::new(),
+            free_requests: Vec::new(),
+            waiting: VecDeque::new(),
+            slots: Vec::new(),
+            free_slots: Vec::new(),
+            in_flight: 0,
+            started: 0,
+            hedges_sent: 0,
+            model: LatencyModel::default(),
+            hedge_deadlines,
+            wake: None,
         })
     }
 
@@ -281,164 +421,272 @@ impl EventLoop {
         &self.stats
     }
 
-    /// Runs all `gets` to completion, at most `max_in_flight` at a time;
-    /// results come back in the order of `gets`.
-    pub fn fetch_all(&mut self, gets: Vec<Get>) -> std::io::Result<Vec<Result<Fetched, FetchError>>> {
+    /// What the loop has learned about the store's latencies.
+    pub fn model(&self) -> &LatencyModel {
+        &self.model
+    }
+
+    /// Requests submitted and not yet answered.
+    pub fn pending(&self) -> usize {
+        self.requests.len() - self.free_requests.len()
+    }
+
+    /// Requests in flight now.
+    pub fn in_flight(&self) -> usize {
+        self.in_flight
+    }
+
+    /// Lets [`EventLoop::turn`] return when `fd` (an eventfd) is written,
+    /// even while requests are in flight. The caller owns the descriptor.
+    pub fn wake_on(&mut self, fd: RawFd) -> std::io::Result<()> {
+        if let Driver::Epoll(epoll) = &mut self.driver {
+            epoll.watch(fd, WAKE)?;
+        }
+        self.wake = Some(Wake { fd, buf: Box::new(0), armed: false });
+        Ok(())
+    }
+
+    /// Queues a request; `reply` gets its outcome from a later `turn`.
+    pub fn submit(&mut self, req: Request, reply: Reply) {
         let now = Instant::now();
-        let mut results: Vec<Option<Result<Fetched, FetchError>>> = (0..gets.len()).map(|_| None).collect();
-        let mut waiting: VecDeque<Box<Task>> = gets.into_iter().enumerate().map(|(index, get)| Box::new(self.new_task(index, get, now))).collect();
-        let mut slots: Vec<Option<(u64, Box<Task>)>> = Vec::new();
-        let mut free: Vec<usize> = Vec::new();
-        let mut in_flight = 0usize;
-        let mut tick_armed = false;
-        // Live attempts per request (2 while a hedge races the original).
-        let mut live: Vec<u8> = vec![1; results.len()];
-        let mut hedge_count: Vec<u8> = vec![0; results.len()];
-        let mut started = 0u64;
-        let mut hedges_sent = 0u64;
-        loop {
-            // Start what may start.
-            let now = Instant::now();
-            let mut deferred = VecDeque::new();
-            while in_flight < self.opts.max_in_flight {
-                let Some(mut task) = waiting.pop_front() else { break };
-                if results[task.index].is_some() {
-                    // A hedge whose sibling already answered.
-                    live[task.index] -= 1;
-                    continue;
-                }
-                if task.not_before > now {
-                    deferred.push_back(task);
-                    continue;
-                }
-                if task.attempt == 0 {
-                    // A request's latency starts with its first attempt, not
-                    // with the time it waited for a slot.
-                    task.first_started = now;
-                }
-                task.attempt_started = now;
-                task.deadline = now + self.opts.attempt_timeout;
-                let slot = free.pop().unwrap_or_else(|| {
-                    slots.push(None);
-                    slots.len() - 1
-                });
-                self.generation += 1;
-                let generation_id = self.generation & 0x3FFF_FFFF;
-                let first = self.begin(&mut task);
-                if let Err(e) = first {
-                    // Could not even create a socket: fail this attempt.
-                    self.fail(task, e, &mut waiting, &mut results);
-                    free.push(slot);
-                    continue;
-                }
-                slots[slot] = Some((generation_id, task));
-                in_flight += 1;
-                started += 1;
-                self.stats.max_in_flight = self.stats.max_in_flight.max(in_flight);
-                self.push_next(slot, generation_id, slots[slot].as_mut().map(|(_, t)| t.as_mut()).expect("just placed"))?;
+        self.model.submitted(req.payload_bytes());
+        let pending = Pending { reply: Some(reply), live: 1, hedges: 0 };
+        let id = match self.free_requests.pop() {
+            Some(id) => {
+                self.requests[id] = Some(pending);
+                id
             }
-            waiting.extend(deferred);
-            if in_flight == 0 && waiting.is_empty() {
-                break;
+            None => {
+                self.requests.push(Some(pending));
+                self.requests.len() - 1
             }
-            let completions = self.wait(&mut tick_armed)?;
-            self.stats.completions += completions.len() as u64;
-            for (user_data, result) in completions {
-                if user_data == TICK {
-                    tick_armed = false;
-                    let now = Instant::now();
-                    let mut hedges = Vec::new();
-                    for (slot, entry) in slots.iter_mut().enumerate() {
-                        if let Some((generation_id, task)) = entry {
-                            if !task.cancelling && now > task.deadline {
-                                task.cancelling = true;
-                                self.cancel(user_data_of(slot, *generation_id))?;
-                            } else if let Some(policy) = self.opts.hedge {
-                                let budget = (policy.max_share * started as f64).floor() as u64;
-                                if !task.cancelling
-                                    && !task.spawned_hedge
-                                    && hedge_count[task.index] < MAX_HEDGES_PER_REQUEST
-                                    && hedges_sent < budget.max(u64::from(policy.max_share > 0.0))
-                                    && task.is_late(&policy, now)
-                                {
-                                    task.spawned_hedge = true;
-                                    hedge_count[task.index] += 1;
-                                    live[task.index] += 1;
-                                    hedges_sent += 1;
-                                    self.stats.hedges += 1;
-                                    hedges.push(task.hedge_of(now));
-                                }
+        };
+        self.waiting.push_back(Box::new(Task::fresh(id, req, now)));
+    }
+
+    /// Runs all `requests` to completion; results come back in their order.
+    pub fn fetch_all(&mut self, requests: Vec<Request>) -> std::io::Result<Vec<Result<Fetched, FetchError>>> {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let n = requests.len();
+        for (i, req) in requests.into_iter().enumerate() {
+            let tx = tx.clone();
+            self.submit(req, Box::new(move |r| drop(tx.send((i, r)))));
+        }
+        drop(tx);
+        while self.pending() > 0 {
+            self.turn()?;
+        }
+        let mut results: Vec<Option<Result<Fetched, FetchError>>> = (0..n).map(|_| None).collect();
+        for (i, r) in rx.try_iter() {
+            results[i] = Some(r);
+        }
+        Ok(results.into_iter().map(|r| r.expect("every request is answered")).collect())
+    }
+
+    /// How many requests may be in flight now.
+    fn limit(&self) -> usize {
+        match self.opts.concurrency {
+            None => self.opts.max_in_flight,
+            Some(c) => self.model.in_flight(c.bytes_per_sec, c.memory, self.opts.max_in_flight),
+        }
+    }
+
+    /// One iteration: start what may start, submit, wait for at least one
+    /// completion (or a tick, or a wake-up), and apply what completed.
+    /// Returns at once when there is nothing to do and no wake-up is set.
+    pub fn turn(&mut self) -> std::io::Result<()> {
+        let now = Instant::now();
+        let limit = self.limit();
+        let mut deferred = VecDeque::new();
+        while self.in_flight < limit {
+            let Some(mut task) = self.waiting.pop_front() else { break };
+            if self.decided(task.id) {
+                // A hedge or retry whose sibling already answered.
+                self.release(task.id);
+                continue;
+            }
+            if task.not_before > now {
+                deferred.push_back(task);
+                continue;
+            }
+            if task.attempt == 0 {
+                // A request's latency starts with its first attempt, not
+                // with the time it waited for a slot.
+                task.first_started = now;
+            }
+            task.attempt_started = now;
+            task.deadline = now + self.opts.attempt_timeout;
+            if let Err(e) = self.begin(&mut task) {
+                // Could not even create a socket: fail this attempt.
+                self.attempt_failed(task, e);
+                continue;
+            }
+            let slot = self.free_slots.pop().unwrap_or_else(|| {
+                self.slots.push(None);
+                self.slots.len() - 1
+            });
+            self.generation += 1;
+            let generation_id = self.generation & 0x3FFF_FFFF;
+            self.slots[slot] = Some((generation_id, task));
+            self.in_flight += 1;
+            self.started += 1;
+            self.stats.max_in_flight = self.stats.max_in_flight.max(self.in_flight);
+            self.push_next(slot, generation_id)?;
+        }
+        self.waiting.extend(deferred);
+        let busy = self.in_flight > 0 || !self.waiting.is_empty();
+        if !busy && self.wake.is_none() {
+            return Ok(());
+        }
+        let completions = self.wait(busy)?;
+        self.stats.completions += completions.len() as u64;
+        for (user_data, result) in completions {
+            match user_data {
+                TICK => self.on_tick()?,
+                WAKE => {
+                    if let Some(w) = &mut self.wake {
+                        w.armed = false;
+                    }
+                }
+                u if u & CANCEL != 0 => {}
+                u => self.on_completion(u, result)?,
+            }
+        }
+        Ok(())
+    }
+
+    fn decided(&self, id: usize) -> bool {
+        self.requests[id].as_ref().is_none_or(|p| p.reply.is_none())
+    }
+
+    /// An attempt of request `id` is gone; the request's slot is free once
+    /// its last attempt is.
+    fn release(&mut self, id: usize) {
+        let p = self.requests[id].as_mut().expect("a live request");
+        p.live -= 1;
+        if p.live == 0 {
+            debug_assert!(p.reply.is_none(), "a request with no attempts left must be answered");
+            self.requests[id] = None;
+            self.free_requests.push(id);
+        }
+    }
+
+    /// Answers request `id`.
+    fn decide(&mut self, id: usize, outcome: Result<Fetched, FetchError>) {
+        let reply = self.requests[id].as_mut().and_then(|p| p.reply.take()).expect("decided once");
+        self.stats.requests += 1;
+        match &outcome {
+            Ok(f) => {
+                self.stats.first_byte.record(f.first_byte);
+                self.stats.total.record(f.total);
+            }
+            Err(_) => self.stats.failures += 1,
+        }
+        reply(outcome);
+    }
+
+    /// Every 50 ms: cancel attempts past their deadline, hedge late ones.
+    fn on_tick(&mut self) -> std::io::Result<()> {
+        self.tick_armed = false;
+        let now = Instant::now();
+        if let Some(policy) = self.opts.hedge
+            && policy.adaptive
+        {
+            self.hedge_deadlines = self.model.hedge_deadlines((policy.first_byte, policy.per_mib), HEDGE_FLOOR);
+        }
+        let mut hedges = Vec::new();
+        let mut cancels = Vec::new();
+        for (slot, entry) in self.slots.iter_mut().enumerate() {
+            let Some((generation_id, task)) = entry else { continue };
+            if task.cancelling {
+                continue;
+            }
+            if now > task.deadline {
+                task.cancelling = true;
+                cancels.push(user_data_of(slot, *generation_id));
+                continue;
+            }
+            let Some(policy) = self.opts.hedge else { continue };
+            let budget = ((policy.max_share * self.started as f64).floor() as u64).max(u64::from(policy.max_share > 0.0));
+            let pending = self.requests[task.id].as_mut().expect("a running attempt's request");
+            if !task.spawned_hedge && pending.hedges < MAX_HEDGES_PER_REQUEST && self.hedges_sent < budget && task.is_late(self.hedge_deadlines, now) {
+                task.spawned_hedge = true;
+                pending.hedges += 1;
+                pending.live += 1;
+                self.hedges_sent += 1;
+                self.stats.hedges += 1;
+                hedges.push(task.hedge_of(now));
+            }
+        }
+        for c in cancels {
+            self.cancel(c)?;
+        }
+        // Hedges go first: they are late already.
+        for h in hedges {
+            self.waiting.push_front(Box::new(h));
+        }
+        Ok(())
+    }
+
+    fn on_completion(&mut self, user_data: u64, result: i32) -> std::io::Result<()> {
+        let (slot, generation_id) = split_user_data(user_data);
+        let Some(Some((slot_gen, _))) = self.slots.get(slot) else { return Ok(()) };
+        if *slot_gen != generation_id {
+            return Ok(());
+        }
+        let (_, mut task) = self.slots[slot].take().expect("checked");
+        match self.advance(&mut task, result) {
+            Step::Continue => {
+                self.slots[slot] = Some((generation_id, task));
+                self.push_next(slot, generation_id)?;
+            }
+            Step::Done(outcome) => {
+                self.in_flight -= 1;
+                self.free_slots.push(slot);
+                let id = task.id;
+                let decided = self.decided(id);
+                let others_alive = self.requests[id].as_ref().is_some_and(|p| p.live > 1);
+                match outcome {
+                    Ok(fetched) if !decided => {
+                        self.head_pool.push(std::mem::take(&mut task.head));
+                        self.stats.body_bytes += fetched.body.len() as u64;
+                        if let Method::Put(body) = &task.req.method {
+                            self.stats.sent_bytes += body.len() as u64;
+                        }
+                        if task.is_hedge {
+                            self.stats.hedges_won += 1;
+                        }
+                        self.model.observe(task.req.payload_bytes(), fetched.first_byte, task.attempt_started.elapsed());
+                        self.decide(id, Ok(fetched));
+                        self.release(id);
+                        // Cancel the siblings still racing for this request.
+                        let mut cancels = Vec::new();
+                        for (other, entry) in self.slots.iter_mut().enumerate() {
+                            if let Some((generation_id, t)) = entry
+                                && t.id == id
+                                && !t.cancelling
+                            {
+                                t.cancelling = true;
+                                t.abandoned = true;
+                                cancels.push(user_data_of(other, *generation_id));
                             }
                         }
-                    }
-                    // Hedges go first: they are late already.
-                    for h in hedges {
-                        waiting.push_front(Box::new(h));
-                    }
-                    continue;
-                }
-                if user_data & CANCEL != 0 {
-                    continue;
-                }
-                let (slot, generation_id) = split_user_data(user_data);
-                let Some(Some((slot_gen, _))) = slots.get(slot) else { continue };
-                if *slot_gen != generation_id {
-                    continue;
-                }
-                let (_, mut task) = slots[slot].take().expect("checked");
-                match self.advance(&mut task, result) {
-                    Step::Continue => {
-                        slots[slot] = Some((generation_id, task));
-                        self.push_next(slot, generation_id, slots[slot].as_mut().map(|(_, t)| t.as_mut()).expect("just placed"))?;
-                    }
-                    Step::Done(outcome) => {
-                        in_flight -= 1;
-                        free.push(slot);
-                        let index = task.index;
-                        live[index] -= 1;
-                        let decided = results[index].is_some();
-                        match outcome {
-                            Ok(fetched) if !decided => {
-                                self.head_pool.push(std::mem::take(&mut task.head));
-                                self.stats.requests += 1;
-                                self.stats.body_bytes += fetched.body.len() as u64;
-                                if task.is_hedge {
-                                    self.stats.hedges_won += 1;
-                                }
-                                results[index] = Some(Ok(fetched));
-                                // Cancel the sibling still racing for this request.
-                                for (other, entry) in slots.iter_mut().enumerate() {
-                                    if let Some((generation_id, t)) = entry {
-                                        if t.index == index && !t.cancelling {
-                                            t.cancelling = true;
-                                            t.abandoned = true;
-                                            self.cancel(user_data_of(other, *generation_id))?;
-                                        }
-                                    }
-                                }
-                            }
-                            // The loser of a race, or a failed attempt whose sibling
-                            // is still running: nothing more to do for it.
-                            _ if decided || task.abandoned || live[index] > 0 => {
-                                self.head_pool.push(std::mem::take(&mut task.head));
-                            }
-                            Ok(_) => unreachable!("an undecided success is handled above"),
-                            Err(e) => {
-                                live[index] += 1; // a retry is a live attempt again
-                                if !self.fail(task, e, &mut waiting, &mut results) {
-                                    live[index] -= 1;
-                                }
-                            }
+                        for c in cancels {
+                            self.cancel(c)?;
                         }
                     }
+                    // The loser of a race, or a failed attempt whose sibling
+                    // is still running: nothing more to do for it.
+                    _ if decided || task.abandoned || others_alive => {
+                        self.head_pool.push(std::mem::take(&mut task.head));
+                        self.release(id);
+                    }
+                    Ok(_) => unreachable!("an undecided success is handled above"),
+                    Err(e) => self.attempt_failed(task, e),
                 }
             }
         }
-        Ok(results.into_iter().map(|r| r.expect("every request finishes")).collect())
-    }
-
-    fn new_task(&self, index: usize, get: Get, now: Instant) -> Task {
-        Task::fresh(index, get, now)
+        Ok(())
     }
 
     /// Prepares an attempt: a pooled connection or a new socket, the request bytes.
@@ -449,15 +697,19 @@ impl EventLoop {
         task.filled = 0;
         task.response = None;
         task.decoder = None;
-        task.request.clear();
-        let range = task.get.range.as_ref().map(range_header);
+        task.head_out.clear();
+        let range = task.req.range.as_ref().map(range_header);
         let headers: Vec<(&str, &str)> = range.as_deref().map(|r| vec![("Range", r)]).unwrap_or_default();
-        write_request(&mut task.request, "GET", &task.get.host, &task.get.target, &headers, None)?;
+        let (method, length) = match &task.req.method {
+            Method::Get => ("GET", None),
+            Method::Put(body) => ("PUT", Some(body.len() as u64)),
+        };
+        write_request(&mut task.head_out, method, &task.req.host, &task.req.target, &headers, length)?;
         if task.head.len() < HEAD_BUFFER {
             task.head = self.head_pool.pop().unwrap_or_else(|| vec![0; HEAD_BUFFER]);
         }
         // Retries always use a fresh connection: the old one may be the problem.
-        let pooled = if task.attempt == 1 { self.idle.get_mut(&task.get.addr).and_then(Vec::pop) } else { None };
+        let pooled = if task.attempt == 1 { self.idle.get_mut(&task.req.addr).and_then(Vec::pop) } else { None };
         match pooled {
             Some(socket) => {
                 self.stats.reuses += 1;
@@ -465,10 +717,12 @@ impl EventLoop {
                 task.phase = Phase::Send;
             }
             None => {
-                let socket = Socket::new(Domain::for_address(task.get.addr), Type::STREAM.cloexec(), None).map_err(|source| FetchError::Io { addr: task.get.addr, source })?;
+                let addr = task.req.addr;
+                let io = |source| FetchError::Io { addr, source };
+                let socket = Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), None).map_err(io)?;
                 let _ = socket.set_tcp_nodelay(true);
                 if matches!(self.driver, Driver::Epoll(_)) {
-                    socket.set_nonblocking(true).map_err(|source| FetchError::Io { addr: task.get.addr, source })?;
+                    socket.set_nonblocking(true).map_err(io)?;
                 }
                 self.stats.connects += 1;
                 task.socket = Some(socket);
@@ -491,25 +745,29 @@ impl EventLoop {
         }
     }
 
-    /// Submits what is queued and returns completions (and ticks).
-    fn wait(&mut self, tick_armed: &mut bool) -> std::io::Result<Vec<(u64, i32)>> {
+    /// Submits what is queued and returns completions, ticks (when `tick`)
+    /// and wake-ups.
+    fn wait(&mut self, tick: bool) -> std::io::Result<Vec<(u64, i32)>> {
         if let Driver::Epoll(epoll) = &mut self.driver {
             self.stats.submits += 1;
-            return epoll.wait(Duration::from_millis(50), TICK);
+            return epoll.wait(tick.then_some(Duration::from_millis(50)), TICK);
         }
-        if !*tick_armed {
+        if tick && !self.tick_armed {
             let entry = opcode::Timeout::new(&*self.tick as *const types::Timespec).build().user_data(TICK);
             self.push(&entry)?;
-            *tick_armed = true;
+            self.tick_armed = true;
+        }
+        if let Some(w) = &self.wake
+            && !w.armed
+        {
+            let entry = opcode::Read::new(types::Fd(w.fd), &*w.buf as *const u64 as *mut u8, 8).build().user_data(WAKE);
+            self.push(&entry)?;
+            self.wake.as_mut().expect("checked").armed = true;
         }
         let Driver::Uring(ring) = &mut self.driver else { unreachable!() };
         ring.submit_and_wait(1)?;
         self.stats.submits += 1;
-        let completions: Vec<(u64, i32)> = ring.completion().map(|c| (c.user_data(), c.result())).collect();
-        if completions.iter().any(|c| c.0 == TICK) {
-            *tick_armed = false;
-        }
-        Ok(completions)
+        Ok(ring.completion().map(|c| (c.user_data(), c.result())).collect())
     }
 
     /// Cancels the operation tagged `user_data`; it completes with -ECANCELED.
@@ -523,29 +781,36 @@ impl EventLoop {
         }
     }
 
-    fn push_next(&mut self, slot: usize, generation_id: u64, task: &mut Task) -> std::io::Result<()> {
+    fn push_next(&mut self, slot: usize, generation_id: u64) -> std::io::Result<()> {
         use crate::epoll::Op;
+        let recv_bytes = self.opts.recv_bytes;
+        let task = self.slots[slot].as_mut().map(|(_, t)| t.as_mut()).expect("a running attempt");
         let raw = task.socket.as_ref().expect("attempt has a socket").as_raw_fd();
         let op = match task.phase {
             Phase::Connect => Op::Connect { addr: task.sockaddr.as_ptr() as *const libc::sockaddr, len: task.sockaddr.len() },
             Phase::Send => {
-                let rest = &task.request[task.sent..];
-                Op::Send { ptr: rest.as_ptr(), len: rest.len() }
+                // The head, then (PUT) the body straight from the caller's bytes.
+                let rest = match &task.req.method {
+                    _ if task.sent < task.head_out.len() => &task.head_out[task.sent..],
+                    Method::Put(body) => &body[task.sent - task.head_out.len()..],
+                    Method::Get => unreachable!("a GET is sent once its head is"),
+                };
+                Op::Send { ptr: rest.as_ptr(), len: rest.len().min(recv_bytes) }
             }
             Phase::RecvHead => {
                 let spare = &mut task.head[task.filled..];
                 Op::Recv { ptr: spare.as_mut_ptr(), len: spare.len() }
             }
             Phase::RecvBody => {
-                let body = &mut task.get.buffer;
+                let body = &mut task.req.buffer;
                 let want = match task.response.as_ref().map(|h| h.framing) {
                     Some(Framing::Length(n)) => (n as usize).saturating_sub(body.len()).max(1),
-                    _ => self.opts.recv_bytes,
+                    _ => recv_bytes,
                 }
-                .min(self.opts.recv_bytes);
+                .min(recv_bytes);
                 body.reserve(want);
                 let spare = body.spare_capacity_mut();
-                let len = spare.len().min(self.opts.recv_bytes);
+                let len = spare.len().min(recv_bytes);
                 Op::Recv { ptr: spare.as_mut_ptr() as *mut u8, len }
             }
         };
@@ -556,7 +821,7 @@ impl EventLoop {
         let fd = types::Fd(raw);
         let entry = match op {
             Op::Connect { addr, len } => opcode::Connect::new(fd, addr, len).build(),
-            Op::Send { ptr, len } => opcode::Send::new(fd, ptr, len as u32).build(),
+            Op::Send { ptr, len } => opcode::Send::new(fd, ptr, len as u32).flags(libc::MSG_NOSIGNAL).build(),
             Op::Recv { ptr, len } => opcode::Recv::new(fd, ptr, len as u32).build(),
         };
         self.push(&entry.user_data(user_data))
@@ -564,7 +829,7 @@ impl EventLoop {
 
     /// Applies one completion to a task.
     fn advance(&mut self, task: &mut Task, result: i32) -> Step {
-        let addr = task.get.addr;
+        let addr = task.req.addr;
         if task.cancelling {
             // Abandoned (deadline passed, or a sibling answered first),
             // whether or not the cancel won the race with the operation.
@@ -584,7 +849,11 @@ impl EventLoop {
             }
             Phase::Send => {
                 task.sent += n;
-                if task.sent == task.request.len() {
+                let body = match &task.req.method {
+                    Method::Put(b) => b.len(),
+                    Method::Get => 0,
+                };
+                if task.sent == task.head_out.len() + body {
                     task.phase = Phase::RecvHead;
                 }
                 Step::Continue
@@ -603,7 +872,7 @@ impl EventLoop {
                 };
                 task.first_byte = task.attempt_started.elapsed();
                 let mut decoder = BodyDecoder::new(head.framing);
-                let body = &mut task.get.buffer;
+                let body = &mut task.req.buffer;
                 body.clear();
                 if let Framing::Length(len) = head.framing {
                     body.reserve(len as usize);
@@ -618,14 +887,16 @@ impl EventLoop {
                 task.response = Some(head);
                 let done = decoder.is_done();
                 task.decoder = Some(decoder);
-                if done { Step::Done(self.finish(task)) } else {
+                if done {
+                    Step::Done(self.finish(task))
+                } else {
                     task.phase = Phase::RecvBody;
                     Step::Continue
                 }
             }
             Phase::RecvBody => {
                 let decoder = task.decoder.as_mut().expect("head parsed");
-                let body = &mut task.get.buffer;
+                let body = &mut task.req.buffer;
                 if n == 0 {
                     return match decoder.finish_at_eof() {
                         Ok(()) => Step::Done(self.finish(task)),
@@ -651,34 +922,35 @@ impl EventLoop {
         let head = task.response.as_ref().expect("head parsed");
         let socket = task.socket.take().expect("attempt has a socket");
         if head.keep_alive && self.opts.keep_alive {
-            self.idle.entry(task.get.addr).or_default().push(socket);
+            self.idle.entry(task.req.addr).or_default().push(socket);
         }
         let status = head.status;
         if !(200..300).contains(&status) {
-            let detail = String::from_utf8_lossy(&task.get.buffer[..task.get.buffer.len().min(300)]).trim().to_string();
+            let detail = String::from_utf8_lossy(&task.req.buffer[..task.req.buffer.len().min(300)]).trim().to_string();
             return Err(FetchError::Status { status, detail });
         }
-        if let Some(range) = &task.get.range {
+        if let Some(range) = &task.req.range {
             let got = head.header("content-range").map(parse_content_range);
             match got {
-                Some(Ok((r, _))) if status == 206 && r == *range && task.get.buffer.len() as u64 == range.end - range.start => {}
-                Some(Ok((r, _))) => return Err(FetchError::WrongRange(format!("asked {range:?}, got {r:?} with {} bytes", task.get.buffer.len()))),
+                Some(Ok((r, _))) if status == 206 && r == *range && task.req.buffer.len() as u64 == range.end - range.start => {}
+                Some(Ok((r, _))) => return Err(FetchError::WrongRange(format!("asked {range:?}, got {r:?} with {} bytes", task.req.buffer.len()))),
                 Some(Err(e)) => return Err(e.into()),
                 None => return Err(FetchError::WrongRange(format!("status {status} without Content-Range"))),
             }
         }
         Ok(Fetched {
             status,
-            body: std::mem::take(&mut task.get.buffer),
+            body: std::mem::take(&mut task.req.buffer),
             attempts: task.attempt,
+            hedged: task.is_hedge,
             first_byte: task.first_byte,
             total: task.first_started.elapsed(),
         })
     }
 
-    /// An attempt failed: retry later on a fresh connection (returns true),
-    /// or give up and record the error (false).
-    fn fail(&mut self, mut task: Box<Task>, err: FetchError, waiting: &mut VecDeque<Box<Task>>, results: &mut [Option<Result<Fetched, FetchError>>]) -> bool {
+    /// An attempt failed and no sibling is racing it: retry later on a fresh
+    /// connection, or answer the request with the error.
+    fn attempt_failed(&mut self, mut task: Box<Task>, err: FetchError) {
         task.socket = None; // closes the connection
         if err.retryable() && task.attempt < self.opts.max_attempts {
             self.stats.retries += 1;
@@ -688,34 +960,31 @@ impl EventLoop {
             let base = self.opts.backoff * (1 << (task.attempt - 1).min(6));
             let jitter = Duration::from_nanos(self.rng % (base.as_nanos() as u64 + 1));
             task.not_before = Instant::now() + base / 2 + jitter;
-            task.last_error = Some(err);
-            waiting.push_back(task);
-            true
+            self.waiting.push_back(task);
         } else {
-            self.stats.requests += 1;
             self.head_pool.push(std::mem::take(&mut task.head));
             let err = if task.attempt > 1 { FetchError::Exhausted { attempts: task.attempt, last: Box::new(err) } } else { err };
-            results[task.index] = Some(Err(err));
-            false
+            self.decide(task.id, Err(err));
+            self.release(task.id);
         }
     }
 }
 
 impl Task {
-    /// Whether this attempt is late against the hedging policy.
-    fn is_late(&self, policy: &HedgePolicy, now: Instant) -> bool {
+    /// Whether this attempt is late against the hedging deadlines
+    /// (first byte, per MiB after it).
+    fn is_late(&self, (first_byte, per_mib): (Duration, Duration), now: Instant) -> bool {
         let elapsed = now.duration_since(self.attempt_started);
         if self.response.is_none() {
-            return elapsed > policy.first_byte;
+            return elapsed > first_byte;
         }
-        let bytes = self.get.range.as_ref().map(|r| r.end - r.start).unwrap_or(self.get.buffer.capacity() as u64);
-        elapsed > policy.first_byte + policy.per_mib.mul_f64(bytes as f64 / (1u64 << 20) as f64)
+        elapsed > first_byte + per_mib.mul_f64(self.req.payload_bytes() as f64 / (1u64 << 20) as f64)
     }
 
     /// A duplicate of this request, to start now on a fresh connection.
     fn hedge_of(&self, now: Instant) -> Task {
-        let get = Get { addr: self.get.addr, host: self.get.host.clone(), target: self.get.target.clone(), range: self.get.range.clone(), buffer: Vec::new() };
-        let mut hedge = Task::fresh(self.index, get, now);
+        let req = Request { addr: self.req.addr, host: self.req.host.clone(), target: self.req.target.clone(), method: self.req.method.clone(), range: self.req.range.clone(), buffer: Vec::new() };
+        let mut hedge = Task::fresh(self.id, req, now);
         // Counted as a retry would be, so it never takes a pooled connection.
         hedge.attempt = 1;
         hedge.first_started = self.first_started;
@@ -724,11 +993,11 @@ impl Task {
     }
 
     /// A request that has not started an attempt yet.
-    fn fresh(index: usize, get: Get, now: Instant) -> Task {
-        let sockaddr = Box::new(SockAddr::from(get.addr));
+    fn fresh(id: usize, req: Request, now: Instant) -> Task {
+        let sockaddr = Box::new(SockAddr::from(req.addr));
         Task {
-            index,
-            get,
+            id,
+            req,
             attempt: 0,
             first_started: now,
             attempt_started: now,
@@ -737,7 +1006,7 @@ impl Task {
             socket: None,
             sockaddr,
             phase: Phase::Connect,
-            request: Vec::new(),
+            head_out: Vec::new(),
             sent: 0,
             head: Vec::new(),
             filled: 0,
@@ -748,7 +1017,6 @@ impl Task {
             abandoned: false,
             is_hedge: false,
             spawned_hedge: false,
-            last_error: None,
         }
     }
 }

@@ -1,13 +1,14 @@
-//! GETs to MinIO through the event loop with URLs presigned by object_store's
-//! `Signer`: authentication without hand-written crypto, byte-exact ranges,
-//! and clear errors for a bad signature (403) and a missing object (404).
+//! The download manager against MinIO with URLs presigned by object_store's
+//! `Signer`: authentication without hand-written crypto, byte-exact ranges
+//! and uploads, and clear errors for a bad signature (403) and a missing
+//! object (404) that never show the secret or the signature.
 
-use std::net::{SocketAddr, ToSocketAddrs};
 use std::sync::Arc;
 use std::time::Duration;
 
-use blobhouse_io::uring::{EventLoop, FetchError, Get, LoopOptions};
+use blobhouse_io::{DownloadManager, ManagerOptions};
 use blobhouse_testbed::{ACCESS_KEY, BUCKET, Lifetime, Profile, REGION, SECRET_KEY, Testbed};
+use bytes::Bytes;
 use object_store::aws::{AmazonS3, AmazonS3Builder};
 use object_store::path::Path;
 use object_store::signer::Signer;
@@ -27,69 +28,58 @@ fn store(endpoint: &str) -> Arc<AmazonS3> {
     )
 }
 
-/// A presigned URL as a `Get`: the loop sees only an address, a host and a target.
-fn presigned_get(url: &url_like::Url, range: Option<std::ops::Range<u64>>) -> Get {
-    let addr: SocketAddr = (url.host.as_str(), url.port).to_socket_addrs().unwrap().next().unwrap();
-    Get { addr, host: format!("{}:{}", url.host, url.port), target: url.target.clone(), range, buffer: Vec::new() }
-}
-
-/// The parts of a URL the event loop needs, without another crate.
-mod url_like {
-    pub struct Url {
-        pub host: String,
-        pub port: u16,
-        pub target: String,
-    }
-    pub fn parse(s: &str) -> Url {
-        let rest = s.strip_prefix("http://").expect("http URL");
-        let (authority, target) = rest.split_at(rest.find('/').unwrap_or(rest.len()));
-        let (host, port) = authority.rsplit_once(':').map(|(h, p)| (h.to_string(), p.parse().unwrap())).unwrap_or((authority.to_string(), 80));
-        Url { host, port, target: target.to_string() }
-    }
-}
-
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn presigned_gets_on_minio_are_byte_exact_and_errors_are_clear() {
+async fn presigned_gets_and_puts_on_minio_are_byte_exact_and_errors_are_clear() {
     let dir = std::env::temp_dir().join(format!("blobhouse-io-presigned-{}", std::process::id()));
     let tb = Testbed::up(&dir, Profile::Lan, Lifetime::TiedToThisProcess).unwrap();
     let s3 = store(&tb.endpoints().s3_direct);
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
     let path = Path::from("io-test/object.bin");
     s3.put(&path, PutPayload::from(data.clone())).await.unwrap();
-
-    let signed = |p: &Path| {
-        let (s3, p) = (s3.clone(), p.clone());
-        async move { s3.signed_url(http::Method::GET, &p, Duration::from_secs(300)).await.unwrap().to_string() }
+    let sign = |method: http::Method, p: &str| {
+        let (s3, p) = (s3.clone(), Path::from(p));
+        async move { s3.signed_url(method, &p, Duration::from_secs(300)).await.unwrap().to_string() }
     };
-    let url = url_like::parse(&signed(&path).await);
-    let missing = url_like::parse(&signed(&Path::from("io-test/missing.bin")).await);
-    let mut forged = url_like::parse(&signed(&path).await);
-    // Flip one hex digit of the signature.
-    let at = forged.target.find("X-Amz-Signature=").unwrap() + "X-Amz-Signature=".len();
-    let flipped = if &forged.target[at..at + 1] == "0" { "1" } else { "0" };
-    forged.target.replace_range(at..at + 1, flipped);
+    let dm = DownloadManager::new(ManagerOptions::default()).unwrap();
 
+    // Ranges and the whole object, concurrently.
+    let url = sign(http::Method::GET, "io-test/object.bin").await;
     let ranges = [0..1u64, 100..200_000, 2_999_000..3_000_000];
-    let mut gets: Vec<Get> = ranges.iter().map(|r| presigned_get(&url, Some(r.clone()))).collect();
-    gets.push(presigned_get(&url, None));
-    gets.push(presigned_get(&missing, None));
-    gets.push(presigned_get(&forged, Some(0..10)));
-    let results = tokio::task::spawn_blocking(move || EventLoop::new(LoopOptions::default()).unwrap().fetch_all(gets).unwrap()).await.unwrap();
+    let gets = ranges.iter().map(|r| dm.get(&url, Some(r.clone())));
+    for (got, r) in futures::future::join_all(gets).await.into_iter().zip(ranges.iter()) {
+        assert_eq!(got.unwrap().body, data[r.start as usize..r.end as usize], "{r:?}");
+    }
+    assert_eq!(dm.get(&url, None).await.unwrap().body, data);
 
-    for (r, range) in results.iter().zip(ranges.iter()) {
-        assert_eq!(r.as_ref().unwrap().body, data[range.start as usize..range.end as usize], "{range:?}");
-    }
-    assert_eq!(results[3].as_ref().unwrap().body, data);
-    match &results[4] {
-        Err(FetchError::Status { status: 404, detail }) => assert!(detail.contains("NoSuchKey"), "{detail}"),
-        other => panic!("missing object: {other:?}"),
-    }
-    match &results[5] {
-        Err(FetchError::Status { status: 403, detail }) => {
-            assert!(detail.contains("SignatureDoesNotMatch"), "{detail}");
-            assert!(!detail.contains(SECRET_KEY), "the secret leaked: {detail}");
-        }
-        other => panic!("forged signature: {other:?}"),
-    }
+    // An upload through a presigned PUT, read back through object_store.
+    let upload: Vec<u8> = (0..5_000_000u32).map(|i| (i * 13 % 241) as u8).collect();
+    let put_url = sign(http::Method::PUT, "io-test/uploaded.bin").await;
+    dm.put(&put_url, Bytes::from(upload.clone())).await.unwrap();
+    let back = s3.get(&Path::from("io-test/uploaded.bin")).await.unwrap().bytes().await.unwrap();
+    assert_eq!(back, upload);
+    let stats = dm.stats();
+    assert_eq!(stats.loops.sent_bytes, upload.len() as u64);
+    assert_eq!(stats.loops.failures, 0);
+
+    // A missing object: 404, named, no signature in the message.
+    let missing = sign(http::Method::GET, "io-test/missing.bin").await;
+    let err = dm.get(&missing, None).await.unwrap_err();
+    let msg = err.to_string();
+    assert_eq!(err.status(), Some(404), "{msg}");
+    assert!(msg.contains("io-test/missing.bin") && msg.contains("NoSuchKey") && msg.contains("no such object"), "{msg}");
+    assert!(!msg.contains("X-Amz-Signature"), "the signature leaked: {msg}");
+
+    // A forged signature: 403, pointing at the credentials, no secret.
+    let at = url.find("X-Amz-Signature=").unwrap() + "X-Amz-Signature=".len();
+    let mut forged = url.clone();
+    let flipped = if &forged[at..at + 1] == "0" { "1" } else { "0" };
+    forged.replace_range(at..at + 1, flipped);
+    let err = dm.get(&forged, Some(0..10)).await.unwrap_err();
+    let msg = err.to_string();
+    assert_eq!(err.status(), Some(403), "{msg}");
+    assert!(msg.contains("SignatureDoesNotMatch") && msg.contains("credentials") && msg.contains("io-test/object.bin"), "{msg}");
+    assert!(!msg.contains(SECRET_KEY) && !msg.contains("X-Amz-Signature"), "a secret leaked: {msg}");
+    drop(dm);
     Testbed::down(&dir).unwrap();
 }
+

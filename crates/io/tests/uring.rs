@@ -3,7 +3,7 @@
 use std::net::SocketAddr;
 use std::time::Duration;
 
-use blobhouse_io::uring::{Backend, EventLoop, FetchError, Get, LoopOptions};
+use blobhouse_io::uring::{Backend, EventLoop, FetchError, LoopOptions, Request};
 use blobhouse_testbed::{Lifetime, Profile, Testbed, Toxic, process};
 use serde_json::json;
 
@@ -67,8 +67,8 @@ macro_rules! on_both_backends {
 }
 on_both_backends!(ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections, client_errors_fail_at_once_with_the_status, resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact, one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled, hedging_answers_stalled_requests_from_a_duplicate, hedges_stay_within_their_share);
 
-fn get(port: u16, object: &str, range: Option<std::ops::Range<u64>>) -> Get {
-    Get { addr: SocketAddr::from(([127, 0, 0, 1], port)), host: format!("127.0.0.1:{port}"), target: format!("/cal/{object}"), range, buffer: Vec::new() }
+fn get(port: u16, object: &str, range: Option<std::ops::Range<u64>>) -> Request {
+    Request::get(SocketAddr::from(([127, 0, 0, 1], port)), format!("127.0.0.1:{port}"), format!("/cal/{object}"), range)
 }
 
 fn file(tb: &Testbed, object: &str) -> Vec<u8> {
@@ -81,7 +81,7 @@ fn ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections(backen
     let port = tb.state().nginx_port;
     let big = file(tb, "16m-3");
     let ranges = [0..1u64, 1000..5000, 0..(16 << 20), (16 << 20) - 7..(16 << 20), 5..(9 << 20)];
-    let mut gets: Vec<Get> = ranges.iter().map(|r| get(port, "16m-3", Some(r.clone()))).collect();
+    let mut gets: Vec<Request> = ranges.iter().map(|r| get(port, "16m-3", Some(r.clone()))).collect();
     gets.push(get(port, "1m-2", None));
     let mut lp = EventLoop::new(LoopOptions { max_in_flight: 3, backend, ..Default::default() }).unwrap();
     assert_eq!(lp.backend(), backend);
@@ -191,7 +191,7 @@ fn hedging_answers_stalled_requests_from_a_duplicate(backend: Backend) {
     let (unhedged, s) = run(None);
     assert_eq!(s.hedges, 0);
     assert!(unhedged >= Duration::from_millis(2900), "no request hit a stalled connection ({unhedged:?})");
-    let policy = blobhouse_io::uring::HedgePolicy { first_byte: Duration::from_millis(200), per_mib: Duration::from_millis(40), max_share: 1.0 };
+    let policy = blobhouse_io::uring::HedgePolicy { first_byte: Duration::from_millis(200), per_mib: Duration::from_millis(40), max_share: 1.0, adaptive: false };
     let (hedged, s) = run(Some(policy));
     assert!(s.hedges > 0 && s.hedges_won > 0, "{s:?}");
     assert!(hedged < Duration::from_millis(2000), "slowest hedged request took {hedged:?}; unhedged {unhedged:?}; {s:?}");
@@ -201,7 +201,7 @@ fn hedges_stay_within_their_share(backend: Backend) {
     let tb = testbed();
     // Every connection is late: only the budget limits the hedges.
     let port = proxy(tb, "hedge-slow", &[Toxic::new("slow", "latency", 1.0, json!({"latency": 400}))]);
-    let policy = blobhouse_io::uring::HedgePolicy { first_byte: Duration::from_millis(100), per_mib: Duration::from_millis(40), max_share: 0.1 };
+    let policy = blobhouse_io::uring::HedgePolicy { first_byte: Duration::from_millis(100), per_mib: Duration::from_millis(40), max_share: 0.1, adaptive: false };
     let mut lp = EventLoop::new(LoopOptions { hedge: Some(policy), backend, ..Default::default() }).unwrap();
     let results = lp.fetch_all((0..40u64).map(|i| get(port, "1k-0", Some(i..i + 10))).collect()).unwrap();
     assert!(results.iter().all(Result::is_ok));

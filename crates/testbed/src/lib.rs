@@ -311,7 +311,12 @@ http {{
   uwsgi_temp_path {d}/nginx-tmp/uwsgi;
   scgi_temp_path {d}/nginx-tmp/scgi;
   limit_req_zone $server_port zone=throttle:1m rate={rate}r/s;
-  server {{ listen 127.0.0.1:{port}; root {d}/www; }}
+  server {{
+    listen 127.0.0.1:{port};
+    root {d}/www;
+    # Uploads (plain-HTTP PUT tests of the download manager).
+    location /upload/ {{ dav_methods PUT; create_full_put_path on; client_max_body_size 0; }}
+  }}
   server {{
     listen 127.0.0.1:{throttled_port};
     root {d}/www;

@@ -1,0 +1,196 @@
+//! What the store is doing, learned from completed requests: the latency
+//! model that sets how many requests to keep in flight (AnyBlob §2.4) and
+//! when a request is late enough to hedge (§3.2).
+//!
+//! A request of `s` MiB takes about `base + s × per_mib`. One request then
+//! delivers `s / (base + s × per_mib)`; to reach a target throughput `T`
+//! the loop needs `T × (base + s × per_mib) / s` requests in flight. Under a
+//! saturated link every request slows down, and a model fed with those
+//! slowed requests would ask for ever more of them; the estimates therefore
+//! come from the fast end of the recent distribution (the lower quartile of
+//! per-MiB times, the median first byte), which is what the store gives an
+//! uncontended request. The link itself is the configured `target`.
+//!
+//! Hedging deadlines come from the same samples: a request is late when its
+//! first byte is later than the recent p95, or its completion later than the
+//! p95 first byte plus its size at the p95 per-MiB time — never earlier than
+//! the policy's floor, so a fast local network does not hedge on noise.
+
+use std::time::Duration;
+
+/// Recent samples, oldest overwritten first.
+#[derive(Debug, Clone)]
+struct Window {
+    values: Vec<f64>,
+    next: usize,
+}
+
+const WINDOW: usize = 256;
+
+impl Window {
+    fn new() -> Self {
+        Window { values: Vec::with_capacity(WINDOW), next: 0 }
+    }
+
+    fn push(&mut self, v: f64) {
+        if self.values.len() < WINDOW {
+            self.values.push(v);
+        } else {
+            self.values[self.next] = v;
+        }
+        self.next = (self.next + 1) % WINDOW;
+    }
+
+    fn quantile(&self, q: f64) -> Option<f64> {
+        if self.values.is_empty() {
+            return None;
+        }
+        let mut v = self.values.clone();
+        v.sort_by(f64::total_cmp);
+        let i = ((q * (v.len() - 1) as f64).round() as usize).min(v.len() - 1);
+        Some(v[i])
+    }
+}
+
+/// Samples needed before observations replace the paper's starting values.
+const MIN_SAMPLES: usize = 16;
+/// Requests smaller than this say little about per-MiB time.
+const MIN_BYTES_FOR_RATE: u64 = 1 << 20;
+
+/// The paper's S3 figures, used until enough requests have completed.
+const START_BASE: f64 = 0.030;
+const START_PER_MIB: f64 = 0.020;
+
+/// Online estimates of first-byte and per-MiB latency.
+#[derive(Debug, Clone)]
+pub struct LatencyModel {
+    first_byte: Window,
+    per_mib: Window,
+    /// Exponentially weighted mean of request sizes, bytes.
+    size: f64,
+}
+
+impl Default for LatencyModel {
+    fn default() -> Self {
+        LatencyModel { first_byte: Window::new(), per_mib: Window::new(), size: 0.0 }
+    }
+}
+
+impl LatencyModel {
+    /// Records a completed request: `bytes` received, head after
+    /// `first_byte`, last byte after `total` (of the same attempt).
+    pub fn observe(&mut self, bytes: u64, first_byte: Duration, total: Duration) {
+        self.first_byte.push(first_byte.as_secs_f64());
+        if bytes >= MIN_BYTES_FOR_RATE {
+            let transfer = total.saturating_sub(first_byte).as_secs_f64();
+            self.per_mib.push(transfer / (bytes as f64 / (1u64 << 20) as f64));
+        }
+    }
+
+    /// Records the size of a request handed to the loop.
+    pub fn submitted(&mut self, bytes: u64) {
+        self.size = if self.size == 0.0 { bytes as f64 } else { 0.95 * self.size + 0.05 * bytes as f64 };
+    }
+
+    /// Latency before the first byte of an uncontended request, seconds.
+    pub fn base(&self) -> f64 {
+        if self.first_byte.values.len() < MIN_SAMPLES { START_BASE } else { self.first_byte.quantile(0.5).unwrap_or(START_BASE) }
+    }
+
+    /// Transfer time per MiB of an uncontended request, seconds.
+    pub fn per_mib(&self) -> f64 {
+        if self.per_mib.values.len() < MIN_SAMPLES { START_PER_MIB } else { self.per_mib.quantile(0.25).unwrap_or(START_PER_MIB) }
+    }
+
+    /// Requests to keep in flight for `target` bytes per second with
+    /// requests of the recent mean size, within `memory` bytes of buffers
+    /// and `[1, max]`.
+    pub fn in_flight(&self, target: f64, memory: u64, max: usize) -> usize {
+        let size = if self.size > 0.0 { self.size } else { (16u64 << 20) as f64 };
+        let mib = size / (1u64 << 20) as f64;
+        let per_request = size / (self.base() + mib * self.per_mib()).max(1e-6);
+        let need = (target / per_request).ceil();
+        let by_memory = (memory as f64 / size).floor();
+        (need.min(by_memory).max(1.0) as usize).min(max.max(1))
+    }
+
+    /// The hedging deadlines (first byte, per MiB after it): `start` until
+    /// enough requests have completed, then the recent p95s, each at least
+    /// its `floor`.
+    pub fn hedge_deadlines(&self, start: (Duration, Duration), floor: (Duration, Duration)) -> (Duration, Duration) {
+        let q = |w: &Window, start: Duration, floor: Duration| match w.values.len() < MIN_SAMPLES {
+            true => start,
+            false => w.quantile(0.95).map(Duration::from_secs_f64).unwrap_or(start).max(floor),
+        };
+        (q(&self.first_byte, start.0, floor.0), q(&self.per_mib, start.1, floor.1))
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    const MIB: u64 = 1 << 20;
+
+    fn ms(v: u64) -> Duration {
+        Duration::from_millis(v)
+    }
+
+    #[test]
+    fn starts_from_the_papers_figures() {
+        let mut m = LatencyModel::default();
+        m.submitted(16 * MIB);
+        // 16 MiB at 30 ms + 16 × 20 ms = 350 ms → 45.7 MiB/s per request;
+        // 1 GiB/s needs 23 requests.
+        assert_eq!(m.in_flight(1024.0 * MIB as f64, u64::MAX, 1024), 23);
+    }
+
+    #[test]
+    fn a_slow_store_needs_more_requests_and_a_fast_one_fewer() {
+        let mut slow = LatencyModel::default();
+        let mut fast = LatencyModel::default();
+        for _ in 0..64 {
+            slow.submitted(16 * MIB);
+            fast.submitted(16 * MIB);
+            // s3-scaled: 32 ms + 412 ms/MiB → ~2.4 MiB/s per request.
+            slow.observe(16 * MIB, ms(32), ms(32 + 16 * 412));
+            // loopback: 1 ms + 2 ms/MiB.
+            fast.observe(16 * MIB, ms(1), ms(1 + 16 * 2));
+        }
+        let target = 600.0 * MIB as f64;
+        let n = slow.in_flight(target, u64::MAX, 1024);
+        assert!((240..=260).contains(&n), "{n}");
+        assert_eq!(fast.in_flight(target, u64::MAX, 1024), 2);
+        // Memory and the hard cap bound it.
+        assert_eq!(slow.in_flight(target, 64 * 16 * MIB, 1024), 64);
+        assert_eq!(slow.in_flight(target, u64::MAX, 100), 100);
+    }
+
+    #[test]
+    fn contended_requests_do_not_inflate_the_estimate() {
+        let mut m = LatencyModel::default();
+        m.submitted(16 * MIB);
+        // Most requests are slowed 3× by a full link; a third run uncontended.
+        for i in 0..90 {
+            let per_mib = if i % 3 == 0 { 412 } else { 1236 };
+            m.observe(16 * MIB, ms(32), ms(32 + 16 * per_mib));
+        }
+        assert!((m.per_mib() - 0.412).abs() < 1e-9, "{}", m.per_mib());
+    }
+
+    #[test]
+    fn hedge_deadlines_follow_the_tail_but_not_below_the_floor() {
+        let mut m = LatencyModel::default();
+        let start = (ms(200), Duration::from_micros(37_500));
+        assert_eq!(m.hedge_deadlines(start, (ms(20), ms(1))), start);
+        for i in 0..100u64 {
+            // first byte 30..=129 ms, 50 ms/MiB
+            m.observe(4 * MIB, ms(30 + i), ms(30 + i + 200));
+        }
+        let (fb, pm) = m.hedge_deadlines(start, (ms(20), ms(10)));
+        assert!((ms(120)..=ms(130)).contains(&fb), "{fb:?}");
+        assert_eq!(pm, ms(50));
+        // The floor wins over a fast store's tail.
+        assert_eq!(m.hedge_deadlines(start, (ms(500), ms(100))), (ms(500), ms(100)));
+    }
+}
