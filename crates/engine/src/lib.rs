@@ -3,15 +3,19 @@
 //! - [`Engine`]: one open database with a DataFusion session; runs statements.
 //! - [`provider`]: tables, the schema provider and the INSERT sink.
 //! - [`scan`]: the footer-free, zone-map-pruned scan operator and its metrics.
-//! - [`chunks`]: request planning (split/coalesce) and fetched-chunk decoding.
+//! - [`source`]: where data ranges are read from — the download manager
+//!   with presigned URLs, or object_store.
+//! - [`chunks`]: fetched column chunks served to the Parquet decoder.
 //! - [`copy`]: `COPY table FROM …`.
 
 pub mod chunks;
 pub mod copy;
 pub mod provider;
 pub mod scan;
+pub mod source;
 mod session;
 
 pub use chunks::RequestPolicy;
+pub use source::DataSource;
 pub use scan::{BlobScanExec, ScanMetrics, collect_scan_metrics};
 pub use session::{Engine, EngineError, EngineOptions, QueryResult, split_statements};

@@ -22,6 +22,7 @@ use blobhouse_storage::{Change, Database, StorageError, TableWriter};
 
 use crate::EngineOptions;
 use crate::scan::{BlobScanExec, FooterCache, ScanRequest};
+use crate::source::DataSource;
 
 pub(crate) fn external(e: StorageError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
@@ -34,11 +35,12 @@ pub struct BlobSchemaProvider {
     db: Arc<Database>,
     options: Arc<EngineOptions>,
     footers: Arc<FooterCache>,
+    source: DataSource,
 }
 
 impl BlobSchemaProvider {
-    pub(crate) fn new(db: Arc<Database>, options: Arc<EngineOptions>, footers: Arc<FooterCache>) -> Self {
-        BlobSchemaProvider { db, options, footers }
+    pub(crate) fn new(db: Arc<Database>, options: Arc<EngineOptions>, footers: Arc<FooterCache>, source: DataSource) -> Self {
+        BlobSchemaProvider { db, options, footers, source }
     }
 }
 
@@ -60,6 +62,7 @@ impl SchemaProvider for BlobSchemaProvider {
             manifest,
             options: self.options.clone(),
             footers: self.footers.clone(),
+            source: self.source.clone(),
         })))
     }
 
@@ -86,6 +89,7 @@ pub struct BlobTable {
     manifest: Arc<Manifest>,
     options: Arc<EngineOptions>,
     footers: Arc<FooterCache>,
+    source: DataSource,
 }
 
 #[async_trait]
@@ -113,6 +117,7 @@ impl TableProvider for BlobTable {
                 target_partitions: state.config().target_partitions(),
                 batch_size: state.config().batch_size(),
                 policy: &self.options.requests,
+                source: &self.source,
             },
         )?;
         Ok(Arc::new(exec))

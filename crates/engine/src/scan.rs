@@ -37,7 +37,6 @@ use datafusion::physical_plan::{
 };
 use datafusion::catalog::Session;
 use object_store::path::Path;
-use object_store::{ObjectStore, ObjectStoreExt};
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
 use parquet::file::metadata::ParquetMetaDataReader;
@@ -46,6 +45,7 @@ use blobhouse_storage::format::{DataObject, Manifest};
 use blobhouse_storage::{Database, StorageError};
 
 use crate::chunks::{FetchedChunks, RequestPolicy, Span};
+use crate::source::DataSource;
 
 /// Decoded Parquet footers, by object path. Objects are never rewritten, so
 /// an entry never goes stale.
@@ -112,7 +112,7 @@ struct PlanSummary {
 #[derive(Debug)]
 pub struct BlobScanExec {
     table: String,
-    store: Arc<dyn ObjectStore>,
+    source: DataSource,
     schema: SchemaRef,
     projection: Vec<usize>,
     partitions: Vec<Vec<ScanUnit>>,
@@ -135,6 +135,8 @@ pub struct ScanRequest<'a> {
     pub target_partitions: usize,
     pub batch_size: usize,
     pub policy: &'a RequestPolicy,
+    /// Where the data ranges are read from.
+    pub source: &'a DataSource,
 }
 
 impl BlobScanExec {
@@ -216,7 +218,7 @@ impl BlobScanExec {
         MetricBuilder::new(&metrics).global_counter("bytes_skipped").add(summary.bytes_skipped as usize);
         Ok(BlobScanExec {
             table: req.table.to_string(),
-            store: db.store().clone(),
+            source: req.source.clone(),
             schema,
             projection,
             partitions,
@@ -307,7 +309,8 @@ impl DisplayAs for BlobScanExec {
                 if !self.filters.is_empty() {
                     write!(f, ", pruning_filters=[{}]", self.filters.join(", "))?;
                 }
-                Ok(())
+                let reader = if self.source.download_manager().is_some() { "download_manager" } else { "object_store" };
+                write!(f, ", reader={reader}")
             }
         }
     }
@@ -347,14 +350,14 @@ impl ExecutionPlan for BlobScanExec {
         let m = PartitionMetrics::new(&self.metrics, partition);
         let mut builder = RecordBatchReceiverStream::builder(self.schema.clone(), 2);
         let tx = builder.tx();
-        let store = self.store.clone();
+        let source = self.source.clone();
         let schema = self.schema.clone();
         let projection = self.projection.clone();
         let batch_size = self.batch_size;
         builder.spawn(async move {
             let fetch = |u: &ScanUnit| {
-                let (store, u, m) = (store.clone(), u.clone(), m.clone());
-                SpawnedTask::spawn(async move { fetch_unit(&store, &u, &m).await })
+                let (source, u, m) = (source.clone(), u.clone(), m.clone());
+                SpawnedTask::spawn(async move { fetch_unit(&source, &u, &m).await })
             };
             let mut iter = units.into_iter();
             let mut next = iter.next().map(|u| {
@@ -454,6 +457,9 @@ struct PartitionMetrics {
     row_groups_read: Count,
     fetch_time: Time,
     decode_time: Time,
+    retries: Count,
+    hedged: Count,
+    first_byte_time: Time,
 }
 
 impl PartitionMetrics {
@@ -464,31 +470,25 @@ impl PartitionMetrics {
             row_groups_read: MetricBuilder::new(set).counter("row_groups_read", partition),
             fetch_time: MetricBuilder::new(set).subset_time("fetch_time", partition),
             decode_time: MetricBuilder::new(set).subset_time("decode_time", partition),
+            retries: MetricBuilder::new(set).counter("retries", partition),
+            hedged: MetricBuilder::new(set).counter("hedged", partition),
+            first_byte_time: MetricBuilder::new(set).subset_time("first_byte_time", partition),
         }
     }
 }
 
 /// Issues all range requests of a unit concurrently and reassembles spans.
-async fn fetch_unit(store: &Arc<dyn ObjectStore>, unit: &ScanUnit, m: &PartitionMetrics) -> Result<FetchedChunks> {
+async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &PartitionMetrics) -> Result<FetchedChunks> {
     let timer = m.fetch_time.timer();
     let object = &unit.object;
-    let requests = unit.spans.iter().flat_map(|s| s.requests.iter().cloned());
-    let fetched = futures::future::try_join_all(requests.map(|r| async move {
-        let bytes = store
-            .get_range(&object.path, r.clone())
-            .await
-            .map_err(|e| DataFusionError::External(Box::new(StorageError::store("GET", object.display.clone(), e))))?;
-        if bytes.len() as u64 != r.end - r.start {
-            return Err(DataFusionError::External(Box::new(StorageError::Corrupt {
-                location: object.display.clone(),
-                reason: format!("range {}..{} returned {} bytes; the object is truncated", r.start, r.end, bytes.len()),
-            })));
-        }
-        Ok(bytes)
-    }))
-    .await?;
+    let requests: Vec<Range<u64>> = unit.spans.iter().flat_map(|s| s.requests.iter().cloned()).collect();
+    let got = source.get_ranges(&object.path, &object.display, &requests).await.map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let fetched = got.bytes;
     m.get_requests.add(fetched.len());
     m.bytes_fetched.add(fetched.iter().map(Bytes::len).sum());
+    m.retries.add(got.retries as usize);
+    m.hedged.add(got.hedged as usize);
+    m.first_byte_time.add_duration(got.first_byte);
     let mut parts = fetched.into_iter();
     let mut spans = Vec::with_capacity(unit.spans.len());
     for span in &unit.spans {

@@ -18,6 +18,8 @@ use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig};
 use blobhouse_storage::{Change, CommitOutcome, Database, Location, StorageError, StoreOptions, WriteOptions, open_location};
 
 use crate::chunks::RequestPolicy;
+use crate::source::DataSource;
+use blobhouse_io::{DownloadManager, ManagerOptions};
 use crate::copy::{CopyFormat, CopyFrom, parse_copy_from};
 use crate::provider::{BlobSchemaProvider, write_stream};
 use crate::scan::{FooterCache, ScanMetrics, collect_scan_metrics};
@@ -34,6 +36,8 @@ pub enum EngineError {
     Copy { table: String, source_url: String, message: String },
     #[error("{0}")]
     Unsupported(String),
+    #[error("cannot start the download manager: {0} (set EngineOptions::download to None to read through object_store)")]
+    DownloadManager(std::io::Error),
 }
 
 /// DataFusion wraps our storage errors as "External error: …"; show them plainly.
@@ -58,6 +62,9 @@ pub struct EngineOptions {
     pub target_partitions: usize,
     /// Rows per record batch in execution.
     pub batch_size: usize,
+    /// The download manager for data reads from object stores; `None`
+    /// reads them through object_store.
+    pub download: Option<ManagerOptions>,
 }
 
 impl Default for EngineOptions {
@@ -67,6 +74,7 @@ impl Default for EngineOptions {
             requests: RequestPolicy::default(),
             target_partitions: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             batch_size: 8192,
+            download: Some(ManagerOptions::default()),
         }
     }
 }
@@ -97,6 +105,7 @@ pub struct Engine {
     ctx: SessionContext,
     options: Arc<EngineOptions>,
     store_options: StoreOptions,
+    source: DataSource,
 }
 
 impl Engine {
@@ -108,6 +117,13 @@ impl Engine {
 
     /// Opens the database at an already-built location (tests wrap stores).
     pub async fn open_location(loc: Location, store_options: StoreOptions, options: EngineOptions) -> Result<Engine, EngineError> {
+        let source = match (&options.download, &loc.signer) {
+            (Some(dm), Some(signer)) => {
+                let dm = DownloadManager::new(dm.clone()).map_err(EngineError::DownloadManager)?;
+                DataSource::managed(loc.store.clone(), dm, signer.clone())
+            }
+            _ => DataSource::store(loc.store.clone()),
+        };
         let db = Database::open(loc, true).await?;
         let options = Arc::new(options);
         let config = SessionConfig::new()
@@ -115,11 +131,17 @@ impl Engine {
             .with_target_partitions(options.target_partitions)
             .with_batch_size(options.batch_size);
         let ctx = SessionContext::new_with_config(config);
-        let provider = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), Arc::new(FooterCache::default())));
+        let provider = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), Arc::new(FooterCache::default()), source.clone()));
         ctx.catalog("datafusion")
             .expect("DataFusion's default catalog exists")
             .register_schema("public", provider)?;
-        Ok(Engine { db, ctx, options, store_options })
+        Ok(Engine { db, ctx, options, store_options, source })
+    }
+
+    /// The download manager reading this database's data, if any (stores
+    /// that presign to plain HTTP; see [`DataSource`]).
+    pub fn download_manager(&self) -> Option<&DownloadManager> {
+        self.source.download_manager()
     }
 
     /// The storage handle.

@@ -32,4 +32,4 @@ pub mod plan;
 pub mod stats;
 pub mod uring;
 
-pub use manager::{Download, DownloadError, DownloadManager, ManagerOptions, ManagerStats};
+pub use manager::{Download, DownloadError, DownloadManager, LoggedRequest, ManagerOptions, ManagerStats};

@@ -40,7 +40,24 @@ pub struct ManagerOptions {
     /// Bytes of requests submitted and not yet delivered, at most; callers
     /// wait beyond it.
     pub memory: u64,
+    /// Keep a log of every request (method, URL without query, range,
+    /// outcome) for [`DownloadManager::request_log`]: tests and tracing.
+    pub record_requests: bool,
 }
+
+/// One request as the log keeps it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct LoggedRequest {
+    pub method: &'static str,
+    /// Without the query string.
+    pub url: String,
+    pub range: Option<Range<u64>>,
+    /// The HTTP status of the answer, `None` if there was none.
+    pub status: Option<u16>,
+}
+
+/// The log keeps at most this many requests (the newest are dropped).
+const LOG_LIMIT: usize = 1 << 20;
 
 impl Default for ManagerOptions {
     /// One loop thread, adaptive hedging (5 % budget), requests in flight
@@ -57,6 +74,7 @@ impl Default for ManagerOptions {
                 ..LoopOptions::default()
             },
             memory,
+            record_requests: false,
         }
     }
 }
@@ -276,6 +294,7 @@ struct Inner {
     budget_units: u32,
     endpoints: Mutex<HashMap<(String, u16), Arc<Endpoint>>>,
     backend: Backend,
+    log: Option<Mutex<Vec<LoggedRequest>>>,
 }
 
 impl Drop for Inner {
@@ -310,6 +329,7 @@ impl DownloadManager {
                 budget_units,
                 endpoints: Mutex::new(HashMap::new()),
                 backend,
+                log: opts.record_requests.then(|| Mutex::new(Vec::new())),
             }),
         })
     }
@@ -347,6 +367,7 @@ impl DownloadManager {
             None => parsed.path().to_string(),
         };
         let request = make(addr, host_header, target);
+        let rx_range = request.range.clone();
         let method = if matches!(request.method, crate::uring::Method::Put(_)) { "PUT" } else { "GET" };
         // Hold the request's share of the memory budget until it is delivered.
         let units = (size.div_ceil(BUDGET_UNIT) as u32).clamp(1, self.inner.budget_units);
@@ -355,7 +376,19 @@ impl DownloadManager {
         let n = self.inner.next.fetch_add(1, Ordering::Relaxed) % self.inner.loops.len();
         let lp = &self.inner.loops[n];
         lp.send(Command::Submit(request, Box::new(move |r| drop(tx.send(r)))))?;
+        let logged = self.inner.log.as_ref().map(|_| (shown.clone(), rx_range));
         let fetched = rx.await.map_err(|_| DownloadError::Stopped(lp.published.lock().expect("not poisoned").failed.clone()))?;
+        if let (Some(log), Some((url, range))) = (&self.inner.log, logged) {
+            let status = match &fetched {
+                Ok(f) => Some(f.status),
+                Err(FetchError::Status { status, .. }) => Some(*status),
+                Err(_) => None,
+            };
+            let mut log = log.lock().expect("not poisoned");
+            if log.len() < LOG_LIMIT {
+                log.push(LoggedRequest { method, url, range, status });
+            }
+        }
         let f = fetched.map_err(|source| DownloadError::Request { method, url: shown, source })?;
         Ok(Download { body: Bytes::from(f.body), attempts: f.attempts, hedged: f.hedged, first_byte: f.first_byte, total: f.total })
     }
@@ -380,6 +413,11 @@ impl DownloadManager {
         };
         let i = endpoint.next.fetch_add(1, Ordering::Relaxed) % endpoint.addrs.len();
         Ok(endpoint.addrs[i])
+    }
+
+    /// The requests so far, if [`ManagerOptions::record_requests`] is set.
+    pub fn request_log(&self) -> Vec<LoggedRequest> {
+        self.inner.log.as_ref().map(|l| l.lock().expect("not poisoned").clone()).unwrap_or_default()
     }
 
     /// Counters of all loops so far.

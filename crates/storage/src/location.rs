@@ -17,6 +17,7 @@ use object_store::gcp::GoogleCloudStorageBuilder;
 use object_store::local::LocalFileSystem;
 use object_store::memory::InMemory;
 use object_store::path::Path;
+use object_store::signer::Signer;
 use url::Url;
 
 use crate::error::{Result, StorageError};
@@ -51,12 +52,23 @@ pub struct Location {
     pub prefix: Path,
     /// The URL the user gave, normalised, for error messages and display.
     pub url: String,
+    /// Presigns requests for the store (S3, GCS, Azure), so the download
+    /// manager can fetch data ranges without holding credentials itself;
+    /// `None` for local and in-memory stores, which object_store reads.
+    pub signer: Option<Arc<dyn Signer>>,
 }
 
 impl Location {
     /// Wraps an existing store (tests wrap stores to observe or police requests).
     pub fn from_store(store: Arc<dyn ObjectStore>, prefix: Path, url: impl Into<String>) -> Self {
-        Location { store, prefix, url: url.into() }
+        Location { store, prefix, url: url.into(), signer: None }
+    }
+
+    /// The same location with a signer for presigned data reads (tests
+    /// wrap a store and keep the original's signer).
+    pub fn with_signer(mut self, signer: Option<Arc<dyn Signer>>) -> Self {
+        self.signer = signer;
+        self
     }
 
     /// The path of `relative` inside the database.
@@ -126,16 +138,16 @@ pub fn open_location(url: &str, options: &StoreOptions) -> Result<Location> {
             b = b
                 .with_retry(retry_config())
                 .with_config(AmazonS3ConfigKey::Client(ClientConfigKey::ConnectTimeout), CONNECT_TIMEOUT);
-            let store = b.build().map_err(|e| invalid(e.to_string()))?;
-            Ok(Location::from_store(Arc::new(store), key_prefix(), url))
+            let store = Arc::new(b.build().map_err(|e| invalid(e.to_string()))?);
+            Ok(Location::from_store(store.clone(), key_prefix(), url).with_signer(Some(store)))
         }
         "gs" => {
-            let store = GoogleCloudStorageBuilder::from_env().with_url(url).with_retry(retry_config()).build().map_err(|e| invalid(e.to_string()))?;
-            Ok(Location::from_store(Arc::new(store), key_prefix(), url))
+            let store = Arc::new(GoogleCloudStorageBuilder::from_env().with_url(url).with_retry(retry_config()).build().map_err(|e| invalid(e.to_string()))?);
+            Ok(Location::from_store(store.clone(), key_prefix(), url).with_signer(Some(store)))
         }
         "az" | "abfs" | "abfss" | "azure" => {
-            let store = MicrosoftAzureBuilder::from_env().with_url(url).with_retry(retry_config()).build().map_err(|e| invalid(e.to_string()))?;
-            Ok(Location::from_store(Arc::new(store), key_prefix(), url))
+            let store = Arc::new(MicrosoftAzureBuilder::from_env().with_url(url).with_retry(retry_config()).build().map_err(|e| invalid(e.to_string()))?);
+            Ok(Location::from_store(store.clone(), key_prefix(), url).with_signer(Some(store)))
         }
         other => Err(invalid(format!("unsupported scheme '{other}'; use file://, s3://, gs://, az:// or memory://"))),
     }

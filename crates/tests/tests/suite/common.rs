@@ -7,6 +7,28 @@ use blobhouse_storage::{Location, StoreOptions, open_location};
 use blobhouse_testkit::{AuditStore, MinioServer};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 
+/// Every read of a data object (`.parquet`) so far, from the audited store
+/// (object_store path) and the engine's download manager (S3 path): the
+/// object's path or URL and the range (`None` for an unbounded GET).
+pub fn data_reads(db: &TestDb, e: &Engine) -> Vec<(String, Option<std::ops::Range<u64>>)> {
+    let mut out = Vec::new();
+    for req in db.audit.requests() {
+        if let blobhouse_testkit::Request::Get { path, range, .. } = req
+            && path.ends_with(".parquet")
+        {
+            let range = match range {
+                Some(object_store::GetRange::Bounded(r)) => Some(r),
+                _ => None,
+            };
+            out.push((path, range));
+        }
+    }
+    if let Some(dm) = e.download_manager() {
+        out.extend(dm.request_log().into_iter().filter(|r| r.url.ends_with(".parquet")).map(|r| (r.url, r.range)));
+    }
+    out
+}
+
 /// Where a test database lives.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Backend {
@@ -54,12 +76,17 @@ impl TestDb {
         };
         let raw = open_location(&url, &store_options).expect("open location");
         let audit = AuditStore::new(raw.store.clone());
-        let location = Location::from_store(Arc::new(audit.clone()), raw.prefix.clone(), raw.url.clone());
+        let location = Location::from_store(Arc::new(audit.clone()), raw.prefix.clone(), raw.url.clone()).with_signer(raw.signer.clone());
         TestDb { url, store_options, audit, location, _dir: dir }
     }
 
     /// A new engine handle on the database (its own key leases and caches).
-    pub async fn engine(&self, options: EngineOptions) -> Engine {
+    /// An engine on this database; its download manager (on S3) keeps a
+    /// request log for [`TestDb::data_reads`].
+    pub async fn engine(&self, mut options: EngineOptions) -> Engine {
+        if let Some(dm) = options.download.as_mut() {
+            dm.record_requests = true;
+        }
         Engine::open_location(self.location.clone(), self.store_options.clone(), options).await.expect("open engine")
     }
 }

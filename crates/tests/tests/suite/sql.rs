@@ -77,7 +77,10 @@ async fn explain_analyze_shows_scan_metrics(b: Backend) {
     let e = db.engine(EngineOptions::default()).await;
     run(&e, "CREATE TABLE n AS SELECT value AS v, value * 2 AS w FROM generate_series(1, 10000)").await;
     let plan = text(&run(&e, "EXPLAIN ANALYZE SELECT sum(v) FROM n WHERE v > 5000").await);
-    for metric in ["BlobScanExec", "get_requests=", "bytes_fetched=", "row_groups_read=", "row_groups_pruned=", "bytes_skipped="] {
+    for metric in ["BlobScanExec", "get_requests=", "bytes_fetched=", "row_groups_read=", "row_groups_pruned=", "bytes_skipped=", "retries=", "hedged=", "first_byte_time="] {
         assert!(plan.contains(metric), "EXPLAIN ANALYZE lacks {metric}:\n{plan}");
     }
+    // On S3 the data ranges go through the download manager, elsewhere through object_store.
+    let reader = if matches!(b, Backend::Minio) { "reader=download_manager" } else { "reader=object_store" };
+    assert!(plan.contains(reader), "EXPLAIN ANALYZE lacks {reader}:\n{plan}");
 }
