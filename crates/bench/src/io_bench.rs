@@ -1,19 +1,29 @@
 //! `blobhouse bench io`: the download manager against object_store's reqwest
 //! path, same requests, same server, same run.
 //!
-//! Both clients fetch the testbed's 16 MiB calibration objects from nginx in
-//! ranges of the given size with the given number of requests in flight, on
-//! one client thread each (the event loop runs on the calling thread;
-//! object_store runs on a current-thread tokio runtime). CPU is the process's
-//! user + system time (`getrusage(RUSAGE_SELF)`) over the run: the servers are
-//! other processes, so it is the client's cost alone. Every body's length is
+//! Both clients fetch ranges of the testbed's 16 MiB calibration objects
+//! through the profile's HTTP endpoint (nginx, shaped by the profile), with
+//! a fixed number of requests in flight, from a current-thread tokio
+//! runtime: object_store runs its requests on that thread; the download
+//! manager runs them on its one event-loop thread and answers the runtime's
+//! futures. A third client, "download manager (model)", submits every
+//! request at once and lets the latency model and the memory budget decide
+//! how many are on the wire. CPU is the process's user + system time
+//! (`getrusage(RUSAGE_SELF)`) over the run — the servers are other
+//! processes, so it is the client's cost alone. Every body's length is
 //! checked; the bytes themselves are checked by the crates' tests.
+//!
+//! Each point is run `repeats` times, the clients interleaved, and reported
+//! as medians. Throughput is reported for the whole run and for its steady
+//! state (between the 10th and the 90th percentile of completions), which is
+//! what the testbed's calibration measures too.
 
 use std::net::SocketAddr;
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
-use blobhouse_io::uring::{EventLoop, LoopOptions, Request};
+use blobhouse_io::uring::{ConcurrencyTarget, EventLoop, LoopOptions, Request};
+use blobhouse_io::{DownloadManager, ManagerOptions};
 use blobhouse_testbed::Testbed;
 use futures::StreamExt;
 use object_store::ObjectStoreExt;
@@ -29,22 +39,47 @@ pub struct IoBenchOptions {
     pub sizes: Vec<usize>,
     /// Requests in flight.
     pub in_flight: Vec<usize>,
-    /// Where report.txt, io.csv and the plot go.
+    /// Runs per point (medians are reported).
+    pub repeats: usize,
+    /// Which clients to run.
+    pub clients: Vec<Client>,
+    /// The memory budget of the model-driven client, bytes.
+    pub model_memory: u64,
+    /// The link the model-driven client aims for, bytes/s.
+    pub model_target: f64,
+    /// The testbed's calibrated aggregate throughput (MiB/s), to report
+    /// throughput as a share of it.
+    pub calibrated_mib_s: Option<f64>,
+    /// Where report.txt, io.csv and the plots go.
     pub out: PathBuf,
 }
 
 /// Which client.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Client {
+    /// The download manager with a fixed number of requests in flight.
     DownloadManager,
+    /// The download manager, requests in flight from its latency model.
+    DownloadManagerModel,
     ObjectStore,
 }
 
 impl Client {
-    fn name(self) -> &'static str {
+    pub fn name(self) -> &'static str {
         match self {
-            Client::DownloadManager => "download manager (io_uring)",
+            Client::DownloadManager => "download manager",
+            Client::DownloadManagerModel => "download manager (model)",
             Client::ObjectStore => "object_store 0.13 (reqwest)",
+        }
+    }
+
+    /// Parses `dm`, `dm-model`, `object-store`.
+    pub fn parse(s: &str) -> Result<Client, String> {
+        match s {
+            "dm" => Ok(Client::DownloadManager),
+            "dm-model" => Ok(Client::DownloadManagerModel),
+            "object-store" => Ok(Client::ObjectStore),
+            other => Err(format!("unknown client '{other}': use dm, dm-model or object-store")),
         }
     }
 }
@@ -57,17 +92,25 @@ pub struct IoRun {
     pub in_flight: usize,
     pub bytes: u64,
     pub seconds: f64,
+    /// Seconds between the 10th and the 90th percentile of completions.
+    pub steady_seconds: f64,
     pub cpu_seconds: f64,
     pub retries: u64,
+    /// Most requests on the wire at once (download manager only).
+    pub max_in_flight: usize,
 }
 
 impl IoRun {
     fn gib(&self) -> f64 {
         self.bytes as f64 / (1u64 << 30) as f64
     }
-    /// Throughput.
+    /// Throughput over the whole run.
     pub fn gib_per_s(&self) -> f64 {
         self.gib() / self.seconds
+    }
+    /// Throughput in the steady state (the middle 80 % of completions).
+    pub fn steady_mib_per_s(&self) -> f64 {
+        0.8 * self.bytes as f64 / (1u64 << 20) as f64 / self.steady_seconds
     }
     /// Client CPU per GiB.
     pub fn cpu_per_gib(&self) -> f64 {
@@ -94,44 +137,74 @@ fn request(i: usize, size: usize) -> (String, std::ops::Range<u64>) {
     (format!("cal/16m-{}", i % OBJECTS), start..start + size as u64)
 }
 
-/// Runs the event loop: batches of 2 × in-flight requests, buffers reused.
-pub fn run_download_manager(base: &str, size: usize, in_flight: usize, requests: usize) -> Result<IoRun, String> {
-    let url = base.strip_prefix("http://").ok_or("the download manager benchmark needs an http:// endpoint")?;
-    let addr: SocketAddr = url.parse().map_err(|e| format!("{url}: {e}"))?;
-    let opts = LoopOptions { max_in_flight: in_flight, attempt_timeout: Duration::from_secs(60), ..Default::default() };
-    let mut lp = EventLoop::new(opts).map_err(|e| format!("io_uring: {e}"))?;
-    let mut buffers: Vec<Vec<u8>> = Vec::new();
-    let batch = (2 * in_flight).max(1);
-    let (cpu0, t0) = (cpu_seconds(), Instant::now());
-    let mut bytes = 0u64;
-    let mut next = 0;
-    while next < requests {
-        let n = batch.min(requests - next);
-        let gets = (next..next + n)
-            .map(|i| {
-                let (target, range) = request(i, size);
-                Request { buffer: buffers.pop().unwrap_or_default(), ..Request::get(addr, url.to_string(), format!("/{target}"), Some(range)) }
-            })
-            .collect();
-        for r in lp.fetch_all(gets).map_err(|e| e.to_string())? {
-            let f = r.map_err(|e| e.to_string())?;
-            if f.body.len() != size {
-                return Err(format!("got {} bytes, wanted {size}", f.body.len()));
-            }
-            bytes += f.body.len() as u64;
-            buffers.push(f.body);
+/// Seconds from the 10th to the 90th percentile of completion times.
+fn steady(mut done: Vec<f64>) -> f64 {
+    done.sort_by(f64::total_cmp);
+    let at = |q: f64| done[((done.len() - 1) as f64 * q).round() as usize];
+    (at(0.9) - at(0.1)).max(1e-9)
+}
+
+fn runtime() -> Result<tokio::runtime::Runtime, String> {
+    tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())
+}
+
+/// Runs `requests` GETs through the download manager: `in_flight` at a time
+/// from the caller, or (`model`) all at once with the model deciding.
+pub fn run_download_manager(base: &str, size: usize, in_flight: usize, requests: usize, model: Option<(f64, u64)>) -> Result<IoRun, String> {
+    let mut opts = ManagerOptions::default();
+    opts.loop_options.hedge = None;
+    opts.loop_options.attempt_timeout = Duration::from_secs(60);
+    match model {
+        None => {
+            opts.loop_options.concurrency = None;
+            opts.loop_options.max_in_flight = in_flight;
+            opts.memory = (in_flight as u64 + 1) * size as u64;
         }
-        next += n;
+        Some((target, memory)) => {
+            opts.loop_options.concurrency = Some(ConcurrencyTarget { bytes_per_sec: target, memory });
+            opts.loop_options.max_in_flight = 1024;
+            opts.memory = memory;
+        }
     }
-    Ok(IoRun { client: Client::DownloadManager, size, in_flight, bytes, seconds: t0.elapsed().as_secs_f64(), cpu_seconds: cpu_seconds() - cpu0, retries: lp.stats().retries })
+    opts.buffer_pool = opts.memory as usize;
+    let dm = DownloadManager::new(opts).map_err(|e| format!("download manager: {e}"))?;
+    let window = if model.is_some() { requests } else { in_flight };
+    let rt = runtime()?;
+    let run = rt.block_on(async {
+        let (cpu0, t0) = (cpu_seconds(), Instant::now());
+        let mut results = futures::stream::iter(0..requests)
+            .map(|i| {
+                let dm = &dm;
+                async move {
+                    let (target, range) = request(i, size);
+                    dm.get(&format!("{base}/{target}"), Some(range)).await
+                }
+            })
+            .buffer_unordered(window);
+        let (mut bytes, mut done) = (0u64, Vec::with_capacity(requests));
+        while let Some(r) = results.next().await {
+            let d = r.map_err(|e| e.to_string())?;
+            if d.body.len() != size {
+                return Err(format!("got {} bytes, wanted {size}", d.body.len()));
+            }
+            bytes += d.body.len() as u64;
+            done.push(t0.elapsed().as_secs_f64());
+        }
+        let seconds = t0.elapsed().as_secs_f64();
+        let cpu_seconds = cpu_seconds() - cpu0;
+        Ok::<_, String>((bytes, seconds, steady(done), cpu_seconds))
+    })?;
+    let stats = dm.stats();
+    let client = if model.is_some() { Client::DownloadManagerModel } else { Client::DownloadManager };
+    Ok(IoRun { client, size, in_flight, bytes: run.0, seconds: run.1, steady_seconds: run.2, cpu_seconds: run.3, retries: stats.loops.retries, max_in_flight: stats.loops.max_in_flight })
 }
 
 /// Runs object_store's HTTP store on a current-thread runtime.
 pub fn run_object_store(base: &str, size: usize, in_flight: usize, requests: usize) -> Result<IoRun, String> {
-    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())?;
+    let rt = runtime()?;
     let store = object_store::http::HttpBuilder::new()
         .with_url(base)
-        .with_client_options(object_store::ClientOptions::new().with_allow_http(true))
+        .with_client_options(object_store::ClientOptions::new().with_allow_http(true).with_timeout(Duration::from_secs(60)))
         .build()
         .map_err(|e| e.to_string())?;
     rt.block_on(async {
@@ -145,19 +218,21 @@ pub fn run_object_store(base: &str, size: usize, in_flight: usize, requests: usi
                 }
             })
             .buffer_unordered(in_flight);
-        let mut bytes = 0u64;
+        let (mut bytes, mut done) = (0u64, Vec::with_capacity(requests));
         while let Some(r) = results.next().await {
             let body = r.map_err(|e| e.to_string())?;
             if body.len() != size {
                 return Err(format!("got {} bytes, wanted {size}", body.len()));
             }
             bytes += body.len() as u64;
+            done.push(t0.elapsed().as_secs_f64());
         }
-        Ok(IoRun { client: Client::ObjectStore, size, in_flight, bytes, seconds: t0.elapsed().as_secs_f64(), cpu_seconds: cpu_seconds() - cpu0, retries: 0 })
+        let seconds = t0.elapsed().as_secs_f64();
+        Ok(IoRun { client: Client::ObjectStore, size, in_flight, bytes, seconds, steady_seconds: steady(done), cpu_seconds: cpu_seconds() - cpu0, retries: 0, max_in_flight: in_flight })
     })
 }
 
-/// Runs every (size, in-flight) point with both clients, interleaved.
+/// Runs every (size, in-flight) point with every client, interleaved, `repeats` times.
 pub fn run(tb: &Testbed, opts: &IoBenchOptions, progress: &dyn Fn(&str)) -> Result<Vec<IoRun>, String> {
     tb.ensure_calibration_objects().map_err(|e| e.to_string())?;
     let base = tb.endpoints().http;
@@ -167,66 +242,172 @@ pub fn run(tb: &Testbed, opts: &IoBenchOptions, progress: &dyn Fn(&str)) -> Resu
             return Err(format!("request size {size} must be between 1 byte and 16 MiB"));
         }
         for &c in &opts.in_flight {
-            progress(&format!("{} requests of {} KiB, {c} in flight", opts.requests, size >> 10));
-            // Warm both (connections, page cache), then measure.
-            run_download_manager(&base, size, c, c.min(opts.requests))?;
-            runs.push(run_download_manager(&base, size, c, opts.requests)?);
-            run_object_store(&base, size, c, c.min(opts.requests))?;
-            runs.push(run_object_store(&base, size, c, opts.requests)?);
+            for rep in 0..opts.repeats.max(1) {
+                progress(&format!("{} requests of {} KiB, {c} in flight, run {} of {}", opts.requests, size >> 10, rep + 1, opts.repeats.max(1)));
+                for &client in &opts.clients {
+                    let one = |n: usize| match client {
+                        Client::DownloadManager => run_download_manager(&base, size, c, n, None),
+                        Client::DownloadManagerModel => run_download_manager(&base, size, c, n, Some((opts.model_target, opts.model_memory))),
+                        Client::ObjectStore => run_object_store(&base, size, c, n),
+                    };
+                    if rep == 0 {
+                        // Warm up (connections, page cache) before the first measurement.
+                        one(c.min(opts.requests))?;
+                    }
+                    runs.push(one(opts.requests)?);
+                }
+            }
         }
     }
-    write_outputs(tb, &runs, &opts.out)?;
+    write_outputs(tb, opts, &runs)?;
     Ok(runs)
 }
 
-/// The runs as a table, with the download manager's CPU ratio to object_store.
-pub fn report(profile: &str, runs: &[IoRun]) -> String {
-    let mut s = format!("I/O benchmark on profile '{profile}' (one client thread each; CPU = client process user+sys)\n\n");
-    s.push_str("client                        size KiB  in flight   GiB   seconds  GiB/s  CPU-s  CPU-s/GiB  retries\n");
+/// Medians of the runs of one (client, size, in-flight) point.
+#[derive(Debug, Clone)]
+pub struct Point {
+    pub client: Client,
+    pub size: usize,
+    pub in_flight: usize,
+    pub runs: usize,
+    pub gib_per_s: f64,
+    pub steady_mib_per_s: f64,
+    pub cpu_per_gib: f64,
+    /// Spread of CPU-s/GiB over the runs (max − min).
+    pub cpu_spread: f64,
+    pub retries: u64,
+    pub max_in_flight: usize,
+}
+
+fn median(mut v: Vec<f64>) -> f64 {
+    v.sort_by(f64::total_cmp);
+    let n = v.len();
+    if n % 2 == 1 { v[n / 2] } else { (v[n / 2 - 1] + v[n / 2]) / 2.0 }
+}
+
+/// The runs summarised per point, in the order first measured.
+pub fn points(runs: &[IoRun]) -> Vec<Point> {
+    let mut keys: Vec<(Client, usize, usize)> = Vec::new();
     for r in runs {
+        let k = (r.client, r.size, r.in_flight);
+        if !keys.contains(&k) {
+            keys.push(k);
+        }
+    }
+    keys.into_iter()
+        .map(|(client, size, in_flight)| {
+            let rs: Vec<&IoRun> = runs.iter().filter(|r| (r.client, r.size, r.in_flight) == (client, size, in_flight)).collect();
+            let cpu: Vec<f64> = rs.iter().map(|r| r.cpu_per_gib()).collect();
+            Point {
+                client,
+                size,
+                in_flight,
+                runs: rs.len(),
+                gib_per_s: median(rs.iter().map(|r| r.gib_per_s()).collect()),
+                steady_mib_per_s: median(rs.iter().map(|r| r.steady_mib_per_s()).collect()),
+                cpu_per_gib: median(cpu.clone()),
+                cpu_spread: cpu.iter().cloned().fold(f64::MIN, f64::max) - cpu.iter().cloned().fold(f64::MAX, f64::min),
+                retries: rs.iter().map(|r| r.retries).sum(),
+                max_in_flight: rs.iter().map(|r| r.max_in_flight).max().unwrap_or(0),
+            }
+        })
+        .collect()
+}
+
+/// The download manager's CPU-s/GiB at `gib_per_s`, interpolated on its
+/// throughput–CPU curve for one request size (`None` outside the curve).
+fn dm_cpu_at(points: &[Point], size: usize, gib_per_s: f64) -> Option<f64> {
+    let mut curve: Vec<(f64, f64)> = points.iter().filter(|p| p.client == Client::DownloadManager && p.size == size).map(|p| (p.gib_per_s, p.cpu_per_gib)).collect();
+    curve.sort_by(|a, b| a.0.total_cmp(&b.0));
+    curve.windows(2).find(|w| w[0].0 <= gib_per_s && gib_per_s <= w[1].0).map(|w| {
+        let t = (gib_per_s - w[0].0) / (w[1].0 - w[0].0).max(1e-12);
+        w[0].1 + t * (w[1].1 - w[0].1)
+    })
+}
+
+/// The points as tables: per point, then the CPU ratios to object_store.
+pub fn report(profile: &str, opts: &IoBenchOptions, runs: &[IoRun]) -> String {
+    let pts = points(runs);
+    let mut s = format!(
+        "I/O benchmark on profile '{profile}': {} requests per run, medians of {} runs; one event-loop thread; CPU = client process user+sys\n\n",
+        opts.requests,
+        opts.repeats.max(1)
+    );
+    s.push_str("client                       size KiB  in flight  max on wire   GiB/s  steady MiB/s  CPU-s/GiB (spread)  retries\n");
+    for p in &pts {
         s.push_str(&format!(
-            "{:<29} {:>8} {:>10} {:>5.2} {:>9.2} {:>6.2} {:>6.2} {:>10.3} {:>8}\n",
-            r.client.name(),
-            r.size >> 10,
-            r.in_flight,
-            r.gib(),
-            r.seconds,
-            r.gib_per_s(),
-            r.cpu_seconds,
-            r.cpu_per_gib(),
-            r.retries
+            "{:<28} {:>8} {:>10} {:>12} {:>7.2} {:>13.1} {:>9.3} ({:>6.3}) {:>8}\n",
+            p.client.name(),
+            p.size >> 10,
+            p.in_flight,
+            p.max_in_flight,
+            p.gib_per_s,
+            p.steady_mib_per_s,
+            p.cpu_per_gib,
+            p.cpu_spread,
+            p.retries
         ));
     }
-    s.push_str("\nsize KiB  in flight  CPU-s/GiB ratio (download manager / object_store)  throughput ratio\n");
-    for pair in runs.chunks(2) {
-        if let [dm, os] = pair {
-            s.push_str(&format!("{:>8} {:>10} {:>47.2} {:>17.2}\n", dm.size >> 10, dm.in_flight, dm.cpu_per_gib() / os.cpu_per_gib(), dm.gib_per_s() / os.gib_per_s()));
+    if let Some(cal) = opts.calibrated_mib_s {
+        s.push_str(&format!("\nsteady throughput as a share of the calibrated aggregate ({cal:.1} MiB/s):\n"));
+        for p in pts.iter().filter(|p| p.client != Client::ObjectStore) {
+            s.push_str(&format!("  {:<26} {:>6} KiB x {:>4}: {:>5.1} %\n", p.client.name(), p.size >> 10, p.in_flight, 100.0 * p.steady_mib_per_s / cal));
+        }
+    }
+    let os: Vec<&Point> = pts.iter().filter(|p| p.client == Client::ObjectStore).collect();
+    if !os.is_empty() && pts.iter().any(|p| p.client == Client::DownloadManager) {
+        s.push_str("\nCPU-s/GiB of the download manager / object_store\nsize KiB  in flight   same in flight (throughput ratio)   at object_store's throughput\n");
+        for o in os {
+            let same = pts.iter().find(|p| p.client == Client::DownloadManager && p.size == o.size && p.in_flight == o.in_flight);
+            let at = dm_cpu_at(&pts, o.size, o.gib_per_s);
+            s.push_str(&format!(
+                "{:>8} {:>10} {:>20} {:>36}\n",
+                o.size >> 10,
+                o.in_flight,
+                same.map(|d| format!("{:.2} ({:.2})", d.cpu_per_gib / o.cpu_per_gib, d.gib_per_s / o.gib_per_s)).unwrap_or_else(|| "-".into()),
+                at.map(|c| format!("{:.2}", c / o.cpu_per_gib)).unwrap_or_else(|| "outside the measured curve".into()),
+            ));
         }
     }
     s
 }
 
-fn write_outputs(tb: &Testbed, runs: &[IoRun], out: &Path) -> Result<(), String> {
+fn write_outputs(tb: &Testbed, opts: &IoBenchOptions, runs: &[IoRun]) -> Result<(), String> {
+    let out = &opts.out;
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let mut csv = String::from("client,size_bytes,in_flight,bytes,seconds,cpu_seconds,retries\n");
+    let mut csv = String::from("client,size_bytes,in_flight,bytes,seconds,steady_seconds,cpu_seconds,retries,max_in_flight\n");
     for r in runs {
-        csv.push_str(&format!("{},{},{},{},{:.4},{:.4},{}\n", r.client.name(), r.size, r.in_flight, r.bytes, r.seconds, r.cpu_seconds, r.retries));
+        csv.push_str(&format!("{},{},{},{},{:.4},{:.4},{:.4},{},{}\n", r.client.name(), r.size, r.in_flight, r.bytes, r.seconds, r.steady_seconds, r.cpu_seconds, r.retries, r.max_in_flight));
     }
     std::fs::write(out.join("io.csv"), csv).map_err(|e| e.to_string())?;
-    std::fs::write(out.join("report.txt"), report(tb.profile().name(), runs)).map_err(|e| e.to_string())?;
-    // The paper's Figure 12: throughput against CPU cost, one point per run.
-    let series: Vec<Series> = [Client::DownloadManager, Client::ObjectStore]
-        .into_iter()
-        .map(|c| {
-            let mut points: Vec<(f64, f64)> = runs.iter().filter(|r| r.client == c).map(|r| (r.cpu_per_gib(), r.gib_per_s())).collect();
-            points.sort_by(|a, b| a.0.total_cmp(&b.0));
-            Series { label: c.name().into(), points, markers: true }
-        })
-        .collect();
+    let profile = tb.profile().name();
+    std::fs::write(out.join("report.txt"), report(profile, opts, runs)).map_err(|e| e.to_string())?;
+    let pts = points(runs);
+    let clients = [Client::DownloadManager, Client::DownloadManagerModel, Client::ObjectStore];
+    let curves = |x: &dyn Fn(&Point) -> f64, y: &dyn Fn(&Point) -> f64| -> Vec<Series> {
+        let mut series = Vec::new();
+        for c in clients {
+            for &size in &opts.sizes {
+                let mut points: Vec<(f64, f64)> = pts.iter().filter(|p| p.client == c && p.size == size).map(|p| (x(p), y(p))).collect();
+                if points.is_empty() {
+                    continue;
+                }
+                points.sort_by(|a, b| a.0.total_cmp(&b.0));
+                series.push(Series { label: format!("{}, {} KiB", c.name(), size >> 10), points, markers: true });
+            }
+        }
+        series
+    };
+    // The paper's Figure 12: throughput against CPU cost, one point per (size, in flight).
     line_chart(
         &out.join("cpu-throughput.png"),
-        &Axes { title: format!("Throughput against client CPU, profile {}", tb.profile().name()), x_label: "CPU-seconds per GiB".into(), y_label: "GiB/s".into(), log_x: false, legend_lower_right: false },
-        &series,
+        &Axes { title: format!("Throughput against client CPU, profile {profile}"), x_label: "CPU-seconds per GiB".into(), y_label: "GiB/s".into(), log_x: false, legend_lower_right: false },
+        &curves(&|p| p.cpu_per_gib, &|p| p.gib_per_s),
+    )?;
+    line_chart(
+        &out.join("throughput-concurrency.png"),
+        &Axes { title: format!("Steady throughput against requests in flight, profile {profile}"), x_label: "requests in flight (caller's window)".into(), y_label: "MiB/s".into(), log_x: true, legend_lower_right: true },
+        &curves(&|p| p.in_flight as f64, &|p| p.steady_mib_per_s),
     )
 }
 

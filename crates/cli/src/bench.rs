@@ -49,6 +49,21 @@ pub enum BenchCommand {
         /// Requests in flight.
         #[arg(long, value_delimiter = ',', default_value = "8,32")]
         in_flight: Vec<usize>,
+        /// Runs per point; medians are reported.
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// Clients: dm (download manager, fixed in-flight), dm-model (in-flight from the latency model), object-store.
+        #[arg(long, value_delimiter = ',', default_value = "dm,object-store")]
+        clients: Vec<String>,
+        /// Memory budget of dm-model, GiB.
+        #[arg(long, default_value_t = 4.0)]
+        model_memory_gib: f64,
+        /// Link bandwidth dm-model aims for, Gbit/s.
+        #[arg(long, default_value_t = 10.0)]
+        model_link_gbps: f64,
+        /// The testbed's calibrated aggregate throughput, MiB/s (default: the peak of docs/testbed/<profile>/throughput.csv if present).
+        #[arg(long)]
+        calibrated_mib_s: Option<f64>,
         /// Output directory (default bench-results/io-<profile>).
         #[arg(long)]
         out: Option<PathBuf>,
@@ -121,12 +136,24 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             println!("{}", cal.report());
             println!("wrote {}/{{report.txt,latency.csv,throughput.csv,latency.png,throughput.png}}", out.display());
         }
-        BenchCommand::Io { profile, requests, sizes_kib, in_flight, out, dir } => {
+        BenchCommand::Io { profile, requests, sizes_kib, in_flight, repeats, clients, model_memory_gib, model_link_gbps, calibrated_mib_s, out, dir } => {
             anyhow::ensure!(requests > 0, "--requests must be at least 1");
             anyhow::ensure!(in_flight.iter().all(|&c| c > 0), "--in-flight levels must be at least 1");
+            let clients = clients.iter().map(|c| io_bench::Client::parse(c)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
             let bench = BenchTestbed::up(&profile, dir)?;
             let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/io-{}", bench.profile.name())));
-            let opts = IoBenchOptions { requests, sizes: sizes_kib.iter().map(|k| k << 10).collect(), in_flight, out: out.clone() };
+            let calibrated_mib_s = calibrated_mib_s.or_else(|| calibrated_peak(&PathBuf::from(format!("docs/testbed/{}/throughput.csv", bench.profile.name()))));
+            let opts = IoBenchOptions {
+                requests,
+                sizes: sizes_kib.iter().map(|k| k << 10).collect(),
+                in_flight,
+                repeats,
+                clients,
+                model_memory: (model_memory_gib * (1u64 << 30) as f64) as u64,
+                model_target: model_link_gbps * 1e9 / 8.0,
+                calibrated_mib_s,
+                out: out.clone(),
+            };
             // The benchmark drives its own event loop and runtime on a plain
             // thread of its own, outside this command's tokio runtime.
             let result = std::thread::scope(|s| s.spawn(|| io_bench::run(&bench.tb, &opts, &|step| eprintln!("bench io: {step}"))).join())
@@ -134,8 +161,8 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             let profile = bench.profile;
             bench.down()?;
             let runs = result.map_err(anyhow::Error::msg)?;
-            println!("{}", io_bench::report(profile.name(), &runs));
-            println!("wrote {}/{{report.txt,io.csv,cpu-throughput.png}}", out.display());
+            println!("{}", io_bench::report(profile.name(), &opts, &runs));
+            println!("wrote {}/{{report.txt,io.csv,cpu-throughput.png,throughput-concurrency.png}}", out.display());
         }
         BenchCommand::Hedge { profile, requests, size_kib, in_flight, out, dir } => {
             anyhow::ensure!(requests > 0 && in_flight > 0, "--requests and --in-flight must be at least 1");
@@ -155,4 +182,10 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
         }
     }
     Ok(())
+}
+
+/// The peak measured throughput of a calibration's throughput.csv.
+fn calibrated_peak(csv: &std::path::Path) -> Option<f64> {
+    let text = std::fs::read_to_string(csv).ok()?;
+    text.lines().skip(1).filter_map(|l| l.split(',').nth(1)?.parse::<f64>().ok()).reduce(f64::max)
 }

@@ -20,10 +20,12 @@
 //!   budget as back-pressure — what the engine calls.
 //! - [`plan`]: which range requests to send for the byte ranges a reader wants.
 //! - [`stats`]: latency histograms.
+//! - [`buffers`]: receive buffers reused across requests.
 //!
 //! Still to come: HTTPS and the throughput-based resolver (see
 //! docs/notes/2026-11-22-download-manager.md).
 
+pub mod buffers;
 mod epoll;
 pub mod http;
 pub mod manager;

@@ -27,6 +27,7 @@ use std::time::{Duration, Instant};
 use bytes::Bytes;
 use tokio::sync::{Semaphore, oneshot};
 
+use crate::buffers::BufferPool;
 use crate::uring::{Backend, ConcurrencyTarget, EventLoop, FetchError, Fetched, HedgePolicy, LoopOptions, LoopStats, Request};
 
 /// How the manager runs.
@@ -40,6 +41,8 @@ pub struct ManagerOptions {
     /// Bytes of requests submitted and not yet delivered, at most; callers
     /// wait beyond it.
     pub memory: u64,
+    /// Bytes of idle receive buffers kept for reuse (see [`BufferPool`]).
+    pub buffer_pool: usize,
     /// Keep a log of every request (method, URL without query, range,
     /// outcome) for [`DownloadManager::request_log`]: tests and tracing.
     pub record_requests: bool,
@@ -74,6 +77,7 @@ impl Default for ManagerOptions {
                 ..LoopOptions::default()
             },
             memory,
+            buffer_pool: (memory / 4) as usize,
             record_requests: false,
         }
     }
@@ -295,6 +299,7 @@ struct Inner {
     endpoints: Mutex<HashMap<(String, u16), Arc<Endpoint>>>,
     backend: Backend,
     log: Option<Mutex<Vec<LoggedRequest>>>,
+    buffers: Arc<BufferPool>,
 }
 
 impl Drop for Inner {
@@ -330,6 +335,7 @@ impl DownloadManager {
                 endpoints: Mutex::new(HashMap::new()),
                 backend,
                 log: opts.record_requests.then(|| Mutex::new(Vec::new())),
+                buffers: BufferPool::new(opts.buffer_pool),
             }),
         })
     }
@@ -366,7 +372,10 @@ impl DownloadManager {
             Some(q) => format!("{}?{q}", parsed.path()),
             None => parsed.path().to_string(),
         };
-        let request = make(addr, host_header, target);
+        let mut request = make(addr, host_header, target);
+        if size > 0 && matches!(request.method, crate::uring::Method::Get) {
+            request.buffer = self.inner.buffers.take(size as usize);
+        }
         let rx_range = request.range.clone();
         let method = if matches!(request.method, crate::uring::Method::Put(_)) { "PUT" } else { "GET" };
         // Hold the request's share of the memory budget until it is delivered.
@@ -390,7 +399,7 @@ impl DownloadManager {
             }
         }
         let f = fetched.map_err(|source| DownloadError::Request { method, url: shown, source })?;
-        Ok(Download { body: Bytes::from(f.body), attempts: f.attempts, hedged: f.hedged, first_byte: f.first_byte, total: f.total })
+        Ok(Download { body: self.inner.buffers.freeze(f.body), attempts: f.attempts, hedged: f.hedged, first_byte: f.first_byte, total: f.total })
     }
 
     /// An address of `host:port`, resolved once and then taken in turn.
