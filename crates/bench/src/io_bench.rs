@@ -47,6 +47,10 @@ pub struct IoBenchOptions {
     pub model_memory: u64,
     /// The link the model-driven client aims for, bytes/s.
     pub model_target: f64,
+    /// Pace request starts to this many bytes per second (both clients), so
+    /// their CPU per GiB is compared at equal throughput; `None`: as fast
+    /// as they go.
+    pub rate: Option<f64>,
     /// The testbed's calibrated aggregate throughput (MiB/s), to report
     /// throughput as a share of it.
     pub calibrated_mib_s: Option<f64>,
@@ -137,6 +141,13 @@ fn request(i: usize, size: usize) -> (String, std::ops::Range<u64>) {
     (format!("cal/16m-{}", i % OBJECTS), start..start + size as u64)
 }
 
+/// Waits until request `i` may start under pacing at `rate` bytes/s.
+async fn pace(t0: Instant, i: usize, size: usize, rate: Option<f64>) {
+    if let Some(rate) = rate {
+        tokio::time::sleep_until((t0 + Duration::from_secs_f64(i as f64 * size as f64 / rate)).into()).await;
+    }
+}
+
 /// Seconds from the 10th to the 90th percentile of completion times.
 fn steady(mut done: Vec<f64>) -> f64 {
     done.sort_by(f64::total_cmp);
@@ -150,7 +161,7 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 
 /// Runs `requests` GETs through the download manager: `in_flight` at a time
 /// from the caller, or (`model`) all at once with the model deciding.
-pub fn run_download_manager(base: &str, size: usize, in_flight: usize, requests: usize, model: Option<(f64, u64)>) -> Result<IoRun, String> {
+pub fn run_download_manager(base: &str, size: usize, in_flight: usize, requests: usize, model: Option<(f64, u64)>, rate: Option<f64>) -> Result<IoRun, String> {
     let mut opts = ManagerOptions::default();
     opts.loop_options.hedge = None;
     opts.loop_options.attempt_timeout = Duration::from_secs(60);
@@ -176,6 +187,7 @@ pub fn run_download_manager(base: &str, size: usize, in_flight: usize, requests:
             .map(|i| {
                 let dm = &dm;
                 async move {
+                    pace(t0, i, size, rate).await;
                     let (target, range) = request(i, size);
                     dm.get(&format!("{base}/{target}"), Some(range)).await
                 }
@@ -200,7 +212,7 @@ pub fn run_download_manager(base: &str, size: usize, in_flight: usize, requests:
 }
 
 /// Runs object_store's HTTP store on a current-thread runtime.
-pub fn run_object_store(base: &str, size: usize, in_flight: usize, requests: usize) -> Result<IoRun, String> {
+pub fn run_object_store(base: &str, size: usize, in_flight: usize, requests: usize, rate: Option<f64>) -> Result<IoRun, String> {
     let rt = runtime()?;
     let store = object_store::http::HttpBuilder::new()
         .with_url(base)
@@ -213,6 +225,7 @@ pub fn run_object_store(base: &str, size: usize, in_flight: usize, requests: usi
             .map(|i| {
                 let store = &store;
                 async move {
+                    pace(t0, i, size, rate).await;
                     let (target, range) = request(i, size);
                     store.get_range(&object_store::path::Path::from(target), range).await
                 }
@@ -246,9 +259,9 @@ pub fn run(tb: &Testbed, opts: &IoBenchOptions, progress: &dyn Fn(&str)) -> Resu
                 progress(&format!("{} requests of {} KiB, {c} in flight, run {} of {}", opts.requests, size >> 10, rep + 1, opts.repeats.max(1)));
                 for &client in &opts.clients {
                     let one = |n: usize| match client {
-                        Client::DownloadManager => run_download_manager(&base, size, c, n, None),
-                        Client::DownloadManagerModel => run_download_manager(&base, size, c, n, Some((opts.model_target, opts.model_memory))),
-                        Client::ObjectStore => run_object_store(&base, size, c, n),
+                        Client::DownloadManager => run_download_manager(&base, size, c, n, None, opts.rate),
+                        Client::DownloadManagerModel => run_download_manager(&base, size, c, n, Some((opts.model_target, opts.model_memory)), opts.rate),
+                        Client::ObjectStore => run_object_store(&base, size, c, n, opts.rate),
                     };
                     if rep == 0 {
                         // Warm up (connections, page cache) before the first measurement.
@@ -329,9 +342,10 @@ fn dm_cpu_at(points: &[Point], size: usize, gib_per_s: f64) -> Option<f64> {
 pub fn report(profile: &str, opts: &IoBenchOptions, runs: &[IoRun]) -> String {
     let pts = points(runs);
     let mut s = format!(
-        "I/O benchmark on profile '{profile}': {} requests per run, medians of {} runs; one event-loop thread; CPU = client process user+sys\n\n",
+        "I/O benchmark on profile '{profile}': {} requests per run, medians of {} runs; one event-loop thread; CPU = client process user+sys{}\n\n",
         opts.requests,
-        opts.repeats.max(1)
+        opts.repeats.max(1),
+        opts.rate.map(|r| format!("; request starts paced to {:.0} MiB/s", r / (1u64 << 20) as f64)).unwrap_or_default()
     );
     s.push_str("client                       size KiB  in flight  max on wire   GiB/s  steady MiB/s  CPU-s/GiB (spread)  retries\n");
     for p in &pts {

@@ -17,6 +17,7 @@ fn short_io_benchmark_measures_both_clients() {
         clients: vec![Client::DownloadManager, Client::DownloadManagerModel, Client::ObjectStore],
         model_memory: 64 << 20,
         model_target: 1e9,
+        rate: None,
         calibrated_mib_s: Some(1000.0),
         out: out.clone(),
     };

@@ -13,7 +13,10 @@ use std::time::{Duration, Instant};
 pub(crate) enum Op {
     Connect { addr: *const libc::sockaddr, len: libc::socklen_t },
     Send { ptr: *const u8, len: usize },
-    Recv { ptr: *mut u8, len: usize },
+    /// `wait_all`: complete only when `len` bytes arrived (io_uring
+    /// retries partial receives in the kernel; readiness-driven epoll
+    /// completes with what is there).
+    Recv { ptr: *mut u8, len: usize, wait_all: bool },
 }
 
 #[derive(Debug)]
@@ -97,7 +100,7 @@ impl EpollDriver {
                     let n = libc::send(p.fd, ptr as *const libc::c_void, len, libc::MSG_NOSIGNAL);
                     if n >= 0 { Some(n as i32) } else { Self::blocked_or(errno()) }
                 }
-                Op::Recv { ptr, len } => {
+                Op::Recv { ptr, len, .. } => {
                     let n = libc::recv(p.fd, ptr as *mut libc::c_void, len, 0);
                     if n >= 0 { Some(n as i32) } else { Self::blocked_or(errno()) }
                 }

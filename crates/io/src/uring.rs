@@ -799,19 +799,23 @@ impl EventLoop {
             }
             Phase::RecvHead => {
                 let spare = &mut task.head[task.filled..];
-                Op::Recv { ptr: spare.as_mut_ptr(), len: spare.len() }
+                Op::Recv { ptr: spare.as_mut_ptr(), len: spare.len(), wait_all: false }
             }
             Phase::RecvBody => {
                 let body = &mut task.req.buffer;
-                let want = match task.response.as_ref().map(|h| h.framing) {
-                    Some(Framing::Length(n)) => (n as usize).saturating_sub(body.len()).max(1),
-                    _ => recv_bytes,
-                }
-                .min(recv_bytes);
+                // With a known length, ask for the whole rest (up to
+                // `recv_bytes`) and let the kernel complete only when it is
+                // all there: one completion per `recv_bytes`, not one per
+                // batch of TCP segments.
+                let (want, wait_all) = match task.response.as_ref().map(|h| h.framing) {
+                    Some(Framing::Length(n)) => ((n as usize).saturating_sub(body.len()).max(1), true),
+                    _ => (recv_bytes, false),
+                };
+                let want = want.min(recv_bytes);
                 body.reserve(want);
                 let spare = body.spare_capacity_mut();
-                let len = spare.len().min(recv_bytes);
-                Op::Recv { ptr: spare.as_mut_ptr() as *mut u8, len }
+                let len = if wait_all { want } else { spare.len().min(recv_bytes) };
+                Op::Recv { ptr: spare.as_mut_ptr() as *mut u8, len, wait_all }
             }
         };
         let user_data = user_data_of(slot, generation_id);
@@ -822,7 +826,7 @@ impl EventLoop {
         let entry = match op {
             Op::Connect { addr, len } => opcode::Connect::new(fd, addr, len).build(),
             Op::Send { ptr, len } => opcode::Send::new(fd, ptr, len as u32).flags(libc::MSG_NOSIGNAL).build(),
-            Op::Recv { ptr, len } => opcode::Recv::new(fd, ptr, len as u32).build(),
+            Op::Recv { ptr, len, wait_all } => opcode::Recv::new(fd, ptr, len as u32).flags(if wait_all { libc::MSG_WAITALL } else { 0 }).build(),
         };
         self.push(&entry.user_data(user_data))
     }
