@@ -24,11 +24,11 @@ if [ ! -x "$TOXIPROXY_DIR/server" ]; then
   GOBIN="$TOXIPROXY_DIR" go install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"
 fi
 
-if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ] || [ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ]; then
-  echo "install-test-deps: installing nginx-light and fonts-dejavu-core from Debian" >&2
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ] || [ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || ! command -v openssl >/dev/null 2>&1; then
+  echo "install-test-deps: installing nginx-light, fonts-dejavu-core and openssl from Debian" >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nginx-light fonts-dejavu-core >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nginx-light fonts-dejavu-core openssl >/dev/null
 fi
 
 if ! python3 -c "import duckdb, duckdb_extension_tpch; assert duckdb.__version__ == '$DUCKDB_VERSION'" 2>/dev/null; then

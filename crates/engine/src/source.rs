@@ -3,9 +3,9 @@
 //! Data ranges of object stores go through the download manager
 //! (`blobhouse_io`): the engine presigns a URL per object with the store's
 //! own `Signer` (object_store's S3 / GCS / Azure signing, no hand-written
-//! crypto) and the manager fetches the ranges on its event loops. Local and
-//! in-memory stores, and stores whose presigned URLs need TLS (the manager
-//! speaks plain HTTP for now), are read through object_store. Everything
+//! crypto) and the manager fetches the ranges on its event loops, over HTTP
+//! or HTTPS as the store's endpoint says. Local and in-memory stores are
+//! read through object_store. Everything
 //! else — listing, manifests, conditional puts, deletes — stays on
 //! object_store in any case.
 
@@ -60,8 +60,7 @@ impl DataSource {
         DataSource { store, managed: None }
     }
 
-    /// Reads through `dm` with URLs presigned by `signer`, where they are
-    /// plain HTTP; through `store` otherwise.
+    /// Reads through `dm` with URLs presigned by `signer`.
     pub fn managed(store: Arc<dyn ObjectStore>, dm: DownloadManager, signer: Arc<dyn Signer>) -> Self {
         DataSource { store, managed: Some((dm, signer)) }
     }
@@ -79,9 +78,7 @@ impl DataSource {
                 .signed_url(http::Method::GET, path, SIGNED_URL_LIFETIME)
                 .await
                 .map_err(|e| StorageError::store("presign GET", location.to_string(), e))?;
-            if url.scheme() == "http" {
-                return fetch_managed(dm, url.as_str(), location, ranges).await;
-            }
+            return fetch_managed(dm, url.as_str(), location, ranges).await;
         }
         let store = &self.store;
         let bytes = futures::future::try_join_all(ranges.iter().map(|r| async move {

@@ -22,8 +22,8 @@
 //! - [`stats`]: latency histograms.
 //! - [`buffers`]: receive buffers reused across requests.
 //!
-//! Still to come: HTTPS and the throughput-based resolver (see
-//! docs/notes/2026-11-22-download-manager.md).
+//! - [`tls`]: HTTPS through rustls on the same loop.
+//! - [`resolver`]: endpoint addresses, spread and replaced by throughput.
 
 pub mod buffers;
 mod epoll;
@@ -31,7 +31,9 @@ pub mod http;
 pub mod manager;
 pub mod model;
 pub mod plan;
+pub mod resolver;
 pub mod stats;
+pub mod tls;
 pub mod uring;
 
 pub use manager::{Download, DownloadError, DownloadManager, LoggedRequest, ManagerOptions, ManagerStats};

@@ -12,8 +12,9 @@
 //! scan cannot ask for more than it may hold. Inside the loop, the latency
 //! model sets how many of the submitted requests are on the wire.
 //!
-//! Endpoints are resolved once per host; requests are spread over its
-//! addresses.
+//! Endpoints are resolved once per host; requests are spread over a few of
+//! its addresses, and a persistently slow one is swapped for another
+//! ([`crate::resolver`]).
 
 use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
@@ -28,6 +29,7 @@ use bytes::Bytes;
 use tokio::sync::{Semaphore, oneshot};
 
 use crate::buffers::BufferPool;
+use crate::resolver::{Endpoint, MAX_ACTIVE};
 use crate::uring::{Backend, ConcurrencyTarget, EventLoop, FetchError, Fetched, HedgePolicy, LoopOptions, LoopStats, Request};
 
 /// How the manager runs.
@@ -41,6 +43,9 @@ pub struct ManagerOptions {
     /// Bytes of requests submitted and not yet delivered, at most; callers
     /// wait beyond it.
     pub memory: u64,
+    /// Extra CA certificates (PEM) to trust for HTTPS besides the
+    /// system's, e.g. a private S3-compatible store's.
+    pub ca_file: Option<std::path::PathBuf>,
     /// Bytes of idle receive buffers kept for reuse (see [`BufferPool`]).
     pub buffer_pool: usize,
     /// Keep a log of every request (method, URL without query, range,
@@ -78,6 +83,7 @@ impl Default for ManagerOptions {
             },
             memory,
             buffer_pool: (memory / 4) as usize,
+            ca_file: None,
             record_requests: false,
         }
     }
@@ -275,12 +281,6 @@ fn thread_cpu() -> Duration {
     tv(ru.ru_utime) + tv(ru.ru_stime)
 }
 
-/// Addresses of one endpoint, used in turn.
-struct Endpoint {
-    addrs: Vec<SocketAddr>,
-    next: AtomicUsize,
-}
-
 /// Units of the memory budget's semaphore (it counts in `u32`).
 const BUDGET_UNIT: u64 = 4096;
 
@@ -318,8 +318,11 @@ impl std::fmt::Debug for DownloadManager {
 
 impl DownloadManager {
     /// Starts the loop threads.
-    pub fn new(opts: ManagerOptions) -> std::io::Result<DownloadManager> {
+    pub fn new(mut opts: ManagerOptions) -> std::io::Result<DownloadManager> {
         assert!(opts.threads >= 1, "a download manager needs a loop thread");
+        if opts.loop_options.tls.is_none() {
+            opts.loop_options.tls = Some(crate::tls::client_config(opts.ca_file.as_deref()).map_err(std::io::Error::other)?);
+        }
         let mut loops = Vec::with_capacity(opts.threads);
         for i in 0..opts.threads {
             loops.push(LoopThread::spawn(i, opts.loop_options.clone())?);
@@ -345,13 +348,14 @@ impl DownloadManager {
         self.inner.backend
     }
 
-    /// GETs `range` of the object at `url` (a plain or presigned `http://` URL).
+    /// GETs `range` of the object at `url` (a plain or presigned `http://`
+    /// or `https://` URL).
     pub async fn get(&self, url: &str, range: Option<Range<u64>>) -> Result<Download, DownloadError> {
         let size = range.as_ref().map(|r| r.end - r.start).unwrap_or(0);
         self.run(url, size, |addr, host, target| Request::get(addr, host, target, range)).await
     }
 
-    /// PUTs `body` to `url` (a plain or presigned `http://` URL).
+    /// PUTs `body` to `url` (a plain or presigned `http://` or `https://` URL).
     pub async fn put(&self, url: &str, body: Bytes) -> Result<Download, DownloadError> {
         let size = body.len() as u64;
         let body: Arc<[u8]> = Arc::from(body.as_ref());
@@ -361,18 +365,21 @@ impl DownloadManager {
     async fn run(&self, url: &str, size: u64, make: impl FnOnce(SocketAddr, String, String) -> Request) -> Result<Download, DownloadError> {
         let parsed = url::Url::parse(url).map_err(|e| DownloadError::Url { url: strip_query(url), reason: e.to_string() })?;
         let shown = redact(&parsed);
-        if parsed.scheme() != "http" {
-            return Err(DownloadError::Url { url: shown, reason: format!("the download manager speaks plain HTTP; '{}' URLs go through object_store", parsed.scheme()) });
-        }
+        let tls = match parsed.scheme() {
+            "http" => false,
+            "https" => true,
+            other => return Err(DownloadError::Url { url: shown, reason: format!("the download manager speaks http and https, not '{other}'") }),
+        };
         let host = parsed.host_str().ok_or_else(|| DownloadError::Url { url: shown.clone(), reason: "no host".into() })?.to_string();
-        let port = parsed.port_or_known_default().unwrap_or(80);
-        let addr = self.address(&host, port)?;
+        let port = parsed.port_or_known_default().unwrap_or(if tls { 443 } else { 80 });
+        let endpoint = self.endpoint(&host, port)?;
+        let addr = endpoint.pick();
         let host_header = if parsed.port().is_some() { format!("{host}:{port}") } else { host };
         let target = match parsed.query() {
             Some(q) => format!("{}?{q}", parsed.path()),
             None => parsed.path().to_string(),
         };
-        let mut request = make(addr, host_header, target);
+        let mut request = make(addr, host_header, target).with_tls(tls);
         if size > 0 && matches!(request.method, crate::uring::Method::Get) {
             request.buffer = self.inner.buffers.take(size as usize);
         }
@@ -399,11 +406,12 @@ impl DownloadManager {
             }
         }
         let f = fetched.map_err(|source| DownloadError::Request { method, url: shown, source })?;
+        endpoint.record(addr, (f.body.len() as u64).max(size), f.total);
         Ok(Download { body: self.inner.buffers.freeze(f.body), attempts: f.attempts, hedged: f.hedged, first_byte: f.first_byte, total: f.total })
     }
 
-    /// An address of `host:port`, resolved once and then taken in turn.
-    fn address(&self, host: &str, port: u16) -> Result<SocketAddr, DownloadError> {
+    /// The endpoint of `host:port`, resolved once.
+    fn endpoint(&self, host: &str, port: u16) -> Result<Arc<Endpoint>, DownloadError> {
         let key = (host.to_string(), port);
         let endpoint = {
             let mut map = self.inner.endpoints.lock().expect("not poisoned");
@@ -414,14 +422,13 @@ impl DownloadManager {
                     if addrs.is_empty() {
                         return Err(DownloadError::Resolve { host: format!("{host}:{port}"), reason: "no addresses".into() });
                     }
-                    let e = Arc::new(Endpoint { addrs, next: AtomicUsize::new(0) });
+                    let e = Arc::new(Endpoint::new(addrs, MAX_ACTIVE));
                     map.insert(key, e.clone());
                     e
                 }
             }
         };
-        let i = endpoint.next.fetch_add(1, Ordering::Relaxed) % endpoint.addrs.len();
-        Ok(endpoint.addrs[i])
+        Ok(endpoint)
     }
 
     /// The requests so far, if [`ManagerOptions::record_requests`] is set.

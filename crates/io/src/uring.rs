@@ -25,6 +25,7 @@ use io_uring::{IoUring, opcode, types};
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::model::LatencyModel;
+use crate::tls::TlsState;
 use crate::stats::Histogram;
 use crate::http::{BodyDecoder, Framing, HttpError, Limits, ResponseHead, parse_content_range, parse_head, range_header, write_request};
 
@@ -43,6 +44,8 @@ pub struct Request {
     pub range: Option<Range<u64>>,
     /// The buffer the response body is received into (reused by the caller).
     pub buffer: Vec<u8>,
+    /// HTTPS: TLS on the connection (needs [`LoopOptions::tls`]).
+    pub tls: bool,
 }
 
 /// The request's method.
@@ -56,12 +59,34 @@ pub enum Method {
 impl Request {
     /// A GET of `range` (or the whole object).
     pub fn get(addr: SocketAddr, host: impl Into<String>, target: impl Into<String>, range: Option<Range<u64>>) -> Request {
-        Request { addr, host: host.into(), target: target.into(), method: Method::Get, range, buffer: Vec::new() }
+        Request { addr, host: host.into(), target: target.into(), method: Method::Get, range, buffer: Vec::new(), tls: false }
     }
 
     /// A PUT of `body`.
     pub fn put(addr: SocketAddr, host: impl Into<String>, target: impl Into<String>, body: Arc<[u8]>) -> Request {
-        Request { addr, host: host.into(), target: target.into(), method: Method::Put(body), range: None, buffer: Vec::new() }
+        Request { addr, host: host.into(), target: target.into(), method: Method::Put(body), range: None, buffer: Vec::new(), tls: false }
+    }
+
+    /// The same request over TLS (`true`) or plain TCP.
+    pub fn with_tls(mut self, tls: bool) -> Request {
+        self.tls = tls;
+        self
+    }
+
+    /// The host without the port: the TLS server name.
+    fn server_name(&self) -> &str {
+        match self.host.rsplit_once(':') {
+            Some((h, p)) if !h.is_empty() && p.bytes().all(|b| b.is_ascii_digit()) && !h.ends_with(':') => h,
+            _ => &self.host,
+        }
+    }
+
+    /// Body bytes the request sends (a PUT's body, else none).
+    fn payload_sent(&self) -> usize {
+        match &self.method {
+            Method::Put(body) => body.len(),
+            Method::Get => 0,
+        }
     }
 
     /// Bytes the request moves: the range (or what the buffer can hold) for a
@@ -107,6 +132,8 @@ pub enum FetchError {
     Timeout(Duration),
     #[error("the server ignored the Range header or answered another range ({0})")]
     WrongRange(String),
+    #[error("{addr}: TLS: {reason}")]
+    Tls { addr: SocketAddr, reason: String },
     #[error("gave up after {attempts} attempts; last error: {last}")]
     Exhausted { attempts: u32, last: Box<FetchError> },
 }
@@ -147,6 +174,8 @@ pub struct LoopOptions {
     pub keep_alive: bool,
     /// Which kernel interface drives the sockets.
     pub backend: Backend,
+    /// TLS settings for HTTPS requests (see [`crate::tls::client_config`]).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
 }
 
 /// The throughput the loop aims for and the memory it may use for it.
@@ -210,6 +239,7 @@ impl Default for LoopOptions {
             hedge: None,
             keep_alive: true,
             backend: Backend::Auto,
+            tls: None,
         }
     }
 }
@@ -279,6 +309,8 @@ const HEAD_BUFFER: usize = 64 << 10;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
     Connect,
+    /// TLS handshake (HTTPS only).
+    Handshake,
     Send,
     RecvHead,
     RecvBody,
@@ -312,6 +344,8 @@ struct Task {
     is_hedge: bool,
     /// This attempt was late and has a hedge racing it already.
     spawned_hedge: bool,
+    /// The TLS session of an HTTPS attempt.
+    tls: Option<TlsState>,
 }
 
 /// A request across its attempts.
@@ -335,7 +369,8 @@ enum Driver {
 pub struct EventLoop {
     driver: Driver,
     opts: LoopOptions,
-    idle: HashMap<SocketAddr, Vec<Socket>>,
+    /// Idle kept-alive connections by address and TLS.
+    idle: HashMap<(SocketAddr, bool), Vec<(Socket, Option<Box<rustls::ClientConnection>>)>>,
     stats: LoopStats,
     limits: Limits,
     generation: u64,
@@ -709,15 +744,22 @@ impl EventLoop {
             task.head = self.head_pool.pop().unwrap_or_else(|| vec![0; HEAD_BUFFER]);
         }
         // Retries always use a fresh connection: the old one may be the problem.
-        let pooled = if task.attempt == 1 { self.idle.get_mut(&task.req.addr).and_then(Vec::pop) } else { None };
+        let pooled = if task.attempt == 1 { self.idle.get_mut(&(task.req.addr, task.req.tls)).and_then(Vec::pop) } else { None };
+        task.tls = None;
         match pooled {
-            Some(socket) => {
+            Some((socket, conn)) => {
                 self.stats.reuses += 1;
                 task.socket = Some(socket);
+                task.tls = conn.map(TlsState::new);
                 task.phase = Phase::Send;
             }
             None => {
                 let addr = task.req.addr;
+                if task.req.tls {
+                    let config = self.opts.tls.as_ref().ok_or_else(|| FetchError::Tls { addr, reason: "an https request, but the loop has no TLS configuration".into() })?;
+                    let conn = crate::tls::connect(config, task.req.server_name()).map_err(|reason| FetchError::Tls { addr, reason })?;
+                    task.tls = Some(TlsState::new(conn));
+                }
                 let io = |source| FetchError::Io { addr, source };
                 let socket = Socket::new(Domain::for_address(addr), Type::STREAM.cloexec(), None).map_err(io)?;
                 let _ = socket.set_tcp_nodelay(true);
@@ -788,6 +830,8 @@ impl EventLoop {
         let raw = task.socket.as_ref().expect("attempt has a socket").as_raw_fd();
         let op = match task.phase {
             Phase::Connect => Op::Connect { addr: task.sockaddr.as_ptr() as *const libc::sockaddr, len: task.sockaddr.len() },
+            _ if task.tls.is_some() => Self::tls_op(task),
+            Phase::Handshake => unreachable!("only TLS attempts shake hands"),
             Phase::Send => {
                 // The head, then (PUT) the body straight from the caller's bytes.
                 let rest = match &task.req.method {
@@ -831,6 +875,128 @@ impl EventLoop {
         self.push(&entry.user_data(user_data))
     }
 
+    /// The next socket operation of a TLS attempt: send what rustls has to
+    /// send, feed it the next piece of the request, or receive ciphertext.
+    fn tls_op(task: &mut Task) -> crate::epoll::Op {
+        use crate::epoll::Op;
+        let plain_total = task.head_out.len() + task.req.payload_sent();
+        let tls = task.tls.as_mut().expect("a TLS attempt");
+        let send = |tls: &mut TlsState| {
+            tls.sending = true;
+            let rest = &tls.buf[tls.sent..];
+            Op::Send { ptr: rest.as_ptr(), len: rest.len() }
+        };
+        if tls.sending && tls.sent < tls.buf.len() {
+            return send(tls);
+        }
+        tls.sending = false;
+        if task.phase == Phase::Send && task.sent < plain_total {
+            // Hand rustls the next piece of the request; send its records.
+            let piece = match &task.req.method {
+                _ if task.sent < task.head_out.len() => &task.head_out[task.sent..],
+                Method::Put(body) => &body[task.sent - task.head_out.len()..],
+                Method::Get => unreachable!("a GET is sent once its head is"),
+            };
+            let piece = &piece[..piece.len().min(crate::tls::TLS_SEND)];
+            if let Ok(n) = std::io::Write::write(&mut tls.conn.writer(), piece) {
+                task.sent += n;
+            }
+        }
+        if tls.fill_outgoing() {
+            return send(tls);
+        }
+        tls.buf.resize(crate::tls::TLS_RECV, 0);
+        Op::Recv { ptr: tls.buf.as_mut_ptr(), len: tls.buf.len(), wait_all: false }
+    }
+
+    /// Applies one completion of a TLS attempt (after Connect).
+    fn advance_tls(&mut self, task: &mut Task, n: usize) -> Step {
+        let addr = task.req.addr;
+        let plain_total = task.head_out.len() + task.req.payload_sent();
+        let tls = task.tls.as_mut().expect("a TLS attempt");
+        if tls.sending {
+            tls.sent += n;
+            if tls.sent == tls.buf.len() {
+                tls.sending = false;
+                if task.phase == Phase::Send && task.sent == plain_total && !tls.conn.wants_write() {
+                    task.phase = Phase::RecvHead;
+                }
+            }
+            return Step::Continue;
+        }
+        if n == 0 {
+            if task.phase == Phase::Handshake {
+                return Step::Done(Err(FetchError::Tls { addr, reason: "the server closed the connection during the handshake".into() }));
+            }
+            return self.received(task, 0);
+        }
+        // Feed the ciphertext to rustls and move the plaintext out as it
+        // comes: rustls holds only a little plaintext at a time.
+        let cipher = std::mem::take(&mut tls.buf);
+        let mut rest = &cipher[..n];
+        let mut step = Step::Continue;
+        'feed: while !rest.is_empty() {
+            let tls = task.tls.as_mut().expect("a TLS attempt");
+            if let Err(e) = tls.conn.read_tls(&mut rest) {
+                step = Step::Done(Err(FetchError::Tls { addr, reason: e.to_string() }));
+                break;
+            }
+            if let Err(e) = tls.conn.process_new_packets() {
+                step = Step::Done(Err(FetchError::Tls { addr, reason: e.to_string() }));
+                break;
+            }
+            if task.phase == Phase::Handshake {
+                if !tls.conn.is_handshaking() {
+                    task.phase = Phase::Send;
+                }
+                continue;
+            }
+            loop {
+                let k = match task.phase {
+                    Phase::RecvHead => {
+                        let spare = &mut task.head[task.filled..];
+                        std::io::Read::read(&mut task.tls.as_mut().expect("TLS").conn.reader(), spare)
+                    }
+                    Phase::RecvBody => {
+                        let body = &mut task.req.buffer;
+                        let old = body.len();
+                        body.resize(old + (64 << 10), 0);
+                        let r = std::io::Read::read(&mut task.tls.as_mut().expect("TLS").conn.reader(), &mut body[old..]);
+                        // `received` takes the new bytes from beyond the length.
+                        body.truncate(old);
+                        r
+                    }
+                    _ => break,
+                };
+                match k {
+                    Ok(0) => {
+                        step = self.received(task, 0);
+                        break 'feed;
+                    }
+                    Ok(k) => {
+                        if let Step::Done(outcome) = self.received(task, k) {
+                            step = Step::Done(outcome);
+                            break 'feed;
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => break,
+                    Err(e) if e.kind() == std::io::ErrorKind::UnexpectedEof => {
+                        step = self.received(task, 0);
+                        break 'feed;
+                    }
+                    Err(e) => {
+                        step = Step::Done(Err(FetchError::Tls { addr, reason: e.to_string() }));
+                        break 'feed;
+                    }
+                }
+            }
+        }
+        if let Some(tls) = task.tls.as_mut() {
+            tls.buf = cipher;
+        }
+        step
+    }
+
     /// Applies one completion to a task.
     fn advance(&mut self, task: &mut Task, result: i32) -> Step {
         let addr = task.req.addr;
@@ -848,9 +1014,11 @@ impl EventLoop {
         let n = result as usize;
         match task.phase {
             Phase::Connect => {
-                task.phase = Phase::Send;
+                task.phase = if task.tls.is_some() { Phase::Handshake } else { Phase::Send };
                 Step::Continue
             }
+            _ if task.tls.is_some() => self.advance_tls(task, n),
+            Phase::Handshake => unreachable!("only TLS attempts shake hands"),
             Phase::Send => {
                 task.sent += n;
                 let body = match &task.req.method {
@@ -862,6 +1030,16 @@ impl EventLoop {
                 }
                 Step::Continue
             }
+            Phase::RecvHead | Phase::RecvBody => self.received(task, n),
+        }
+    }
+
+    /// `n` bytes of the response arrived in place (head buffer or body
+    /// spare capacity); `n == 0` is the end of the stream.
+    fn received(&mut self, task: &mut Task, n: usize) -> Step {
+        let addr = task.req.addr;
+        match task.phase {
+            Phase::Connect | Phase::Handshake | Phase::Send => unreachable!("nothing is received before the request is sent"),
             Phase::RecvHead => {
                 if n == 0 {
                     return Step::Done(Err(FetchError::Io { addr, source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed before the response") }));
@@ -925,8 +1103,9 @@ impl EventLoop {
     fn finish(&mut self, task: &mut Task) -> Result<Fetched, FetchError> {
         let head = task.response.as_ref().expect("head parsed");
         let socket = task.socket.take().expect("attempt has a socket");
+        let conn = task.tls.take().map(|t| t.conn);
         if head.keep_alive && self.opts.keep_alive {
-            self.idle.entry(task.req.addr).or_default().push(socket);
+            self.idle.entry((task.req.addr, task.req.tls)).or_default().push((socket, conn));
         }
         let status = head.status;
         if !(200..300).contains(&status) {
@@ -987,7 +1166,7 @@ impl Task {
 
     /// A duplicate of this request, to start now on a fresh connection.
     fn hedge_of(&self, now: Instant) -> Task {
-        let req = Request { addr: self.req.addr, host: self.req.host.clone(), target: self.req.target.clone(), method: self.req.method.clone(), range: self.req.range.clone(), buffer: Vec::new() };
+        let req = Request { addr: self.req.addr, host: self.req.host.clone(), target: self.req.target.clone(), method: self.req.method.clone(), range: self.req.range.clone(), buffer: Vec::new(), tls: self.req.tls };
         let mut hedge = Task::fresh(self.id, req, now);
         // Counted as a retry would be, so it never takes a pooled connection.
         hedge.attempt = 1;
@@ -1021,6 +1200,7 @@ impl Task {
             abandoned: false,
             is_hedge: false,
             spawned_hedge: false,
+            tls: None,
         }
     }
 }

@@ -65,7 +65,7 @@ macro_rules! on_both_backends {
         })*
     };
 }
-on_both_backends!(ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections, client_errors_fail_at_once_with_the_status, resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact, one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled, hedging_answers_stalled_requests_from_a_duplicate, hedges_stay_within_their_share);
+on_both_backends!(https_gets_and_puts_are_byte_exact_and_connections_are_reused, https_with_an_untrusted_certificate_fails_at_once, ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections, throttled_503_answers_are_retried_with_backoff_until_the_bytes_arrive, puts_to_nginx_arrive_byte_exact, client_errors_fail_at_once_with_the_status, resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact, one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled, hedging_answers_stalled_requests_from_a_duplicate, hedges_stay_within_their_share);
 
 fn get(port: u16, object: &str, range: Option<std::ops::Range<u64>>) -> Request {
     Request::get(SocketAddr::from(([127, 0, 0, 1], port)), format!("127.0.0.1:{port}"), format!("/cal/{object}"), range)
@@ -117,6 +117,98 @@ fn client_errors_fail_at_once_with_the_status(backend: Backend) {
     let r = lp.fetch_all(vec![get(closed, "x", None)]).unwrap();
     let err = r[0].as_ref().unwrap_err().to_string();
     assert!(err.contains("attempts") && err.contains("refused"), "{err}");
+}
+
+fn https_gets_and_puts_are_byte_exact_and_connections_are_reused(backend: Backend) {
+    let tb = testbed();
+    let port: u16 = tb.https_endpoint().rsplit(':').next().unwrap().parse().unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let tls = blobhouse_io::tls::client_config(Some(&tb.tls_ca())).unwrap();
+    let mut lp = EventLoop::new(LoopOptions { backend, tls: Some(tls), ..Default::default() }).unwrap();
+    let big = file(tb, "16m-1");
+    // By IP address and by name (both in the certificate), ranges and a whole object.
+    let gets = vec![
+        Request::get(addr, format!("127.0.0.1:{port}"), "/cal/16m-1", None).with_tls(true),
+        Request::get(addr, format!("localhost:{port}"), "/cal/16m-1", Some(5..1_000_005)).with_tls(true),
+        Request::get(addr, format!("127.0.0.1:{port}"), "/cal/16m-1", Some(16_000_000..16_777_216)).with_tls(true),
+        Request::get(addr, format!("127.0.0.1:{port}"), "/cal/16m-1", Some(0..1)).with_tls(true),
+    ];
+    let got = lp.fetch_all(gets).unwrap();
+    assert_eq!(got[0].as_ref().unwrap().body, big);
+    assert_eq!(got[1].as_ref().unwrap().body, big[5..1_000_005]);
+    assert_eq!(got[2].as_ref().unwrap().body, big[16_000_000..]);
+    assert_eq!(got[3].as_ref().unwrap().body, big[..1]);
+    // Uploads over TLS, then read back over the kept-alive TLS connections.
+    let name = |i: usize| format!("tls-{backend:?}-{}-{i}", std::process::id());
+    let bodies: Vec<Vec<u8>> = [0usize, 100, (2 << 20) + 3].iter().map(|&n| (0..n).map(|i| (i * 7 % 251) as u8).collect()).collect();
+    let puts = bodies.iter().enumerate().map(|(i, b)| Request::put(addr, format!("127.0.0.1:{port}"), format!("/upload/{}", name(i)), b.clone().into()).with_tls(true)).collect();
+    for r in lp.fetch_all(puts).unwrap() {
+        r.unwrap();
+    }
+    for (i, b) in bodies.iter().enumerate() {
+        assert_eq!(&std::fs::read(tb.dir().join("www/upload").join(name(i))).unwrap(), b, "upload {i}");
+    }
+    let s = lp.stats();
+    assert!(s.reuses > 0, "TLS connections were not kept alive: {s:?}");
+    assert_eq!(s.failures, 0);
+}
+
+fn https_with_an_untrusted_certificate_fails_at_once(backend: Backend) {
+    let tb = testbed();
+    let port: u16 = tb.https_endpoint().rsplit(':').next().unwrap().parse().unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    // The system's roots only: the testbed's CA is unknown.
+    let tls = blobhouse_io::tls::client_config(None).unwrap();
+    let mut lp = EventLoop::new(LoopOptions { backend, tls: Some(tls), ..Default::default() }).unwrap();
+    let r = lp.fetch_all(vec![Request::get(addr, format!("127.0.0.1:{port}"), "/cal/1k-0", None).with_tls(true)]).unwrap();
+    match &r[0] {
+        Err(e @ FetchError::Tls { reason, .. }) => assert!(reason.contains("certificate") || reason.contains("Certificate"), "{e}"),
+        other => panic!("an untrusted certificate was accepted or misreported: {other:?}"),
+    }
+    assert_eq!(lp.stats().retries, 0, "a certificate error is not worth retrying");
+}
+
+fn throttled_503_answers_are_retried_with_backoff_until_the_bytes_arrive(backend: Backend) {
+    let tb = testbed();
+    // nginx limit_req: 200 requests/s, burst 50, 503 beyond (S3's SlowDown).
+    let port = tb.state().nginx_throttled_port;
+    let expected = file(tb, "1m-2");
+    let opts = LoopOptions { max_in_flight: 32, max_attempts: 12, backoff: Duration::from_millis(20), backend, ..Default::default() };
+    let mut lp = EventLoop::new(opts).unwrap();
+    let gets = (0..200u64).map(|i| get(port, "1m-2", Some(i * 4096..i * 4096 + 65_536))).collect();
+    let results = lp.fetch_all(gets).unwrap();
+    for (i, r) in results.iter().enumerate() {
+        let f = r.as_ref().unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert_eq!(f.body, expected[i * 4096..i * 4096 + 65_536], "request {i}");
+    }
+    let s = lp.stats();
+    // 200 requests at loopback speed overrun 200/s with burst 50: some were refused.
+    assert!(s.retries > 0, "the throttle never answered 503: {s:?}");
+    assert_eq!((s.requests, s.failures), (200, 0));
+}
+
+fn puts_to_nginx_arrive_byte_exact(backend: Backend) {
+    let tb = testbed();
+    let port = tb.state().nginx_port;
+    let mut lp = EventLoop::new(LoopOptions { backend, ..Default::default() }).unwrap();
+    let addr = SocketAddr::from(([127, 0, 0, 1], port));
+    let name = |i: usize| format!("put-{backend:?}-{}-{i}", std::process::id());
+    // Sizes around the receive and send sizes, and an empty body.
+    let bodies: Vec<Vec<u8>> = [0usize, 1, 65_536, 1 << 20, (3 << 20) + 17].iter().map(|&n| (0..n).map(|i| (i * 31 % 253) as u8).collect()).collect();
+    let puts = bodies.iter().enumerate().map(|(i, b)| Request::put(addr, format!("127.0.0.1:{port}"), format!("/upload/{}", name(i)), b.clone().into())).collect();
+    for (i, r) in lp.fetch_all(puts).unwrap().into_iter().enumerate() {
+        let f = r.unwrap_or_else(|e| panic!("PUT {i}: {e}"));
+        assert!(f.status == 201 || f.status == 204, "PUT {i}: status {}", f.status);
+    }
+    for (i, b) in bodies.iter().enumerate() {
+        assert_eq!(&std::fs::read(tb.dir().join("www/upload").join(name(i))).unwrap(), b, "upload {i}");
+    }
+    // And back through GETs on the same loop.
+    let gets = (1..bodies.len()).map(|i| Request::get(addr, format!("127.0.0.1:{port}"), format!("/upload/{}", name(i)), None)).collect();
+    for (i, r) in lp.fetch_all(gets).unwrap().into_iter().enumerate() {
+        assert_eq!(r.unwrap().body, bodies[i + 1]);
+    }
+    assert_eq!(lp.stats().sent_bytes, bodies.iter().map(|b| b.len() as u64).sum::<u64>());
 }
 
 fn resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact(backend: Backend) {

@@ -16,6 +16,8 @@ pub enum TestbedError {
     Toxiproxy { request: String, message: String },
     #[error("testbed state {path}: {message}")]
     State { path: String, message: String },
+    #[error("{tool}: {message}")]
+    Tool { tool: String, message: String },
     #[error("unknown profile '{0}'; the profiles are: lan, s3, s3-scaled, throttled")]
     UnknownProfile(String),
     #[error("{0}")]

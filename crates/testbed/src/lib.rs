@@ -54,6 +54,10 @@ pub struct State {
     pub toxiproxy_api_port: u16,
     pub minio_proxy_port: u16,
     pub nginx_proxy_port: u16,
+    /// nginx over HTTPS (certificate from the testbed's own CA, see
+    /// [`Testbed::tls_ca`]), unshaped.
+    #[serde(default)]
+    pub nginx_tls_port: u16,
 }
 
 /// How clients reach the testbed under its current profile.
@@ -155,6 +159,7 @@ impl Testbed {
             toxiproxy_api_port: process::free_port()?,
             minio_proxy_port: process::free_port()?,
             nginx_proxy_port: process::free_port()?,
+            nginx_tls_port: process::free_port()?,
         };
         let mut tb = Testbed { dir: dir.to_path_buf(), state };
         // Record the state before anything runs, so `down` can always clean up.
@@ -191,8 +196,9 @@ impl Testbed {
         std::fs::create_dir_all(dir.join("www"))?;
         std::fs::write(dir.join("www/health"), b"ok")?;
         std::fs::create_dir_all(dir.join("nginx-tmp"))?;
+        make_certificates(&dir.join("tls"))?;
         let conf = dir.join("nginx.conf");
-        std::fs::write(&conf, nginx_config(&dir, self.state.nginx_port, self.state.nginx_throttled_port))?;
+        std::fs::write(&conf, nginx_config(&dir, self.state.nginx_port, self.state.nginx_throttled_port, self.state.nginx_tls_port))?;
         let mut cmd = Command::new(nginx);
         cmd.arg("-c").arg(&conf).arg("-p").arg(&dir).arg("-e").arg(dir.join("nginx-error.log"));
         let nginx_log = dir.join("nginx.log");
@@ -276,6 +282,16 @@ impl Testbed {
         }
     }
 
+    /// nginx over HTTPS, unshaped (`https://127.0.0.1:<port>`).
+    pub fn https_endpoint(&self) -> String {
+        format!("https://127.0.0.1:{}", self.state.nginx_tls_port)
+    }
+
+    /// The PEM file of the CA that signed the HTTPS endpoint's certificate.
+    pub fn tls_ca(&self) -> PathBuf {
+        self.dir.join("tls/ca.pem")
+    }
+
     /// AWS_* settings that point S3 clients at the testbed.
     pub fn env(&self) -> Vec<(&'static str, String)> {
         vec![
@@ -288,7 +304,31 @@ impl Testbed {
     }
 }
 
-fn nginx_config(dir: &Path, port: u16, throttled_port: u16) -> String {
+/// A CA of the testbed's own and a server certificate it signed for
+/// 127.0.0.1 and localhost, made with the openssl command-line tool (clients
+/// trust the CA through [`Testbed::tls_ca`]).
+fn make_certificates(tls: &Path) -> Result<()> {
+    if tls.join("cert.pem").exists() {
+        return Ok(());
+    }
+    std::fs::create_dir_all(tls)?;
+    std::fs::write(tls.join("leaf.ext"), "subjectAltName=IP:127.0.0.1,DNS:localhost\nbasicConstraints=critical,CA:FALSE\nkeyUsage=critical,digitalSignature\nextendedKeyUsage=serverAuth\n")?;
+    let ec = ["-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes"];
+    let steps: [Vec<&str>; 3] = [
+        [&["req", "-x509"][..], &ec, &["-keyout", "ca.key", "-out", "ca.pem", "-days", "30", "-subj", "/CN=blobhouse testbed CA", "-addext", "basicConstraints=critical,CA:TRUE", "-addext", "keyUsage=critical,keyCertSign"]].concat(),
+        [&["req"][..], &ec, &["-keyout", "key.pem", "-out", "leaf.csr", "-subj", "/CN=localhost"]].concat(),
+        vec!["x509", "-req", "-in", "leaf.csr", "-CA", "ca.pem", "-CAkey", "ca.key", "-CAcreateserial", "-out", "cert.pem", "-days", "30", "-extfile", "leaf.ext"],
+    ];
+    for args in steps {
+        let out = Command::new("openssl").args(&args).current_dir(tls).output().map_err(|e| TestbedError::Tool { tool: "openssl".into(), message: format!("{e} (install it: apt-get install openssl, or run scripts/install-test-deps.sh)") })?;
+        if !out.status.success() {
+            return Err(TestbedError::Tool { tool: "openssl".into(), message: format!("openssl {}: {}", args.join(" "), String::from_utf8_lossy(&out.stderr).trim()) });
+        }
+    }
+    Ok(())
+}
+
+fn nginx_config(dir: &Path, port: u16, throttled_port: u16, tls_port: u16) -> String {
     let d = dir.display();
     let (rate, burst) = (profile::THROTTLE_RATE, profile::THROTTLE_BURST);
     format!(
@@ -315,6 +355,13 @@ http {{
     listen 127.0.0.1:{port};
     root {d}/www;
     # Uploads (plain-HTTP PUT tests of the download manager).
+    location /upload/ {{ dav_methods PUT; create_full_put_path on; client_max_body_size 0; }}
+  }}
+  server {{
+    listen 127.0.0.1:{tls_port} ssl;
+    ssl_certificate {d}/tls/cert.pem;
+    ssl_certificate_key {d}/tls/key.pem;
+    root {d}/www;
     location /upload/ {{ dav_methods PUT; create_full_put_path on; client_max_body_size 0; }}
   }}
   server {{
