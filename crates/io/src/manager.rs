@@ -320,6 +320,8 @@ impl DownloadManager {
     /// Starts the loop threads.
     pub fn new(mut opts: ManagerOptions) -> std::io::Result<DownloadManager> {
         assert!(opts.threads >= 1, "a download manager needs a loop thread");
+        let buffers = BufferPool::new(opts.buffer_pool);
+        opts.loop_options.buffers = Some(buffers.clone());
         if opts.loop_options.tls.is_none() {
             opts.loop_options.tls = Some(crate::tls::client_config(opts.ca_file.as_deref()).map_err(std::io::Error::other)?);
         }
@@ -338,7 +340,7 @@ impl DownloadManager {
                 endpoints: Mutex::new(HashMap::new()),
                 backend,
                 log: opts.record_requests.then(|| Mutex::new(Vec::new())),
-                buffers: BufferPool::new(opts.buffer_pool),
+                buffers,
             }),
         })
     }
@@ -379,13 +381,12 @@ impl DownloadManager {
             Some(q) => format!("{}?{q}", parsed.path()),
             None => parsed.path().to_string(),
         };
-        let mut request = make(addr, host_header, target).with_tls(tls);
-        if size > 0 && matches!(request.method, crate::uring::Method::Get) {
-            request.buffer = self.inner.buffers.take(size as usize);
-        }
+        let request = make(addr, host_header, target).with_tls(tls);
         let rx_range = request.range.clone();
         let method = if matches!(request.method, crate::uring::Method::Put(_)) { "PUT" } else { "GET" };
-        // Hold the request's share of the memory budget until it is delivered.
+        // Hold the request's share of the memory budget until it is
+        // delivered. (The loop takes its buffer from the pool only when it
+        // puts the request on the wire.)
         let units = (size.div_ceil(BUDGET_UNIT) as u32).clamp(1, self.inner.budget_units);
         let _permit = self.inner.budget.clone().acquire_many_owned(units).await.map_err(|_| DownloadError::Stopped(None))?;
         let (tx, rx) = oneshot::channel::<Result<Fetched, FetchError>>();

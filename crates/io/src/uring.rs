@@ -24,6 +24,7 @@ use std::time::{Duration, Instant};
 use io_uring::{IoUring, opcode, types};
 use socket2::{Domain, SockAddr, Socket, Type};
 
+use crate::buffers::BufferPool;
 use crate::model::LatencyModel;
 use crate::tls::TlsState;
 use crate::stats::Histogram;
@@ -176,6 +177,9 @@ pub struct LoopOptions {
     pub backend: Backend,
     /// TLS settings for HTTPS requests (see [`crate::tls::client_config`]).
     pub tls: Option<Arc<rustls::ClientConfig>>,
+    /// Where a GET of a range without a buffer of its own gets one when it
+    /// goes on the wire (not earlier: queued requests hold no memory).
+    pub buffers: Option<Arc<BufferPool>>,
 }
 
 /// The throughput the loop aims for and the memory it may use for it.
@@ -240,6 +244,7 @@ impl Default for LoopOptions {
             keep_alive: true,
             backend: Backend::Auto,
             tls: None,
+            buffers: None,
         }
     }
 }
@@ -548,6 +553,9 @@ impl EventLoop {
                 // A request's latency starts with its first attempt, not
                 // with the time it waited for a slot.
                 task.first_started = now;
+            }
+            if let (Some(pool), Some(range), 0) = (&self.opts.buffers, &task.req.range, task.req.buffer.capacity()) {
+                task.req.buffer = pool.take((range.end - range.start) as usize);
             }
             task.attempt_started = now;
             task.deadline = now + self.opts.attempt_timeout;
