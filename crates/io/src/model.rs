@@ -18,10 +18,12 @@
 
 use std::time::Duration;
 
-/// Recent samples, oldest overwritten first.
+/// Recent samples, oldest overwritten first, kept sorted as well so that a
+/// quantile costs nothing (the loop asks every turn).
 #[derive(Debug, Clone)]
 struct Window {
     values: Vec<f64>,
+    sorted: Vec<f64>,
     next: usize,
 }
 
@@ -29,24 +31,27 @@ const WINDOW: usize = 256;
 
 impl Window {
     fn new() -> Self {
-        Window { values: Vec::with_capacity(WINDOW), next: 0 }
+        Window { values: Vec::with_capacity(WINDOW), sorted: Vec::with_capacity(WINDOW), next: 0 }
     }
 
     fn push(&mut self, v: f64) {
         if self.values.len() < WINDOW {
             self.values.push(v);
         } else {
-            self.values[self.next] = v;
+            let old = std::mem::replace(&mut self.values[self.next], v);
+            let at = self.sorted.partition_point(|x| x.total_cmp(&old).is_lt());
+            self.sorted.remove(at);
         }
+        let at = self.sorted.partition_point(|x| x.total_cmp(&v).is_lt());
+        self.sorted.insert(at, v);
         self.next = (self.next + 1) % WINDOW;
     }
 
     fn quantile(&self, q: f64) -> Option<f64> {
-        if self.values.is_empty() {
+        let v = &self.sorted;
+        if v.is_empty() {
             return None;
         }
-        let mut v = self.values.clone();
-        v.sort_by(f64::total_cmp);
         let i = ((q * (v.len() - 1) as f64).round() as usize).min(v.len() - 1);
         Some(v[i])
     }
@@ -126,6 +131,76 @@ impl LatencyModel {
     }
 }
 
+/// Epochs of no gain before the probe caps the requests in flight.
+const FLAT_EPOCHS: u32 = 2;
+/// Growth of throughput that counts as a gain.
+const GAIN: f64 = 1.05;
+/// Growth of the limit that should have brought a gain.
+const RAISE: f64 = 1.2;
+/// Epochs after which a cap is relaxed, to find out whether the link has
+/// more to give now.
+const RELAX_EPOCHS: u32 = 20;
+
+/// Finds the link's limit by watching what more requests in flight bring
+/// (the model's complement: it knows what one request gets, not what the
+/// link can carry). When raising the requests in flight by a fifth has not
+/// raised the aggregate throughput by 5 % for two epochs in a row, the
+/// link is full: the probe caps requests in flight at the level that
+/// reached the best throughput, and relaxes the cap by a fifth now and then
+/// to look again. Without it, a link whose bandwidth is shared by all
+/// requests (loopback, where the CPU is the link) makes every request
+/// slower the more there are, and the model asks for ever more.
+#[derive(Debug, Clone, Default)]
+pub struct LinkProbe {
+    /// (requests in flight, bytes/s) of the best epoch so far.
+    best: Option<(usize, f64)>,
+    flat: u32,
+    since_cap: u32,
+    cap: Option<usize>,
+}
+
+impl LinkProbe {
+    /// Records an epoch in which about `in_flight` requests were on the
+    /// wire and `bytes_per_sec` arrived; returns the cap now in force.
+    pub fn epoch(&mut self, in_flight: usize, bytes_per_sec: f64) -> Option<usize> {
+        if in_flight == 0 || bytes_per_sec <= 0.0 {
+            return self.cap;
+        }
+        match self.best {
+            None => self.best = Some((in_flight, bytes_per_sec)),
+            Some((_, t)) if bytes_per_sec >= t * GAIN => {
+                self.best = Some((in_flight, bytes_per_sec));
+                self.flat = 0;
+            }
+            Some((n, _)) => {
+                if in_flight as f64 >= n as f64 * RAISE {
+                    self.flat += 1;
+                    if self.flat >= FLAT_EPOCHS && self.cap.is_none() {
+                        self.cap = Some(n);
+                        self.since_cap = 0;
+                    }
+                }
+            }
+        }
+        if let Some(c) = self.cap {
+            self.since_cap += 1;
+            if self.since_cap >= RELAX_EPOCHS {
+                // Look again from a little higher; a gain lifts `best` and
+                // the next flat stretch sets a new cap.
+                self.cap = None;
+                self.flat = 0;
+                self.best = self.best.map(|(_, t)| ((c as f64 * RAISE).ceil() as usize, t));
+            }
+        }
+        self.cap
+    }
+
+    /// The cap in force, if the link looked full.
+    pub fn cap(&self) -> Option<usize> {
+        self.cap
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -134,6 +209,54 @@ mod tests {
 
     fn ms(v: u64) -> Duration {
         Duration::from_millis(v)
+    }
+
+    #[test]
+    fn the_probe_caps_in_flight_where_the_link_is_full() {
+        // A link of 600 MiB/s; each request alone gets 50 MiB/s.
+        let link = |n: usize| (n as f64 * 50.0).min(600.0);
+        let mut p = LinkProbe::default();
+        let mut n = 1usize;
+        let mut cap = None;
+        for _ in 0..12 {
+            cap = p.epoch(n, link(n));
+            // The model keeps asking for more: double each epoch up to a cap.
+            n = (n * 2).min(cap.unwrap_or(usize::MAX)).min(512);
+        }
+        let c = cap.expect("the link filled up");
+        assert!((12..=32).contains(&c), "capped at {c}");
+        assert!(link(c) >= 600.0 * 0.95);
+    }
+
+    #[test]
+    fn the_probe_leaves_a_growing_link_alone_and_looks_again_later() {
+        let mut p = LinkProbe::default();
+        for n in (1..30).map(|i| i * 10) {
+            assert_eq!(p.epoch(n, n as f64 * 2.4), None, "throughput still grows at {n}");
+        }
+        // Flat from here on: capped, then relaxed after a while.
+        let mut seen_cap = false;
+        let mut relaxed = false;
+        for i in 0..60 {
+            let c = p.epoch(400 + i * 100, 700.0);
+            seen_cap |= c.is_some();
+            relaxed |= seen_cap && c.is_none();
+        }
+        assert!(seen_cap && relaxed);
+    }
+
+    #[test]
+    fn the_window_keeps_the_recent_samples_sorted() {
+        let mut w = Window::new();
+        for i in 0..1000u32 {
+            w.push(((i * 7919) % 1000) as f64);
+        }
+        // The last 256 pushed, sorted.
+        let mut last: Vec<f64> = (744..1000u32).map(|i| ((i * 7919) % 1000) as f64).collect();
+        last.sort_by(f64::total_cmp);
+        assert_eq!(w.sorted, last);
+        assert_eq!(w.quantile(0.0), Some(last[0]));
+        assert_eq!(w.quantile(1.0), Some(last[255]));
     }
 
     #[test]

@@ -25,7 +25,7 @@ use io_uring::{IoUring, opcode, types};
 use socket2::{Domain, SockAddr, Socket, Type};
 
 use crate::buffers::BufferPool;
-use crate::model::LatencyModel;
+use crate::model::{LatencyModel, LinkProbe};
 use crate::tls::TlsState;
 use crate::stats::Histogram;
 use crate::http::{BodyDecoder, Framing, HttpError, Limits, ResponseHead, parse_content_range, parse_head, range_header, write_request};
@@ -266,6 +266,9 @@ pub struct LoopStats {
     pub hedges_won: u64,
     /// Body bytes received.
     pub body_bytes: u64,
+    /// Response bytes as they arrived (heads, bodies, duplicates of hedges):
+    /// what the link carried, without waiting for requests to complete.
+    pub received_bytes: u64,
     /// Body bytes sent (PUT).
     pub sent_bytes: u64,
     /// Most requests in flight at once.
@@ -293,6 +296,7 @@ impl LoopStats {
         self.hedges += o.hedges;
         self.hedges_won += o.hedges_won;
         self.body_bytes += o.body_bytes;
+        self.received_bytes += o.received_bytes;
         self.sent_bytes += o.sent_bytes;
         self.max_in_flight += o.max_in_flight;
         self.submits += o.submits;
@@ -310,6 +314,10 @@ const WAKE: u64 = u64::MAX - 1;
 const MAX_HEDGES_PER_REQUEST: u8 = 4;
 const CANCEL: u64 = 1 << 62;
 const HEAD_BUFFER: usize = 64 << 10;
+/// Ticks per epoch of the link probe (half a second).
+const PROBE_TICKS: u32 = 10;
+/// Requests in flight a model-driven loop starts with.
+const INITIAL_RAMP: usize = 16;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -395,6 +403,12 @@ pub struct EventLoop {
     started: u64,
     hedges_sent: u64,
     model: LatencyModel,
+    probe: LinkProbe,
+    /// Requests in flight allowed so far (doubles each epoch the link
+    /// keeps up, so the probe sees each level on the way up).
+    ramp: usize,
+    /// Ticks, in-flight sum and body bytes at the start of the probe's epoch.
+    epoch: (u32, usize, u64),
     /// The current hedging deadlines (from the policy or the model).
     hedge_deadlines: (Duration, Duration),
     wake: Option<Wake>,
@@ -443,6 +457,9 @@ impl EventLoop {
             started: 0,
             hedges_sent: 0,
             model: LatencyModel::default(),
+            probe: LinkProbe::default(),
+            ramp: INITIAL_RAMP,
+            epoch: (0, 0, 0),
             hedge_deadlines,
             wake: None,
         })
@@ -459,6 +476,11 @@ impl EventLoop {
     /// Counters so far.
     pub fn stats(&self) -> &LoopStats {
         &self.stats
+    }
+
+    /// The link probe's cap on requests in flight, if the link looked full.
+    pub fn link_cap(&self) -> Option<usize> {
+        self.probe.cap()
     }
 
     /// What the loop has learned about the store's latencies.
@@ -527,7 +549,7 @@ impl EventLoop {
     fn limit(&self) -> usize {
         match self.opts.concurrency {
             None => self.opts.max_in_flight,
-            Some(c) => self.model.in_flight(c.bytes_per_sec, c.memory, self.opts.max_in_flight),
+            Some(c) => self.model.in_flight(c.bytes_per_sec, c.memory, self.opts.max_in_flight).min(self.probe.cap().unwrap_or(usize::MAX)).min(self.ramp),
         }
     }
 
@@ -628,10 +650,31 @@ impl EventLoop {
         reply(outcome);
     }
 
-    /// Every 50 ms: cancel attempts past their deadline, hedge late ones.
+    /// Every 50 ms: cancel attempts past their deadline, hedge late ones,
+    /// and every half second let the link probe see what arrived.
     fn on_tick(&mut self) -> std::io::Result<()> {
         self.tick_armed = false;
         let now = Instant::now();
+        if self.opts.concurrency.is_some() {
+            // Only epochs in which the limit held requests back say
+            // anything about the link; others are reset.
+            if self.waiting.is_empty() {
+                self.epoch = (0, 0, self.stats.received_bytes);
+            } else {
+                self.epoch.0 += 1;
+                self.epoch.1 += self.in_flight;
+                if self.epoch.0 == PROBE_TICKS {
+                    let secs = PROBE_TICKS as f64 * 0.05;
+                    let rate = (self.stats.received_bytes - self.epoch.2) as f64 / secs;
+                    if self.probe.epoch(self.epoch.1 / PROBE_TICKS as usize, rate).is_none() {
+                        // The limit held requests back and the link took
+                        // all it was given: allow twice as many.
+                        self.ramp = self.ramp.saturating_mul(2);
+                    }
+                    self.epoch = (0, 0, self.stats.received_bytes);
+                }
+            }
+        }
         if let Some(policy) = self.opts.hedge
             && policy.adaptive
         {
@@ -1053,6 +1096,7 @@ impl EventLoop {
                     return Step::Done(Err(FetchError::Io { addr, source: std::io::Error::new(std::io::ErrorKind::UnexpectedEof, "connection closed before the response") }));
                 }
                 task.filled += n;
+                self.stats.received_bytes += n as u64;
                 let parsed = match parse_head(&task.head[..task.filled], &self.limits, false) {
                     Ok(p) => p,
                     Err(e) => return Step::Done(Err(e.into())),
@@ -1097,6 +1141,7 @@ impl EventLoop {
                 // SAFETY: the kernel wrote `n` bytes into the spare capacity
                 // this recv was given.
                 unsafe { body.set_len(old + n) };
+                self.stats.received_bytes += n as u64;
                 match decoder.decode(&mut body[old..]) {
                     Ok(d) if d.consumed < n => return Step::Done(Err(HttpError::Malformed("bytes after the end of the body".into()).into())),
                     Ok(d) => body.truncate(old + d.payload),

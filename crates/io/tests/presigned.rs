@@ -6,6 +6,7 @@
 use std::sync::Arc;
 use std::time::Duration;
 
+use blobhouse_io::uring::Backend;
 use blobhouse_io::{DownloadManager, ManagerOptions};
 use blobhouse_testbed::{ACCESS_KEY, BUCKET, Lifetime, Profile, REGION, SECRET_KEY, Testbed};
 use bytes::Bytes;
@@ -30,7 +31,14 @@ fn store(endpoint: &str) -> Arc<AmazonS3> {
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn presigned_gets_and_puts_on_minio_are_byte_exact_and_errors_are_clear() {
-    let dir = std::env::temp_dir().join(format!("blobhouse-io-presigned-{}", std::process::id()));
+    // The download manager on io_uring, then on the epoll fallback.
+    for backend in [Backend::IoUring, Backend::Epoll] {
+        presigned_round_trip(backend).await;
+    }
+}
+
+async fn presigned_round_trip(backend: Backend) {
+    let dir = std::env::temp_dir().join(format!("blobhouse-io-presigned-{}-{backend:?}", std::process::id()));
     let tb = Testbed::up(&dir, Profile::Lan, Lifetime::TiedToThisProcess).unwrap();
     let s3 = store(&tb.endpoints().s3_direct);
     let data: Vec<u8> = (0..3_000_000u32).map(|i| (i * 7 % 251) as u8).collect();
@@ -40,7 +48,10 @@ async fn presigned_gets_and_puts_on_minio_are_byte_exact_and_errors_are_clear() 
         let (s3, p) = (s3.clone(), Path::from(p));
         async move { s3.signed_url(method, &p, Duration::from_secs(300)).await.unwrap().to_string() }
     };
-    let dm = DownloadManager::new(ManagerOptions::default()).unwrap();
+    let mut opts = ManagerOptions::default();
+    opts.loop_options.backend = backend;
+    let dm = DownloadManager::new(opts).unwrap();
+    assert_eq!(dm.backend(), backend);
 
     // Ranges and the whole object, concurrently.
     let url = sign(http::Method::GET, "io-test/object.bin").await;
