@@ -80,9 +80,8 @@ impl TestDb {
         TestDb { url, store_options, audit, location, _dir: dir }
     }
 
-    /// A new engine handle on the database (its own key leases and caches).
-    /// An engine on this database; its download manager (on S3) keeps a
-    /// request log for [`TestDb::data_reads`].
+    /// A new engine handle on the database (its own key leases and caches);
+    /// its download manager (on S3) keeps a request log for [`data_reads`].
     pub async fn engine(&self, mut options: EngineOptions) -> Engine {
         if let Some(dm) = options.download.as_mut() {
             dm.record_requests = true;

@@ -28,6 +28,62 @@ async fn tpch_answers_match_the_official_answers(b: Backend) {
     assert!(failures.is_empty(), "{} of 22 answers wrong:\n{}", failures.len(), failures.join("\n"));
 }
 
+/// The 22 answers stay exact when the data path misbehaves: the engine's
+/// download manager reads through a toxiproxy in front of MinIO that resets,
+/// truncates and stalls a share of the connections (the catalog and the
+/// manifests go to MinIO directly), and every fault is retried or hedged.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_answers_stay_exact_through_resets_truncations_and_stalls() {
+    use blobhouse_testbed::Toxic;
+    let db = TestDb::new(Backend::Minio, "faulty");
+    let loader = db.engine(EngineOptions::default()).await;
+    tpch::load(&loader, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
+    drop(loader);
+
+    // A proxy of this test's own in front of MinIO.
+    let minio = blobhouse_testkit::MinioServer::shared();
+    let tb = &minio.testbed;
+    let port = blobhouse_testbed::process::free_port().unwrap();
+    let name = format!("faulty-data-{}", std::process::id());
+    let api = tb.toxiproxy();
+    api.proxy(&name, port, tb.state().minio_port).unwrap();
+    for toxic in [
+        Toxic::new("reset", "reset_peer", 0.1, serde_json::json!({"timeout": 0})),
+        Toxic::new("truncate", "limit_data", 0.1, serde_json::json!({"bytes": 20_000})),
+        Toxic::new("stall", "timeout", 0.05, serde_json::json!({"timeout": 0})),
+    ] {
+        api.add_toxic(&name, &toxic).unwrap();
+    }
+    // URLs presigned for the proxy's address: data reads go through it.
+    let mut through_proxy = db.store_options.clone();
+    through_proxy.endpoint = Some(format!("http://127.0.0.1:{port}"));
+    let signer = blobhouse_storage::open_location(&db.url, &through_proxy).unwrap().signer;
+    assert!(signer.is_some());
+    let mut options = EngineOptions::default();
+    let dm = options.download.as_mut().unwrap();
+    dm.loop_options.attempt_timeout = std::time::Duration::from_secs(2);
+    dm.loop_options.max_attempts = 12;
+    dm.loop_options.backoff = std::time::Duration::from_millis(5);
+    // Faults are drawn per connection: a connection per request meets many.
+    dm.loop_options.keep_alive = false;
+    let e = blobhouse_engine::Engine::open_location(db.location.clone().with_signer(signer), db.store_options.clone(), options).await.unwrap();
+
+    let mut failures = Vec::new();
+    for q in 1..=22 {
+        match tpch::run_query(&e, q, 0.01).await {
+            Ok(run) if run.verdict == Verdict::Verified => {}
+            Ok(run) => failures.push(format!("Q{q}: {:?}", run.verdict)),
+            Err(err) => failures.push(format!("Q{q}: {err}")),
+        }
+    }
+    assert!(failures.is_empty(), "{} of 22 answers wrong through faults:\n{}", failures.len(), failures.join("\n"));
+    let stats = e.download_manager().expect("S3 reads go through the download manager").stats().loops;
+    eprintln!("download manager through faults: {stats:?}");
+    assert!(stats.requests > 50, "{stats:?}");
+    assert!(stats.retries >= 3, "too few faults were hit: {stats:?}");
+    assert_eq!(stats.failures, 0, "{stats:?}");
+}
+
 /// DuckDB, with its own Parquet reader, runs the 22 queries directly on the
 /// data objects blobhouse wrote and must agree with blobhouse's answers: the
 /// objects are standard Parquet and the answers do not depend on our reader.
