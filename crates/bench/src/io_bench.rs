@@ -22,6 +22,7 @@ use std::net::SocketAddr;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
 
+pub use blobhouse_io::uring::Backend;
 use blobhouse_io::uring::{ConcurrencyTarget, EventLoop, LoopOptions, Request};
 use blobhouse_io::{DownloadManager, ManagerOptions};
 use blobhouse_testbed::Testbed;
@@ -47,6 +48,8 @@ pub struct IoBenchOptions {
     pub model_memory: u64,
     /// The link the model-driven client aims for, bytes/s.
     pub model_target: f64,
+    /// The download manager's kernel interface.
+    pub backend: blobhouse_io::uring::Backend,
     /// Pace request starts to this many bytes per second (both clients), so
     /// their CPU per GiB is compared at equal throughput; `None`: as fast
     /// as they go.
@@ -102,6 +105,8 @@ pub struct IoRun {
     pub retries: u64,
     /// Most requests on the wire at once (download manager only).
     pub max_in_flight: usize,
+    /// CPU of the event-loop threads alone (download manager only).
+    pub loop_cpu_seconds: f64,
 }
 
 impl IoRun {
@@ -161,8 +166,9 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
 
 /// Runs `requests` GETs through the download manager: `in_flight` at a time
 /// from the caller, or (`model`) all at once with the model deciding.
-pub fn run_download_manager(base: &str, size: usize, in_flight: usize, requests: usize, model: Option<(f64, u64)>, rate: Option<f64>) -> Result<IoRun, String> {
+pub fn run_download_manager(base: &str, size: usize, in_flight: usize, requests: usize, model: Option<(f64, u64)>, rate: Option<f64>, backend: blobhouse_io::uring::Backend) -> Result<IoRun, String> {
     let mut opts = ManagerOptions::default();
+    opts.loop_options.backend = backend;
     opts.loop_options.hedge = None;
     opts.loop_options.attempt_timeout = Duration::from_secs(60);
     match model {
@@ -208,7 +214,7 @@ pub fn run_download_manager(base: &str, size: usize, in_flight: usize, requests:
     })?;
     let stats = dm.stats();
     let client = if model.is_some() { Client::DownloadManagerModel } else { Client::DownloadManager };
-    Ok(IoRun { client, size, in_flight, bytes: run.0, seconds: run.1, steady_seconds: run.2, cpu_seconds: run.3, retries: stats.loops.retries, max_in_flight: stats.loops.max_in_flight })
+    Ok(IoRun { client, size, in_flight, bytes: run.0, seconds: run.1, steady_seconds: run.2, cpu_seconds: run.3, retries: stats.loops.retries, max_in_flight: stats.loops.max_in_flight, loop_cpu_seconds: stats.cpu.as_secs_f64() })
 }
 
 /// Runs object_store's HTTP store on a current-thread runtime.
@@ -241,7 +247,7 @@ pub fn run_object_store(base: &str, size: usize, in_flight: usize, requests: usi
             done.push(t0.elapsed().as_secs_f64());
         }
         let seconds = t0.elapsed().as_secs_f64();
-        Ok(IoRun { client: Client::ObjectStore, size, in_flight, bytes, seconds, steady_seconds: steady(done), cpu_seconds: cpu_seconds() - cpu0, retries: 0, max_in_flight: in_flight })
+        Ok(IoRun { client: Client::ObjectStore, size, in_flight, bytes, seconds, steady_seconds: steady(done), cpu_seconds: cpu_seconds() - cpu0, retries: 0, max_in_flight: in_flight, loop_cpu_seconds: 0.0 })
     })
 }
 
@@ -259,8 +265,8 @@ pub fn run(tb: &Testbed, opts: &IoBenchOptions, progress: &dyn Fn(&str)) -> Resu
                 progress(&format!("{} requests of {} KiB, {c} in flight, run {} of {}", opts.requests, size >> 10, rep + 1, opts.repeats.max(1)));
                 for &client in &opts.clients {
                     let one = |n: usize| match client {
-                        Client::DownloadManager => run_download_manager(&base, size, c, n, None, opts.rate),
-                        Client::DownloadManagerModel => run_download_manager(&base, size, c, n, Some((opts.model_target, opts.model_memory)), opts.rate),
+                        Client::DownloadManager => run_download_manager(&base, size, c, n, None, opts.rate, opts.backend),
+                        Client::DownloadManagerModel => run_download_manager(&base, size, c, n, Some((opts.model_target, opts.model_memory)), opts.rate, opts.backend),
                         Client::ObjectStore => run_object_store(&base, size, c, n, opts.rate),
                     };
                     if rep == 0 {
@@ -288,6 +294,8 @@ pub struct Point {
     pub cpu_per_gib: f64,
     /// Spread of CPU-s/GiB over the runs (max − min).
     pub cpu_spread: f64,
+    /// The event-loop threads' share of `cpu_per_gib`.
+    pub loop_cpu_per_gib: f64,
     pub retries: u64,
     pub max_in_flight: usize,
 }
@@ -320,6 +328,7 @@ pub fn points(runs: &[IoRun]) -> Vec<Point> {
                 steady_mib_per_s: median(rs.iter().map(|r| r.steady_mib_per_s()).collect()),
                 cpu_per_gib: median(cpu.clone()),
                 cpu_spread: cpu.iter().cloned().fold(f64::MIN, f64::max) - cpu.iter().cloned().fold(f64::MAX, f64::min),
+                loop_cpu_per_gib: median(rs.iter().map(|r| r.loop_cpu_seconds / r.gib()).collect()),
                 retries: rs.iter().map(|r| r.retries).sum(),
                 max_in_flight: rs.iter().map(|r| r.max_in_flight).max().unwrap_or(0),
             }
@@ -342,15 +351,16 @@ fn dm_cpu_at(points: &[Point], size: usize, gib_per_s: f64) -> Option<f64> {
 pub fn report(profile: &str, opts: &IoBenchOptions, runs: &[IoRun]) -> String {
     let pts = points(runs);
     let mut s = format!(
-        "I/O benchmark on profile '{profile}': {} requests per run, medians of {} runs; one event-loop thread; CPU = client process user+sys{}\n\n",
+        "I/O benchmark on profile '{profile}': {} requests per run, medians of {} runs; one event-loop thread ({:?}); CPU = client process user+sys{}\n\n",
         opts.requests,
         opts.repeats.max(1),
+        opts.backend,
         opts.rate.map(|r| format!("; request starts paced to {:.0} MiB/s", r / (1u64 << 20) as f64)).unwrap_or_default()
     );
-    s.push_str("client                       size KiB  in flight  max on wire   GiB/s  steady MiB/s  CPU-s/GiB (spread)  retries\n");
+    s.push_str("client                       size KiB  in flight  max on wire   GiB/s  steady MiB/s  CPU-s/GiB (spread)  of it loop  retries\n");
     for p in &pts {
         s.push_str(&format!(
-            "{:<28} {:>8} {:>10} {:>12} {:>7.2} {:>13.1} {:>9.3} ({:>6.3}) {:>8}\n",
+            "{:<28} {:>8} {:>10} {:>12} {:>7.2} {:>13.1} {:>9.3} ({:>6.3}) {:>10} {:>8}\n",
             p.client.name(),
             p.size >> 10,
             p.in_flight,
@@ -359,6 +369,7 @@ pub fn report(profile: &str, opts: &IoBenchOptions, runs: &[IoRun]) -> String {
             p.steady_mib_per_s,
             p.cpu_per_gib,
             p.cpu_spread,
+            if p.client == Client::ObjectStore { "-".to_string() } else { format!("{:.3}", p.loop_cpu_per_gib) },
             p.retries
         ));
     }
@@ -389,9 +400,9 @@ pub fn report(profile: &str, opts: &IoBenchOptions, runs: &[IoRun]) -> String {
 fn write_outputs(tb: &Testbed, opts: &IoBenchOptions, runs: &[IoRun]) -> Result<(), String> {
     let out = &opts.out;
     std::fs::create_dir_all(out).map_err(|e| format!("{}: {e}", out.display()))?;
-    let mut csv = String::from("client,size_bytes,in_flight,bytes,seconds,steady_seconds,cpu_seconds,retries,max_in_flight\n");
+    let mut csv = String::from("client,size_bytes,in_flight,bytes,seconds,steady_seconds,cpu_seconds,loop_cpu_seconds,retries,max_in_flight\n");
     for r in runs {
-        csv.push_str(&format!("{},{},{},{},{:.4},{:.4},{:.4},{},{}\n", r.client.name(), r.size, r.in_flight, r.bytes, r.seconds, r.steady_seconds, r.cpu_seconds, r.retries, r.max_in_flight));
+        csv.push_str(&format!("{},{},{},{},{:.4},{:.4},{:.4},{:.4},{},{}\n", r.client.name(), r.size, r.in_flight, r.bytes, r.seconds, r.steady_seconds, r.cpu_seconds, r.loop_cpu_seconds, r.retries, r.max_in_flight));
     }
     std::fs::write(out.join("io.csv"), csv).map_err(|e| e.to_string())?;
     let profile = tb.profile().name();

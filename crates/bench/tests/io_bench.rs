@@ -18,6 +18,7 @@ fn short_io_benchmark_measures_both_clients() {
         model_memory: 64 << 20,
         model_target: 1e9,
         rate: None,
+        backend: blobhouse_io::uring::Backend::Auto,
         calibrated_mib_s: Some(1000.0),
         out: out.clone(),
     };

@@ -61,6 +61,9 @@ pub enum BenchCommand {
         /// Link bandwidth dm-model aims for, Gbit/s.
         #[arg(long, default_value_t = 10.0)]
         model_link_gbps: f64,
+        /// The download manager's kernel interface: auto, io-uring or epoll.
+        #[arg(long, default_value = "auto")]
+        backend: String,
         /// Pace both clients' request starts to this rate (MiB/s), to compare CPU at equal throughput.
         #[arg(long)]
         rate_mib_s: Option<f64>,
@@ -139,7 +142,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             println!("{}", cal.report());
             println!("wrote {}/{{report.txt,latency.csv,throughput.csv,latency.png,throughput.png}}", out.display());
         }
-        BenchCommand::Io { profile, requests, sizes_kib, in_flight, repeats, clients, model_memory_gib, model_link_gbps, rate_mib_s, calibrated_mib_s, out, dir } => {
+        BenchCommand::Io { profile, requests, sizes_kib, in_flight, repeats, clients, model_memory_gib, model_link_gbps, backend, rate_mib_s, calibrated_mib_s, out, dir } => {
             anyhow::ensure!(requests > 0, "--requests must be at least 1");
             anyhow::ensure!(in_flight.iter().all(|&c| c > 0), "--in-flight levels must be at least 1");
             let clients = clients.iter().map(|c| io_bench::Client::parse(c)).collect::<Result<Vec<_>, _>>().map_err(anyhow::Error::msg)?;
@@ -154,6 +157,12 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
                 clients,
                 model_memory: (model_memory_gib * (1u64 << 30) as f64) as u64,
                 model_target: model_link_gbps * 1e9 / 8.0,
+                backend: match backend.as_str() {
+                    "auto" => blobhouse_bench::io_bench::Backend::Auto,
+                    "io-uring" => blobhouse_bench::io_bench::Backend::IoUring,
+                    "epoll" => blobhouse_bench::io_bench::Backend::Epoll,
+                    other => anyhow::bail!("unknown --backend '{other}': use auto, io-uring or epoll"),
+                },
                 rate: rate_mib_s.map(|r| r * (1u64 << 20) as f64),
                 calibrated_mib_s,
                 out: out.clone(),
