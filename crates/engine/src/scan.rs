@@ -122,6 +122,36 @@ pub struct BlobScanExec {
     rows: u64,
     metrics: ExecutionPlanMetricsSet,
     properties: Arc<PlanProperties>,
+    /// The download manager's CPU while this scan ran.
+    download_cpu: Arc<CpuSpan>,
+}
+
+/// The CPU time the download manager's loop threads spent from the first
+/// partition's start to the latest partition's end. The loops serve every
+/// query of the engine, so concurrent scans share it.
+#[derive(Debug, Default)]
+struct CpuSpan {
+    start: std::sync::OnceLock<std::time::Duration>,
+    reported: std::sync::Mutex<std::time::Duration>,
+}
+
+impl CpuSpan {
+    fn begin(&self, source: &DataSource) {
+        if let Some(dm) = source.download_manager() {
+            self.start.get_or_init(|| dm.stats().cpu);
+        }
+    }
+
+    /// Adds to `metric` the CPU spent since the start and not yet reported.
+    fn end(&self, source: &DataSource, metric: Option<&Time>) {
+        let (Some(dm), Some(start), Some(metric)) = (source.download_manager(), self.start.get(), metric) else { return };
+        let total = dm.stats().cpu.saturating_sub(*start);
+        let mut reported = self.reported.lock().expect("not poisoned");
+        if total > *reported {
+            metric.add_duration(total - *reported);
+            *reported = total;
+        }
+    }
 }
 
 /// Inputs of scan planning.
@@ -228,6 +258,7 @@ impl BlobScanExec {
             rows: rows_planned,
             metrics,
             properties,
+            download_cpu: Arc::default(),
         })
     }
 }
@@ -347,41 +378,48 @@ impl ExecutionPlan for BlobScanExec {
             .get(partition)
             .ok_or_else(|| DataFusionError::Internal(format!("BlobScanExec has no partition {partition}")))?
             .clone();
-        let m = PartitionMetrics::new(&self.metrics, partition);
+        let m = PartitionMetrics::new(&self.metrics, partition, self.source.download_manager().is_some());
         let mut builder = RecordBatchReceiverStream::builder(self.schema.clone(), 2);
         let tx = builder.tx();
         let source = self.source.clone();
         let schema = self.schema.clone();
         let projection = self.projection.clone();
         let batch_size = self.batch_size;
+        let cpu = self.download_cpu.clone();
+        cpu.begin(&source);
         builder.spawn(async move {
-            let fetch = |u: &ScanUnit| {
-                let (source, u, m) = (source.clone(), u.clone(), m.clone());
-                SpawnedTask::spawn(async move { fetch_unit(&source, &u, &m).await })
-            };
-            let mut iter = units.into_iter();
-            let mut next = iter.next().map(|u| {
-                let f = fetch(&u);
-                (u, f)
-            });
-            while let Some((unit, task)) = next.take() {
-                // Fetch one unit ahead while this one is decoded.
-                next = iter.next().map(|u| {
+            let result = async {
+                let fetch = |u: &ScanUnit| {
+                    let (source, u, m) = (source.clone(), u.clone(), m.clone());
+                    SpawnedTask::spawn(async move { fetch_unit(&source, &u, &m).await })
+                };
+                let mut iter = units.into_iter();
+                let mut next = iter.next().map(|u| {
                     let f = fetch(&u);
                     (u, f)
                 });
-                let chunks = task.join().await.map_err(|e| DataFusionError::External(Box::new(e)))??;
-                let decode_timer = m.decode_time.timer();
-                let batches = decode_unit(&unit, chunks, &schema, &projection, batch_size)?;
-                decode_timer.done();
-                m.row_groups_read.add(1);
-                for b in batches {
-                    if tx.send(Ok(b)).await.is_err() {
-                        return Ok(()); // the consumer is gone (LIMIT, cancel): stop fetching
+                while let Some((unit, task)) = next.take() {
+                    // Fetch one unit ahead while this one is decoded.
+                    next = iter.next().map(|u| {
+                        let f = fetch(&u);
+                        (u, f)
+                    });
+                    let chunks = task.join().await.map_err(|e| DataFusionError::External(Box::new(e)))??;
+                    let decode_timer = m.decode_time.timer();
+                    let batches = decode_unit(&unit, chunks, &schema, &projection, batch_size)?;
+                    decode_timer.done();
+                    m.row_groups_read.add(1);
+                    for b in batches {
+                        if tx.send(Ok(b)).await.is_err() {
+                            return Ok(()); // the consumer is gone (LIMIT, cancel): stop fetching
+                        }
                     }
                 }
+                Ok(())
             }
-            Ok(())
+            .await;
+            cpu.end(&source, m.download_cpu.as_ref());
+            result
         });
         Ok(builder.build())
     }
@@ -460,10 +498,12 @@ struct PartitionMetrics {
     retries: Count,
     hedged: Count,
     first_byte_time: Time,
+    /// Only when a download manager reads the data.
+    download_cpu: Option<Time>,
 }
 
 impl PartitionMetrics {
-    fn new(set: &ExecutionPlanMetricsSet, partition: usize) -> Self {
+    fn new(set: &ExecutionPlanMetricsSet, partition: usize, managed: bool) -> Self {
         PartitionMetrics {
             get_requests: MetricBuilder::new(set).counter("get_requests", partition),
             bytes_fetched: MetricBuilder::new(set).counter("bytes_fetched", partition),
@@ -473,6 +513,7 @@ impl PartitionMetrics {
             retries: MetricBuilder::new(set).counter("retries", partition),
             hedged: MetricBuilder::new(set).counter("hedged", partition),
             first_byte_time: MetricBuilder::new(set).subset_time("first_byte_time", partition),
+            download_cpu: managed.then(|| MetricBuilder::new(set).subset_time("download_cpu", partition)),
         }
     }
 }

@@ -83,4 +83,6 @@ async fn explain_analyze_shows_scan_metrics(b: Backend) {
     // On S3 the data ranges go through the download manager, elsewhere through object_store.
     let reader = if matches!(b, Backend::Minio) { "reader=download_manager" } else { "reader=object_store" };
     assert!(plan.contains(reader), "EXPLAIN ANALYZE lacks {reader}:\n{plan}");
+    // The download manager's CPU during the scan (its loop threads).
+    assert_eq!(plan.contains("download_cpu="), matches!(b, Backend::Minio), "{plan}");
 }
