@@ -13,7 +13,9 @@
 //! processes, so it is the client's cost alone. Every body's length is
 //! checked; the bytes themselves are checked by the crates' tests.
 //!
-//! Each point is run `repeats` times, the clients interleaved, and reported
+//! Every run first warms its client with one window of requests that are
+//! not measured (connections, the manager's buffer pool), as a long-lived
+//! engine is warm. Each point is run `repeats` times, the clients interleaved, and reported
 //! as medians. Throughput is reported for the whole run and for its steady
 //! state (between the 10th and the 90th percentile of completions), which is
 //! what the testbed's calibration measures too.
@@ -164,9 +166,46 @@ fn runtime() -> Result<tokio::runtime::Runtime, String> {
     tokio::runtime::Builder::new_current_thread().enable_all().build().map_err(|e| e.to_string())
 }
 
+/// What one measured batch of requests gave.
+struct Measured {
+    bytes: u64,
+    seconds: f64,
+    steady_seconds: f64,
+    cpu_seconds: f64,
+}
+
+/// Runs `requests` fetches (`fetch(i)` returns the body length), `window`
+/// at a time, paced to `rate`; checks every length.
+async fn measure<F, Fut>(requests: usize, window: usize, size: usize, rate: Option<f64>, fetch: F) -> Result<Measured, String>
+where
+    F: Fn(usize) -> Fut,
+    Fut: std::future::Future<Output = Result<usize, String>>,
+{
+    let (cpu0, t0) = (cpu_seconds(), Instant::now());
+    let fetch = &fetch;
+    let mut results = futures::stream::iter(0..requests)
+        .map(|i| async move {
+            pace(t0, i, size, rate).await;
+            fetch(i).await
+        })
+        .buffer_unordered(window.max(1));
+    let (mut bytes, mut done) = (0u64, Vec::with_capacity(requests));
+    while let Some(r) = results.next().await {
+        let len = r?;
+        if len != size {
+            return Err(format!("got {len} bytes, wanted {size}"));
+        }
+        bytes += len as u64;
+        done.push(t0.elapsed().as_secs_f64());
+    }
+    Ok(Measured { bytes, seconds: t0.elapsed().as_secs_f64(), steady_seconds: steady(done), cpu_seconds: cpu_seconds() - cpu0 })
+}
+
 /// Runs `requests` GETs through the download manager: `in_flight` at a time
-/// from the caller, or (`model`) all at once with the model deciding.
-pub fn run_download_manager(base: &str, size: usize, in_flight: usize, requests: usize, model: Option<(f64, u64)>, rate: Option<f64>, backend: blobhouse_io::uring::Backend) -> Result<IoRun, String> {
+/// from the caller, or (`model`) all at once with the model deciding. The
+/// first `warmup` requests (connections, buffer pool) are not measured.
+#[allow(clippy::too_many_arguments)]
+pub fn run_download_manager(base: &str, size: usize, in_flight: usize, requests: usize, warmup: usize, model: Option<(f64, u64)>, rate: Option<f64>, backend: blobhouse_io::uring::Backend) -> Result<IoRun, String> {
     let mut opts = ManagerOptions::default();
     opts.loop_options.backend = backend;
     opts.loop_options.hedge = None;
@@ -186,69 +225,56 @@ pub fn run_download_manager(base: &str, size: usize, in_flight: usize, requests:
     opts.buffer_pool = opts.memory as usize;
     let dm = DownloadManager::new(opts).map_err(|e| format!("download manager: {e}"))?;
     let window = if model.is_some() { requests } else { in_flight };
-    let rt = runtime()?;
-    let run = rt.block_on(async {
-        let (cpu0, t0) = (cpu_seconds(), Instant::now());
-        let mut results = futures::stream::iter(0..requests)
-            .map(|i| {
-                let dm = &dm;
-                async move {
-                    pace(t0, i, size, rate).await;
-                    let (target, range) = request(i, size);
-                    dm.get(&format!("{base}/{target}"), Some(range)).await
-                }
-            })
-            .buffer_unordered(window);
-        let (mut bytes, mut done) = (0u64, Vec::with_capacity(requests));
-        while let Some(r) = results.next().await {
-            let d = r.map_err(|e| e.to_string())?;
-            if d.body.len() != size {
-                return Err(format!("got {} bytes, wanted {size}", d.body.len()));
-            }
-            bytes += d.body.len() as u64;
-            done.push(t0.elapsed().as_secs_f64());
+    let fetch = |i: usize| {
+        let dm = &dm;
+        async move {
+            let (target, range) = request(i, size);
+            dm.get(&format!("{base}/{target}"), Some(range)).await.map(|d| d.body.len()).map_err(|e| e.to_string())
         }
-        let seconds = t0.elapsed().as_secs_f64();
-        let cpu_seconds = cpu_seconds() - cpu0;
-        Ok::<_, String>((bytes, seconds, steady(done), cpu_seconds))
+    };
+    let rt = runtime()?;
+    let (m, before) = rt.block_on(async {
+        measure(warmup, window.min(warmup.max(1)), size, None, fetch).await?;
+        let before = dm.stats();
+        Ok::<_, String>((measure(requests, window, size, rate, fetch).await?, before))
     })?;
     let stats = dm.stats();
     let client = if model.is_some() { Client::DownloadManagerModel } else { Client::DownloadManager };
-    Ok(IoRun { client, size, in_flight, bytes: run.0, seconds: run.1, steady_seconds: run.2, cpu_seconds: run.3, retries: stats.loops.retries, max_in_flight: stats.loops.max_in_flight, loop_cpu_seconds: stats.cpu.as_secs_f64() })
+    Ok(IoRun {
+        client,
+        size,
+        in_flight,
+        bytes: m.bytes,
+        seconds: m.seconds,
+        steady_seconds: m.steady_seconds,
+        cpu_seconds: m.cpu_seconds,
+        retries: stats.loops.retries - before.loops.retries,
+        max_in_flight: stats.loops.max_in_flight,
+        loop_cpu_seconds: stats.cpu.saturating_sub(before.cpu).as_secs_f64(),
+    })
 }
 
-/// Runs object_store's HTTP store on a current-thread runtime.
-pub fn run_object_store(base: &str, size: usize, in_flight: usize, requests: usize, rate: Option<f64>) -> Result<IoRun, String> {
+/// Runs object_store's HTTP store on a current-thread runtime; the first
+/// `warmup` requests (connections) are not measured.
+pub fn run_object_store(base: &str, size: usize, in_flight: usize, requests: usize, warmup: usize, rate: Option<f64>) -> Result<IoRun, String> {
     let rt = runtime()?;
     let store = object_store::http::HttpBuilder::new()
         .with_url(base)
         .with_client_options(object_store::ClientOptions::new().with_allow_http(true).with_timeout(Duration::from_secs(60)))
         .build()
         .map_err(|e| e.to_string())?;
-    rt.block_on(async {
-        let (cpu0, t0) = (cpu_seconds(), Instant::now());
-        let mut results = futures::stream::iter(0..requests)
-            .map(|i| {
-                let store = &store;
-                async move {
-                    pace(t0, i, size, rate).await;
-                    let (target, range) = request(i, size);
-                    store.get_range(&object_store::path::Path::from(target), range).await
-                }
-            })
-            .buffer_unordered(in_flight);
-        let (mut bytes, mut done) = (0u64, Vec::with_capacity(requests));
-        while let Some(r) = results.next().await {
-            let body = r.map_err(|e| e.to_string())?;
-            if body.len() != size {
-                return Err(format!("got {} bytes, wanted {size}", body.len()));
-            }
-            bytes += body.len() as u64;
-            done.push(t0.elapsed().as_secs_f64());
+    let fetch = |i: usize| {
+        let store = &store;
+        async move {
+            let (target, range) = request(i, size);
+            store.get_range(&object_store::path::Path::from(target), range).await.map(|b| b.len()).map_err(|e| e.to_string())
         }
-        let seconds = t0.elapsed().as_secs_f64();
-        Ok(IoRun { client: Client::ObjectStore, size, in_flight, bytes, seconds, steady_seconds: steady(done), cpu_seconds: cpu_seconds() - cpu0, retries: 0, max_in_flight: in_flight, loop_cpu_seconds: 0.0 })
-    })
+    };
+    let m = rt.block_on(async {
+        measure(warmup, in_flight.min(warmup.max(1)), size, None, fetch).await?;
+        measure(requests, in_flight, size, rate, fetch).await
+    })?;
+    Ok(IoRun { client: Client::ObjectStore, size, in_flight, bytes: m.bytes, seconds: m.seconds, steady_seconds: m.steady_seconds, cpu_seconds: m.cpu_seconds, retries: 0, max_in_flight: in_flight, loop_cpu_seconds: 0.0 })
 }
 
 /// Runs every (size, in-flight) point with every client, interleaved, `repeats` times.
@@ -264,16 +290,15 @@ pub fn run(tb: &Testbed, opts: &IoBenchOptions, progress: &dyn Fn(&str)) -> Resu
             for rep in 0..opts.repeats.max(1) {
                 progress(&format!("{} requests of {} KiB, {c} in flight, run {} of {}", opts.requests, size >> 10, rep + 1, opts.repeats.max(1)));
                 for &client in &opts.clients {
-                    let one = |n: usize| match client {
-                        Client::DownloadManager => run_download_manager(&base, size, c, n, None, opts.rate, opts.backend),
-                        Client::DownloadManagerModel => run_download_manager(&base, size, c, n, Some((opts.model_target, opts.model_memory)), opts.rate, opts.backend),
-                        Client::ObjectStore => run_object_store(&base, size, c, n, opts.rate),
-                    };
-                    if rep == 0 {
-                        // Warm up (connections, page cache) before the first measurement.
-                        one(c.min(opts.requests))?;
-                    }
-                    runs.push(one(opts.requests)?);
+                    // Each run warms its own client (connections, buffers) with
+                    // one window of requests before measuring, as a long-lived
+                    // engine would be warm.
+                    let (n, warm) = (opts.requests, c.min(opts.requests));
+                    runs.push(match client {
+                        Client::DownloadManager => run_download_manager(&base, size, c, n, warm, None, opts.rate, opts.backend)?,
+                        Client::DownloadManagerModel => run_download_manager(&base, size, c, n, warm, Some((opts.model_target, opts.model_memory)), opts.rate, opts.backend)?,
+                        Client::ObjectStore => run_object_store(&base, size, c, n, warm, opts.rate)?,
+                    });
                 }
             }
         }
