@@ -382,7 +382,7 @@ impl DownloadManager {
             None => parsed.path().to_string(),
         };
         let request = make(addr, host_header, target).with_tls(tls);
-        let rx_range = request.range.clone();
+        let logged = self.inner.log.as_ref().map(|_| (shown.clone(), request.range.clone()));
         let method = if matches!(request.method, crate::uring::Method::Put(_)) { "PUT" } else { "GET" };
         // Hold the request's share of the memory budget until it is
         // delivered. (The loop takes its buffer from the pool only when it
@@ -393,7 +393,6 @@ impl DownloadManager {
         let n = self.inner.next.fetch_add(1, Ordering::Relaxed) % self.inner.loops.len();
         let lp = &self.inner.loops[n];
         lp.send(Command::Submit(request, Box::new(move |r| drop(tx.send(r)))))?;
-        let logged = self.inner.log.as_ref().map(|_| (shown.clone(), rx_range));
         let fetched = rx.await.map_err(|_| DownloadError::Stopped(lp.published.lock().expect("not poisoned").failed.clone()))?;
         if let (Some(log), Some((url, range))) = (&self.inner.log, logged) {
             let status = match &fetched {

@@ -17,15 +17,20 @@ async fn tpch_answers_match_the_official_answers(b: Backend) {
     let e = db.engine(EngineOptions::default()).await;
     let loads = tpch::load(&e, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
     assert_eq!(loads.iter().find(|l| l.table == "lineitem").unwrap().rows, 60175);
+    assert_22_answers(&e, "").await;
+}
+
+/// Runs the 22 queries at SF 0.01 and fails with every wrong answer listed.
+async fn assert_22_answers(e: &blobhouse_engine::Engine, context: &str) {
     let mut failures = Vec::new();
     for q in 1..=22 {
-        match tpch::run_query(&e, q, 0.01).await {
+        match tpch::run_query(e, q, 0.01).await {
             Ok(run) if run.verdict == Verdict::Verified => {}
             Ok(run) => failures.push(format!("Q{q}: {:?}", run.verdict)),
             Err(err) => failures.push(format!("Q{q}: {err}")),
         }
     }
-    assert!(failures.is_empty(), "{} of 22 answers wrong:\n{}", failures.len(), failures.join("\n"));
+    assert!(failures.is_empty(), "{} of 22 answers wrong{context}:\n{}", failures.len(), failures.join("\n"));
 }
 
 /// The 22 answers stay exact when the data path misbehaves: the engine's
@@ -68,15 +73,7 @@ async fn tpch_answers_stay_exact_through_resets_truncations_and_stalls() {
     dm.loop_options.keep_alive = false;
     let e = blobhouse_engine::Engine::open_location(db.location.clone().with_signer(signer), db.store_options.clone(), options).await.unwrap();
 
-    let mut failures = Vec::new();
-    for q in 1..=22 {
-        match tpch::run_query(&e, q, 0.01).await {
-            Ok(run) if run.verdict == Verdict::Verified => {}
-            Ok(run) => failures.push(format!("Q{q}: {:?}", run.verdict)),
-            Err(err) => failures.push(format!("Q{q}: {err}")),
-        }
-    }
-    assert!(failures.is_empty(), "{} of 22 answers wrong through faults:\n{}", failures.len(), failures.join("\n"));
+    assert_22_answers(&e, " through faults").await;
     let stats = e.download_manager().expect("S3 reads go through the download manager").stats().loops;
     eprintln!("download manager through faults: {stats:?}");
     assert!(stats.requests > 50, "{stats:?}");
