@@ -20,7 +20,7 @@ use std::collections::HashMap;
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::ops::Range;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, mpsc};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -162,7 +162,19 @@ pub struct ManagerStats {
 }
 
 enum Command {
-    Submit(Request, crate::uring::Reply),
+    Submit(Request, crate::uring::Reply, Arc<AtomicBool>),
+}
+
+/// Sets the request's cancel flag when the caller's future is dropped
+/// before the answer came: the loop then stops the request.
+struct CancelOnDrop(Arc<AtomicBool>);
+
+impl Drop for CancelOnDrop {
+    fn drop(&mut self) {
+        // Also set after a normal answer: the loop has forgotten the
+        // request by then, so the flag is never read again.
+        self.0.store(true, Ordering::Relaxed);
+    }
 }
 
 #[derive(Default)]
@@ -240,7 +252,7 @@ fn run_loop(mut lp: EventLoop, rx: mpsc::Receiver<Command>, shared: Arc<Mutex<Pu
         let mut closed = false;
         loop {
             match rx.try_recv() {
-                Ok(Command::Submit(req, reply)) => lp.submit(req, reply),
+                Ok(Command::Submit(req, reply, cancel)) => lp.submit_cancellable(req, reply, Some(cancel)),
                 Err(mpsc::TryRecvError::Empty) => break,
                 Err(mpsc::TryRecvError::Disconnected) => {
                     closed = true;
@@ -294,6 +306,9 @@ pub struct DownloadManager {
 struct Inner {
     loops: Vec<LoopThread>,
     next: AtomicUsize,
+    /// New requests go to the first this many loops (see
+    /// [`DownloadManager::set_active_threads`]).
+    active: AtomicUsize,
     budget: Arc<Semaphore>,
     budget_units: u32,
     endpoints: Mutex<HashMap<(String, u16), Arc<Endpoint>>>,
@@ -333,6 +348,7 @@ impl DownloadManager {
         let budget_units = (opts.memory / BUDGET_UNIT).clamp(1, u32::MAX as u64 >> 4) as u32;
         Ok(DownloadManager {
             inner: Arc::new(Inner {
+                active: AtomicUsize::new(loops.len()),
                 loops,
                 next: AtomicUsize::new(0),
                 budget: Arc::new(Semaphore::new(budget_units as usize)),
@@ -343,6 +359,27 @@ impl DownloadManager {
                 buffers,
             }),
         })
+    }
+
+    /// The event-loop threads started ([`ManagerOptions::threads`]).
+    pub fn threads(&self) -> usize {
+        self.inner.loops.len()
+    }
+
+    /// Sends new requests to the first `n` loop threads only (1 ..=
+    /// [`DownloadManager::threads`]); the others finish what they hold and
+    /// then sleep on their eventfd, costing no CPU. The scan's object
+    /// scheduler lowers this when the query, not the network, is the
+    /// bottleneck (AnyBlob §4.3: fewer retrieval threads, more processing).
+    pub fn set_active_threads(&self, n: usize) -> usize {
+        let n = n.clamp(1, self.inner.loops.len());
+        self.inner.active.store(n, Ordering::Relaxed);
+        n
+    }
+
+    /// The loop threads that take new requests now.
+    pub fn active_threads(&self) -> usize {
+        self.inner.active.load(Ordering::Relaxed).clamp(1, self.inner.loops.len())
     }
 
     /// The kernel interface the loops use.
@@ -390,9 +427,11 @@ impl DownloadManager {
         let units = (size.div_ceil(BUDGET_UNIT) as u32).clamp(1, self.inner.budget_units);
         let _permit = self.inner.budget.clone().acquire_many_owned(units).await.map_err(|_| DownloadError::Stopped(None))?;
         let (tx, rx) = oneshot::channel::<Result<Fetched, FetchError>>();
-        let n = self.inner.next.fetch_add(1, Ordering::Relaxed) % self.inner.loops.len();
+        let active = self.inner.active.load(Ordering::Relaxed).clamp(1, self.inner.loops.len());
+        let n = self.inner.next.fetch_add(1, Ordering::Relaxed) % active;
         let lp = &self.inner.loops[n];
-        lp.send(Command::Submit(request, Box::new(move |r| drop(tx.send(r)))))?;
+        let cancel = CancelOnDrop(Arc::new(AtomicBool::new(false)));
+        lp.send(Command::Submit(request, Box::new(move |r| drop(tx.send(r))), cancel.0.clone()))?;
         let fetched = rx.await.map_err(|_| DownloadError::Stopped(lp.published.lock().expect("not poisoned").failed.clone()))?;
         if let (Some(log), Some((url, range))) = (&self.inner.log, logged) {
             let status = match &fetched {

@@ -19,6 +19,7 @@ use std::net::SocketAddr;
 use std::ops::Range;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::time::{Duration, Instant};
 
 use io_uring::{IoUring, opcode, types};
@@ -137,6 +138,9 @@ pub enum FetchError {
     Tls { addr: SocketAddr, reason: String },
     #[error("gave up after {attempts} attempts; last error: {last}")]
     Exhausted { attempts: u32, last: Box<FetchError> },
+    /// The caller no longer wants the answer (see [`EventLoop::submit_cancellable`]).
+    #[error("cancelled by the caller")]
+    Cancelled,
 }
 
 impl FetchError {
@@ -260,6 +264,9 @@ pub struct LoopStats {
     pub retries: u64,
     /// Attempts cancelled at their deadline.
     pub timeouts: u64,
+    /// Requests dropped because their caller gave up on them (a query
+    /// that finished early): never started, or stopped mid-body.
+    pub cancelled: u64,
     /// Duplicate attempts sent for late requests.
     pub hedges: u64,
     /// Requests whose hedge answered first.
@@ -293,6 +300,7 @@ impl LoopStats {
         self.failures += o.failures;
         self.retries += o.retries;
         self.timeouts += o.timeouts;
+        self.cancelled += o.cancelled;
         self.hedges += o.hedges;
         self.hedges_won += o.hedges_won;
         self.body_bytes += o.body_bytes;
@@ -368,6 +376,8 @@ struct Pending {
     /// Attempts alive (running or waiting to run).
     live: u8,
     hedges: u8,
+    /// Set by the caller when it no longer wants the answer.
+    cancel: Option<Arc<AtomicBool>>,
 }
 
 enum Driver {
@@ -510,9 +520,18 @@ impl EventLoop {
 
     /// Queues a request; `reply` gets its outcome from a later `turn`.
     pub fn submit(&mut self, req: Request, reply: Reply) {
+        self.submit_cancellable(req, reply, None);
+    }
+
+    /// Like [`EventLoop::submit`], and once `cancel` is set the request is
+    /// dropped: not started if it still waits, its connection closed within
+    /// a tick if it is on the wire. `reply` then gets
+    /// [`FetchError::Cancelled`]. This is how a query that finishes early
+    /// (LIMIT, an error elsewhere) stops paying for bytes it will not read.
+    pub fn submit_cancellable(&mut self, req: Request, reply: Reply, cancel: Option<Arc<AtomicBool>>) {
         let now = Instant::now();
         self.model.submitted(req.payload_bytes());
-        let pending = Pending { reply: Some(reply), live: 1, hedges: 0 };
+        let pending = Pending { reply: Some(reply), live: 1, hedges: 0, cancel };
         let id = match self.free_requests.pop() {
             Some(id) => {
                 self.requests[id] = Some(pending);
@@ -560,8 +579,12 @@ impl EventLoop {
         let now = Instant::now();
         let limit = self.limit();
         let mut deferred = VecDeque::new();
+        let answered_before = self.stats.cancelled;
         while self.in_flight < limit {
             let Some(mut task) = self.waiting.pop_front() else { break };
+            if self.cancelled(task.id) {
+                self.decide_cancelled(task.id);
+            }
             if self.decided(task.id) {
                 // A hedge or retry whose sibling already answered.
                 self.release(task.id);
@@ -600,7 +623,10 @@ impl EventLoop {
         }
         self.waiting.extend(deferred);
         let busy = self.in_flight > 0 || !self.waiting.is_empty();
-        if !busy && self.wake.is_none() {
+        // Nothing to wait for: return, also when requests were just
+        // answered here (cancelled ones), so the caller sees the loop idle
+        // before the next turn sleeps until woken.
+        if !busy && (self.wake.is_none() || self.stats.cancelled != answered_before) {
             return Ok(());
         }
         let completions = self.wait(busy)?;
@@ -618,6 +644,19 @@ impl EventLoop {
             }
         }
         Ok(())
+    }
+
+    /// Whether the caller of request `id` gave up on it.
+    fn cancelled(&self, id: usize) -> bool {
+        self.requests[id].as_ref().and_then(|p| p.cancel.as_ref()).is_some_and(|c| c.load(Ordering::Relaxed))
+    }
+
+    /// Answers a cancelled request (once); its attempts are then dropped.
+    fn decide_cancelled(&mut self, id: usize) {
+        if let Some(reply) = self.requests[id].as_mut().and_then(|p| p.reply.take()) {
+            self.stats.cancelled += 1;
+            reply(Err(FetchError::Cancelled));
+        }
     }
 
     fn decided(&self, id: usize) -> bool {
@@ -682,9 +721,18 @@ impl EventLoop {
         }
         let mut hedges = Vec::new();
         let mut cancels = Vec::new();
+        let mut given_up = Vec::new();
         for (slot, entry) in self.slots.iter_mut().enumerate() {
             let Some((generation_id, task)) = entry else { continue };
             if task.cancelling {
+                continue;
+            }
+            let caller_gone = self.requests[task.id].as_ref().and_then(|p| p.cancel.as_ref()).is_some_and(|c| c.load(Ordering::Relaxed));
+            if caller_gone {
+                task.cancelling = true;
+                task.abandoned = true;
+                given_up.push(task.id);
+                cancels.push(user_data_of(slot, *generation_id));
                 continue;
             }
             if now > task.deadline {
@@ -703,6 +751,9 @@ impl EventLoop {
                 self.stats.hedges += 1;
                 hedges.push(task.hedge_of(now));
             }
+        }
+        for id in given_up {
+            self.decide_cancelled(id);
         }
         for c in cancels {
             self.cancel(c)?;

@@ -65,7 +65,7 @@ macro_rules! on_both_backends {
         })*
     };
 }
-on_both_backends!(https_gets_and_puts_are_byte_exact_and_connections_are_reused, https_with_an_untrusted_certificate_fails_at_once, ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections, throttled_503_answers_are_retried_with_backoff_until_the_bytes_arrive, puts_to_nginx_arrive_byte_exact, client_errors_fail_at_once_with_the_status, resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact, one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled, hedging_answers_stalled_requests_from_a_duplicate, hedges_stay_within_their_share);
+on_both_backends!(https_gets_and_puts_are_byte_exact_and_connections_are_reused, https_with_an_untrusted_certificate_fails_at_once, ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections, throttled_503_answers_are_retried_with_backoff_until_the_bytes_arrive, puts_to_nginx_arrive_byte_exact, client_errors_fail_at_once_with_the_status, resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact, one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled, hedging_answers_stalled_requests_from_a_duplicate, hedges_stay_within_their_share, dropped_downloads_are_stopped_on_the_wire_and_in_the_queue);
 
 fn get(port: u16, object: &str, range: Option<std::ops::Range<u64>>) -> Request {
     Request::get(SocketAddr::from(([127, 0, 0, 1], port)), format!("127.0.0.1:{port}"), format!("/cal/{object}"), range)
@@ -299,4 +299,32 @@ fn hedges_stay_within_their_share(backend: Backend) {
     assert!(results.iter().all(Result::is_ok));
     assert!(lp.stats().hedges <= 4, "{:?}", lp.stats());
     assert!(lp.stats().hedges > 0, "{:?}", lp.stats());
+}
+
+fn dropped_downloads_are_stopped_on_the_wire_and_in_the_queue(backend: Backend) {
+    let tb = testbed();
+    // 4 MB/s per connection: a 16 MiB GET takes ~4 s, so none can finish
+    // before the callers give up after 400 ms.
+    let port = proxy(tb, "cancel", &[Toxic::new("slow", "bandwidth", 1.0, json!({"rate": 4096}))]);
+    let mut opts = blobhouse_io::ManagerOptions::default();
+    opts.loop_options.backend = backend;
+    opts.loop_options.max_in_flight = 4; // 4 on the wire, 8 waiting in the loop
+    opts.loop_options.concurrency = None;
+    let dm = blobhouse_io::DownloadManager::new(opts).unwrap();
+    let rt = tokio::runtime::Builder::new_current_thread().enable_all().build().unwrap();
+    rt.block_on(async {
+        let url = format!("http://127.0.0.1:{port}/cal/16m-0");
+        let gets = futures::future::join_all((0..12u64).map(|i| dm.get(&url, Some(i << 20..(i + 8) << 20))));
+        assert!(tokio::time::timeout(Duration::from_millis(400), gets).await.is_err(), "a 16 MiB GET finished at 4 MB/s within 400 ms");
+        // The loop notices within a tick (50 ms) for requests on the wire.
+        let deadline = std::time::Instant::now() + Duration::from_secs(5);
+        while dm.stats().pending > 0 && std::time::Instant::now() < deadline {
+            tokio::time::sleep(Duration::from_millis(20)).await;
+        }
+    });
+    let s = dm.stats();
+    assert_eq!((s.pending, s.in_flight), (0, 0), "requests still held after their callers left: {s:?}");
+    assert_eq!(s.loops.cancelled, 12, "{s:?}");
+    assert_eq!(s.loops.requests, 0, "no request may be answered: {s:?}");
+    assert!(s.loops.received_bytes < 12 << 20, "the cancelled requests kept downloading: {} bytes", s.loops.received_bytes);
 }
