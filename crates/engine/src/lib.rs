@@ -2,7 +2,12 @@
 //!
 //! - [`Engine`]: one open database with a DataFusion session; runs statements.
 //! - [`provider`]: tables, the schema provider and the INSERT sink.
-//! - [`scan`]: the footer-free, zone-map-pruned scan operator and its metrics.
+//! - [`scan`]: the footer-free, zone-map-pruned scan operator: plans every
+//!   request of a scan up front.
+//! - [`scheduler`]: the object scheduler, how many bytes a scan keeps in
+//!   flight and on how many download threads.
+//! - `pipeline`: the running scan — fetcher, arrival-order hand-off to the
+//!   partitions, cancellation.
 //! - [`source`]: where data ranges are read from — the download manager
 //!   with presigned URLs, or object_store.
 //! - [`chunks`]: fetched column chunks served to the Parquet decoder.
@@ -12,10 +17,13 @@ pub mod chunks;
 pub mod copy;
 pub mod provider;
 pub mod scan;
+pub mod scheduler;
+mod pipeline;
 pub mod source;
 mod session;
 
 pub use chunks::RequestPolicy;
 pub use source::DataSource;
 pub use scan::{BlobScanExec, ScanMetrics, collect_scan_metrics};
+pub use scheduler::{Decision, SchedulerOptions};
 pub use session::{Engine, EngineError, EngineOptions, QueryResult, split_statements};

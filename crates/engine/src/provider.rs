@@ -117,6 +117,7 @@ impl TableProvider for BlobTable {
                 target_partitions: state.config().target_partitions(),
                 batch_size: state.config().batch_size(),
                 policy: &self.options.requests,
+                scheduler: &self.options.scan,
                 source: &self.source,
             },
         )?;

@@ -3,10 +3,10 @@
 //! only the projected column chunks, and decodes them with the footer that the
 //! manifest carries — no GET ever reads a Parquet footer.
 //!
-//! Work unit: one row group of one data object ("morsel"). Each output
-//! partition fetches its units' chunks one unit ahead of decoding, so download
-//! and decode overlap. The adaptive object scheduler (issue 5) replaces the
-//! fixed one-ahead policy; this module's planning stays.
+//! Work unit: one row group of one data object ("morsel"). The whole scan
+//! is planned before the first GET; [`crate::pipeline`] then downloads the
+//! units under the object scheduler's budget ([`crate::scheduler`]) and
+//! hands them to the partitions in the order they arrive.
 
 use std::collections::HashMap;
 use std::fmt;
@@ -14,11 +14,9 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
-use bytes::{Bytes, BytesMut};
-use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions, StringArray, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, StringArray, UInt64Array};
 use datafusion::arrow::compute::{CastOptions, cast_with_options};
 use datafusion::arrow::datatypes::{Schema, SchemaRef};
-use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Column, DFSchema, DataFusionError, Result, Statistics, pruning::PruningStatistics};
@@ -28,23 +26,23 @@ use datafusion::logical_expr::utils::conjunction;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
-use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet, Time};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::statistics::StatisticsArgs;
-use datafusion::physical_plan::stream::RecordBatchReceiverStream;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
     ReplaceChildrenOptions, SendableRecordBatchStream,
 };
 use datafusion::catalog::Session;
 use object_store::path::Path;
-use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::file::metadata::ParquetMetaDataReader;
 
 use blobhouse_storage::format::{DataObject, Manifest};
 use blobhouse_storage::{Database, StorageError};
 
-use crate::chunks::{FetchedChunks, RequestPolicy, Span};
+use crate::chunks::{RequestPolicy, Span};
+use crate::pipeline::{CpuSpan, Pipeline, ScanCounters};
+use crate::scheduler::{Decision, SchedulerOptions};
 use crate::source::DataSource;
 
 /// Decoded Parquet footers, by object path. Objects are never rewritten, so
@@ -76,24 +74,25 @@ impl FooterCache {
 
 /// One data object as the scan sees it.
 #[derive(Debug)]
-struct ScanObject {
-    path: Path,
-    display: String,
-    size: u64,
-    reader: ArrowReaderMetadata,
+pub(crate) struct ScanObject {
+    pub path: Path,
+    pub display: String,
+    pub size: u64,
+    pub reader: ArrowReaderMetadata,
 }
 
 /// One row group to read: the morsel of this scan.
 #[derive(Debug, Clone)]
-struct ScanUnit {
-    object: Arc<ScanObject>,
-    row_group: usize,
-    rows: u64,
-    spans: Vec<Span>,
+pub(crate) struct ScanUnit {
+    pub object: Arc<ScanObject>,
+    pub row_group: usize,
+    pub rows: u64,
+    pub spans: Vec<Span>,
 }
 
 impl ScanUnit {
-    fn bytes(&self) -> u64 {
+    /// Bytes of the unit's requests.
+    pub fn bytes(&self) -> u64 {
         self.spans.iter().map(|s| s.range.end - s.range.start).sum()
     }
 }
@@ -115,41 +114,56 @@ pub struct BlobScanExec {
     source: DataSource,
     schema: SchemaRef,
     projection: Vec<usize>,
-    partitions: Vec<Vec<ScanUnit>>,
+    /// Every unit to read, in plan order (object, row group).
+    units: Vec<ScanUnit>,
+    partitions: usize,
     summary: PlanSummary,
     filters: Vec<String>,
     batch_size: usize,
     rows: u64,
     metrics: ExecutionPlanMetricsSet,
     properties: Arc<PlanProperties>,
+    scheduler: SchedulerOptions,
+    counters: ScanCounters,
+    /// The execution in progress, shared by the partitions.
+    run: Arc<Mutex<Option<Run>>>,
     /// The download manager's CPU while this scan ran.
     download_cpu: Arc<CpuSpan>,
 }
 
-/// The CPU time the download manager's loop threads spent from the first
-/// partition's start to the latest partition's end. The loops serve every
-/// query of the engine, so concurrent scans share it.
-#[derive(Debug, Default)]
-struct CpuSpan {
-    start: std::sync::OnceLock<std::time::Duration>,
-    reported: std::sync::Mutex<std::time::Duration>,
+/// An execution of the scan: its pipeline and which partitions started.
+/// Executing a partition a second time starts a new execution.
+struct Run {
+    pipeline: Arc<Pipeline>,
+    started: Vec<bool>,
+    open: usize,
 }
 
-impl CpuSpan {
-    fn begin(&self, source: &DataSource) {
-        if let Some(dm) = source.download_manager() {
-            self.start.get_or_init(|| dm.stats().cpu);
-        }
+impl fmt::Debug for Run {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.debug_struct("Run").field("started", &self.started).field("open", &self.open).finish()
     }
+}
 
-    /// Adds to `metric` the CPU spent since the start and not yet reported.
-    fn end(&self, source: &DataSource, metric: Option<&Time>) {
-        let (Some(dm), Some(start), Some(metric)) = (source.download_manager(), self.start.get(), metric) else { return };
-        let total = dm.stats().cpu.saturating_sub(*start);
-        let mut reported = self.reported.lock().expect("not poisoned");
-        if total > *reported {
-            metric.add_duration(total - *reported);
-            *reported = total;
+/// Held by a partition's stream. When the last stream of an execution
+/// whose partitions have all started is dropped (the query finished, or
+/// stopped early at a LIMIT), the execution ends: its pending downloads
+/// are cancelled.
+struct StreamGuard {
+    run: Arc<Mutex<Option<Run>>>,
+    pipeline: Arc<Pipeline>,
+}
+
+impl Drop for StreamGuard {
+    fn drop(&mut self) {
+        let mut slot = self.run.lock().expect("not poisoned");
+        if let Some(run) = slot.as_mut()
+            && Arc::ptr_eq(&run.pipeline, &self.pipeline)
+        {
+            run.open -= 1;
+            if run.open == 0 && run.started.iter().all(|s| *s) {
+                slot.take();
+            }
         }
     }
 }
@@ -165,6 +179,8 @@ pub struct ScanRequest<'a> {
     pub target_partitions: usize,
     pub batch_size: usize,
     pub policy: &'a RequestPolicy,
+    /// How downloads are paced.
+    pub scheduler: &'a SchedulerOptions,
     /// Where the data ranges are read from.
     pub source: &'a DataSource,
 }
@@ -222,20 +238,9 @@ impl BlobScanExec {
             units.push(unit);
         }
 
-        // Spread units over partitions, largest first onto the least loaded.
+        // Partitions take units as they arrive; more partitions than units
+        // would only idle.
         let n = req.target_partitions.max(1).min(units.len().max(1));
-        let mut partitions: Vec<Vec<ScanUnit>> = vec![Vec::new(); n];
-        let mut load = vec![0u64; n];
-        let mut order: Vec<ScanUnit> = units;
-        order.sort_by_key(|u| std::cmp::Reverse(u.bytes().max(u.rows)));
-        for u in order {
-            let i = (0..n).min_by_key(|&i| load[i]).expect("n >= 1");
-            load[i] += u.bytes().max(u.rows);
-            partitions[i].push(u);
-        }
-        for p in &mut partitions {
-            p.sort_by(|a, b| a.object.path.cmp(&b.object.path).then(a.row_group.cmp(&b.row_group)));
-        }
 
         let properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(schema.clone()),
@@ -246,18 +251,23 @@ impl BlobScanExec {
         let metrics = ExecutionPlanMetricsSet::new();
         MetricBuilder::new(&metrics).global_counter("row_groups_pruned").add(summary.row_groups_pruned);
         MetricBuilder::new(&metrics).global_counter("bytes_skipped").add(summary.bytes_skipped as usize);
+        let counters = ScanCounters::new(&metrics, req.source.download_manager().is_some());
         Ok(BlobScanExec {
             table: req.table.to_string(),
             source: req.source.clone(),
             schema,
             projection,
-            partitions,
+            units,
+            partitions: n,
             summary,
             filters: req.filters.iter().map(|f| f.to_string()).collect(),
             batch_size: req.batch_size,
             rows: rows_planned,
             metrics,
             properties,
+            scheduler: req.scheduler.clone(),
+            counters,
+            run: Arc::default(),
             download_cpu: Arc::default(),
         })
     }
@@ -373,55 +383,23 @@ impl ExecutionPlan for BlobScanExec {
     }
 
     fn execute(&self, partition: usize, _context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
-        let units = self
-            .partitions
-            .get(partition)
-            .ok_or_else(|| DataFusionError::Internal(format!("BlobScanExec has no partition {partition}")))?
-            .clone();
-        let m = PartitionMetrics::new(&self.metrics, partition, self.source.download_manager().is_some());
-        let mut builder = RecordBatchReceiverStream::builder(self.schema.clone(), 2);
-        let tx = builder.tx();
-        let source = self.source.clone();
-        let schema = self.schema.clone();
-        let projection = self.projection.clone();
-        let batch_size = self.batch_size;
-        let cpu = self.download_cpu.clone();
-        cpu.begin(&source);
-        builder.spawn(async move {
-            let result = async {
-                let fetch = |u: &ScanUnit| {
-                    let (source, u, m) = (source.clone(), u.clone(), m.clone());
-                    SpawnedTask::spawn(async move { fetch_unit(&source, &u, &m).await })
-                };
-                let mut iter = units.into_iter();
-                let mut next = iter.next().map(|u| {
-                    let f = fetch(&u);
-                    (u, f)
-                });
-                while let Some((unit, task)) = next.take() {
-                    // Fetch one unit ahead while this one is decoded.
-                    next = iter.next().map(|u| {
-                        let f = fetch(&u);
-                        (u, f)
-                    });
-                    let chunks = task.join().await.map_err(|e| DataFusionError::External(Box::new(e)))??;
-                    let decode_timer = m.decode_time.timer();
-                    let batches = decode_unit(&unit, chunks, &schema, &projection, batch_size)?;
-                    decode_timer.done();
-                    m.row_groups_read.add(1);
-                    for b in batches {
-                        if tx.send(Ok(b)).await.is_err() {
-                            return Ok(()); // the consumer is gone (LIMIT, cancel): stop fetching
-                        }
-                    }
-                }
-                Ok(())
+        if partition >= self.partitions {
+            return Err(DataFusionError::Internal(format!("BlobScanExec has no partition {partition}")));
+        }
+        let pipeline = {
+            let mut slot = self.run.lock().expect("not poisoned");
+            let fresh = slot.as_ref().is_none_or(|r| r.started[partition]);
+            if fresh {
+                let pipeline = Pipeline::start(self.units.clone(), self.partitions, self.source.clone(), self.scheduler.clone(), self.counters.clone(), self.download_cpu.clone());
+                *slot = Some(Run { pipeline: Arc::new(pipeline), started: vec![false; self.partitions], open: 0 });
             }
-            .await;
-            cpu.end(&source, m.download_cpu.as_ref());
-            result
-        });
-        Ok(builder.build())
+            let run = slot.as_mut().expect("just set");
+            run.started[partition] = true;
+            run.open += 1;
+            run.pipeline.clone()
+        };
+        let guard = StreamGuard { run: self.run.clone(), pipeline: pipeline.clone() };
+        Ok(pipeline.stream(partition, self.schema.clone(), self.projection.clone(), self.batch_size, Box::new(guard)))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -444,6 +422,8 @@ impl BlobScanExec {
         let m = self.metrics.clone_inner();
         let get = |name: &str| m.sum_by_name(name).map(|v| v.as_usize() as u64).unwrap_or(0);
         ScanMetrics {
+            query_wait: self.counters.query_wait_time.value() as u64,
+            data_wait: self.counters.data_wait_time.value() as u64,
             get_requests: get("get_requests"),
             bytes_fetched: get("bytes_fetched"),
             row_groups_read: get("row_groups_read"),
@@ -452,11 +432,20 @@ impl BlobScanExec {
             bytes_skipped: self.summary.bytes_skipped,
         }
     }
+
+    /// The scheduler's decisions in the latest execution (empty when it
+    /// does not adapt).
+    pub fn scheduler_timeline(&self) -> Vec<Decision> {
+        self.counters.timeline.lock().expect("not poisoned").clone()
+    }
 }
 
 /// Counters of one or more scans, summed.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct ScanMetrics {
+    /// Nanoseconds partitions waited for data, and data for partitions.
+    pub query_wait: u64,
+    pub data_wait: u64,
     pub get_requests: u64,
     pub bytes_fetched: u64,
     pub row_groups_read: u64,
@@ -473,6 +462,8 @@ impl std::ops::AddAssign for ScanMetrics {
         self.row_groups_pruned += o.row_groups_pruned;
         self.row_groups_total += o.row_groups_total;
         self.bytes_skipped += o.bytes_skipped;
+        self.query_wait += o.query_wait;
+        self.data_wait += o.data_wait;
     }
 }
 
@@ -487,93 +478,3 @@ pub fn collect_scan_metrics(plan: &Arc<dyn ExecutionPlan>) -> ScanMetrics {
     }
     total
 }
-
-#[derive(Debug, Clone)]
-struct PartitionMetrics {
-    get_requests: Count,
-    bytes_fetched: Count,
-    row_groups_read: Count,
-    fetch_time: Time,
-    decode_time: Time,
-    retries: Count,
-    hedged: Count,
-    first_byte_time: Time,
-    /// Only when a download manager reads the data.
-    download_cpu: Option<Time>,
-}
-
-impl PartitionMetrics {
-    fn new(set: &ExecutionPlanMetricsSet, partition: usize, managed: bool) -> Self {
-        PartitionMetrics {
-            get_requests: MetricBuilder::new(set).counter("get_requests", partition),
-            bytes_fetched: MetricBuilder::new(set).counter("bytes_fetched", partition),
-            row_groups_read: MetricBuilder::new(set).counter("row_groups_read", partition),
-            fetch_time: MetricBuilder::new(set).subset_time("fetch_time", partition),
-            decode_time: MetricBuilder::new(set).subset_time("decode_time", partition),
-            retries: MetricBuilder::new(set).counter("retries", partition),
-            hedged: MetricBuilder::new(set).counter("hedged", partition),
-            first_byte_time: MetricBuilder::new(set).subset_time("first_byte_time", partition),
-            download_cpu: managed.then(|| MetricBuilder::new(set).subset_time("download_cpu", partition)),
-        }
-    }
-}
-
-/// Issues all range requests of a unit concurrently and reassembles spans.
-async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &PartitionMetrics) -> Result<FetchedChunks> {
-    let timer = m.fetch_time.timer();
-    let object = &unit.object;
-    let requests: Vec<Range<u64>> = unit.spans.iter().flat_map(|s| s.requests.iter().cloned()).collect();
-    let got = source.get_ranges(&object.path, &object.display, &requests).await.map_err(|e| DataFusionError::External(Box::new(e)))?;
-    let fetched = got.bytes;
-    m.get_requests.add(fetched.len());
-    m.bytes_fetched.add(fetched.iter().map(Bytes::len).sum());
-    m.retries.add(got.retries as usize);
-    m.hedged.add(got.hedged as usize);
-    m.first_byte_time.add_duration(got.first_byte);
-    let mut parts = fetched.into_iter();
-    let mut spans = Vec::with_capacity(unit.spans.len());
-    for span in &unit.spans {
-        let bytes = if span.requests.len() == 1 {
-            parts.next().expect("one part per request")
-        } else {
-            let mut buf = BytesMut::with_capacity((span.range.end - span.range.start) as usize);
-            for _ in &span.requests {
-                buf.extend_from_slice(&parts.next().expect("one part per request"));
-            }
-            buf.freeze()
-        };
-        spans.push((span.range.start, bytes));
-    }
-    timer.done();
-    Ok(FetchedChunks::new(spans, object.size, object.display.clone()))
-}
-
-/// Decodes one row group's projected columns from fetched chunks.
-fn decode_unit(unit: &ScanUnit, chunks: FetchedChunks, schema: &SchemaRef, projection: &[usize], batch_size: usize) -> Result<Vec<RecordBatch>> {
-    if projection.is_empty() {
-        // COUNT(*) and friends: the row count is in the manifest, no bytes needed.
-        let opts = RecordBatchOptions::new().with_row_count(Some(unit.rows as usize));
-        return Ok(vec![RecordBatch::try_new_with_options(schema.clone(), vec![], &opts)?]);
-    }
-    let object = &unit.object;
-    let wrap = |e: parquet::errors::ParquetError| DataFusionError::External(Box::new(StorageError::Parquet { location: object.display.clone(), source: e }));
-    // The Parquet reader returns columns in file order; map them back.
-    let mut sorted: Vec<usize> = projection.to_vec();
-    sorted.sort_unstable();
-    let mask = ProjectionMask::roots(object.reader.metadata().file_metadata().schema_descr(), sorted.iter().copied());
-    let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, object.reader.clone())
-        .with_row_groups(vec![unit.row_group])
-        .with_projection(mask)
-        .with_batch_size(batch_size)
-        .build()
-        .map_err(wrap)?;
-    let positions: Vec<usize> = projection.iter().map(|c| sorted.binary_search(c).expect("column in projection")).collect();
-    let mut out = Vec::new();
-    for batch in reader {
-        let batch = batch.map_err(|e| DataFusionError::External(Box::new(StorageError::Corrupt { location: object.display.clone(), reason: e.to_string() })))?;
-        let columns = positions.iter().map(|&i| batch.column(i).clone()).collect();
-        out.push(RecordBatch::try_new(schema.clone(), columns)?);
-    }
-    Ok(out)
-}
-

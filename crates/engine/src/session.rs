@@ -18,6 +18,7 @@ use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig};
 use blobhouse_storage::{Change, CommitOutcome, Database, Location, StorageError, StoreOptions, WriteOptions, open_location};
 
 use crate::chunks::RequestPolicy;
+use crate::scheduler::SchedulerOptions;
 use crate::source::DataSource;
 use blobhouse_io::{DownloadManager, ManagerOptions};
 use crate::copy::{CopyFormat, CopyFrom, parse_copy_from};
@@ -58,6 +59,8 @@ pub struct EngineOptions {
     pub write: WriteOptions,
     /// How scans cut their reads into requests.
     pub requests: RequestPolicy,
+    /// How scans pace their downloads (the object scheduler).
+    pub scan: SchedulerOptions,
     /// Parallelism of query execution (default: the number of cores).
     pub target_partitions: usize,
     /// Rows per record batch in execution.
@@ -72,6 +75,7 @@ impl Default for EngineOptions {
         EngineOptions {
             write: WriteOptions::default(),
             requests: RequestPolicy::default(),
+            scan: SchedulerOptions::default(),
             target_partitions: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             batch_size: 8192,
             download: Some(ManagerOptions::default()),

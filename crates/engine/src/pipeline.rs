@@ -1,0 +1,501 @@
+//! The running scan: one fetcher downloads row groups under the object
+//! scheduler's budget; the query's partitions take whichever row group
+//! arrived first and decode it as they consume it.
+//!
+//! ```text
+//!  planned units ──► fetcher ──(≤ target bytes in flight, ≤ memory undelivered)──► download manager
+//!                       │ arrivals, in the order they complete
+//!                       ▼
+//!                 ready queue ──► partition 0: decode batch, hand on, decode …
+//!                             ──► partition 1: …
+//! ```
+//!
+//! Why one queue for all partitions: a slow request then delays only its
+//! own row group, never a partition that has other data to work on (the
+//! morsel-driven hand-off of Umbra). Why decode in the consumer's poll:
+//! decoding is part of processing, so the time between two polls of a
+//! partition is exactly what the scheduler needs to know about the query's
+//! speed, and only one row group per partition is ever decoded at a time.
+//!
+//! Cancellation: dropping every partition stream (a LIMIT reached, an
+//! error elsewhere) drops the fetcher, whose pending downloads are then
+//! cancelled in the download manager.
+
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+use bytes::{Bytes, BytesMut};
+use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::runtime::SpawnedTask;
+use datafusion::common::{DataFusionError, Result};
+use datafusion::physical_plan::SendableRecordBatchStream;
+use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder, MetricValue, Time};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use parquet::arrow::ProjectionMask;
+use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use tokio::sync::{Notify, mpsc};
+
+use blobhouse_storage::StorageError;
+
+use crate::chunks::FetchedChunks;
+use crate::scan::ScanUnit;
+use crate::scheduler::{Controller, Decision, EpochStats, SchedulerOptions};
+use crate::source::DataSource;
+
+/// Counters of a scan, shared by its runs (global metrics of the plan node).
+#[derive(Debug, Clone)]
+pub(crate) struct ScanCounters {
+    pub get_requests: Count,
+    pub bytes_fetched: Count,
+    pub row_groups_read: Count,
+    pub retries: Count,
+    pub hedged: Count,
+    /// Sum of the requests' times to first byte.
+    pub first_byte_time: Time,
+    /// Sum of the row groups' download times (submit to last byte).
+    pub fetch_time: Time,
+    pub decode_time: Time,
+    /// Partitions waiting for a row group to arrive (the query waited on data).
+    pub query_wait_time: Time,
+    /// Row groups waiting for a partition to take them (data waited on the query).
+    pub data_wait_time: Time,
+    /// The download manager's CPU while the scan downloaded.
+    pub download_cpu: Option<Time>,
+    /// Bytes fetched per second of the scan's download phase (MiB/s).
+    pub retrieval_mib_s: Gauge,
+    pub in_flight_peak_mib: Gauge,
+    pub in_flight_target_mib: Gauge,
+    pub loop_threads: Gauge,
+    pub scheduler_epochs: Count,
+    /// Decisions of the latest run, for plots.
+    pub timeline: Arc<Mutex<Vec<Decision>>>,
+}
+
+impl ScanCounters {
+    pub fn new(set: &ExecutionPlanMetricsSet, managed: bool) -> Self {
+        let time = |name: &'static str| {
+            let t = Time::new();
+            MetricBuilder::new(set).build(MetricValue::Time { name: name.into(), time: t.clone() });
+            t
+        };
+        let count = |name: &'static str| MetricBuilder::new(set).global_counter(name);
+        let gauge = |name: &'static str| MetricBuilder::new(set).global_gauge(name);
+        ScanCounters {
+            get_requests: count("get_requests"),
+            bytes_fetched: count("bytes_fetched"),
+            row_groups_read: count("row_groups_read"),
+            retries: count("retries"),
+            hedged: count("hedged"),
+            first_byte_time: time("first_byte_time"),
+            fetch_time: time("fetch_time"),
+            decode_time: time("decode_time"),
+            query_wait_time: time("query_wait_time"),
+            data_wait_time: time("data_wait_time"),
+            download_cpu: managed.then(|| time("download_cpu")),
+            retrieval_mib_s: gauge("retrieval_mib_s"),
+            in_flight_peak_mib: gauge("in_flight_peak_mib"),
+            in_flight_target_mib: gauge("in_flight_target_mib"),
+            loop_threads: gauge("loop_threads"),
+            scheduler_epochs: count("scheduler_epochs"),
+            timeline: Arc::default(),
+        }
+    }
+}
+
+/// A downloaded row group waiting for a partition.
+struct Arrived {
+    unit: ScanUnit,
+    chunks: FetchedChunks,
+    at: Instant,
+}
+
+/// What the fetcher and the partitions share.
+struct Shared {
+    opts: SchedulerOptions,
+    partitions: usize,
+    in_flight: AtomicU64,
+    /// Downloaded, not yet taken by a partition.
+    ready_bytes: AtomicU64,
+    ready_units: AtomicUsize,
+    /// A partition took a row group: budget freed.
+    space: Notify,
+    epoch: EpochCounters,
+    counters: ScanCounters,
+}
+
+/// The current epoch's statistics, as atomics (updated per batch).
+#[derive(Default)]
+struct EpochCounters {
+    retrieved: AtomicU64,
+    processed: AtomicU64,
+    processing_nanos: AtomicU64,
+    requests: AtomicU64,
+    request_nanos: AtomicU64,
+    /// Bit i: partition i (mod 64) consumed something.
+    partitions: AtomicU64,
+}
+
+impl Shared {
+    /// Whether a row group of `bytes` may start downloading now.
+    fn may_start(&self, ctl: &Controller, bytes: u64, running: usize) -> bool {
+        let in_flight = self.in_flight.load(Ordering::Relaxed);
+        let held = in_flight + self.ready_bytes.load(Ordering::Relaxed);
+        if !self.opts.adaptive {
+            // Fixed policy: one row group ahead per partition.
+            return running + self.ready_units.load(Ordering::Relaxed) < self.partitions;
+        }
+        // Always allow one, so a row group larger than the budget still runs.
+        (in_flight + bytes <= ctl.target_bytes() || in_flight == 0) && (held + bytes <= self.opts.memory || held == 0)
+    }
+
+    fn processed(&self, partition: usize, bytes: u64, busy: Duration) {
+        self.epoch.processed.fetch_add(bytes, Ordering::Relaxed);
+        self.epoch.processing_nanos.fetch_add(busy.as_nanos() as u64, Ordering::Relaxed);
+        self.epoch.partitions.fetch_or(1 << (partition % 64), Ordering::Relaxed);
+    }
+
+    fn take_epoch(&self, elapsed: Duration) -> EpochStats {
+        let e = &self.epoch;
+        EpochStats {
+            elapsed,
+            retrieved_bytes: e.retrieved.swap(0, Ordering::Relaxed),
+            processed_bytes: e.processed.swap(0, Ordering::Relaxed),
+            processing_time: Duration::from_nanos(e.processing_nanos.swap(0, Ordering::Relaxed)),
+            partitions: e.partitions.swap(0, Ordering::Relaxed).count_ones() as usize,
+            requests: e.requests.swap(0, Ordering::Relaxed),
+            request_time: Duration::from_nanos(e.request_nanos.swap(0, Ordering::Relaxed)),
+        }
+    }
+}
+
+/// One execution of a scan: the fetcher and the queue its partitions read.
+pub(crate) struct Pipeline {
+    shared: Arc<Shared>,
+    ready: tokio::sync::Mutex<mpsc::UnboundedReceiver<Result<Arrived>>>,
+    /// Dropping it aborts the fetcher and so cancels its downloads.
+    _fetcher: SpawnedTask<()>,
+}
+
+impl Pipeline {
+    /// Starts downloading `units` (in plan order) for `partitions` consumers.
+    pub fn start(units: Vec<ScanUnit>, partitions: usize, source: DataSource, opts: SchedulerOptions, counters: ScanCounters, cpu: Arc<CpuSpan>) -> Pipeline {
+        let shared = Arc::new(Shared {
+            opts,
+            partitions: partitions.max(1),
+            in_flight: AtomicU64::new(0),
+            ready_bytes: AtomicU64::new(0),
+            ready_units: AtomicUsize::new(0),
+            space: Notify::new(),
+            epoch: EpochCounters::default(),
+            counters,
+        });
+        let (tx, rx) = mpsc::unbounded_channel();
+        let fetcher = SpawnedTask::spawn(fetch_all(units.into(), source, shared.clone(), tx, cpu));
+        Pipeline { shared, ready: tokio::sync::Mutex::new(rx), _fetcher: fetcher }
+    }
+
+    /// The stream of partition `partition`, holding `guard` until dropped.
+    pub fn stream(self: &Arc<Self>, partition: usize, schema: SchemaRef, projection: Vec<usize>, batch_size: usize, guard: Box<dyn Send>) -> SendableRecordBatchStream {
+        let consumer = Consumer {
+            pipeline: self.clone(),
+            partition,
+            schema: schema.clone(),
+            projection,
+            batch_size,
+            current: None,
+            last_yield: None,
+            busy: Duration::ZERO,
+            done: false,
+            _guard: guard,
+        };
+        let stream = futures::stream::unfold(consumer, |c| c.next());
+        Box::pin(RecordBatchStreamAdapter::new(schema, stream))
+    }
+}
+
+/// Downloads row groups as the scheduler allows and queues them as they
+/// arrive. Ends when all arrived, a download failed, or nobody listens.
+async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource, shared: Arc<Shared>, tx: mpsc::UnboundedSender<Result<Arrived>>, cpu: Arc<CpuSpan>) {
+    let start = Instant::now();
+    cpu.begin(&source);
+    let dm = source.download_manager().cloned();
+    let mut ctl = Controller::new(shared.opts.clone(), dm.as_ref().map_or(1, |d| d.threads()));
+    let counters = shared.counters.clone();
+    counters.timeline.lock().expect("not poisoned").clear();
+    let adaptive = shared.opts.adaptive;
+    let apply_threads = |n: usize| {
+        if let (Some(dm), true) = (&dm, adaptive) {
+            counters.loop_threads.set(dm.set_active_threads(n));
+        }
+    };
+    apply_threads(ctl.threads());
+    let mut running = FuturesUnordered::new();
+    let (mut epoch_start, mut peak, mut fetched) = (start, 0u64, 0u64);
+    let mut last_arrival = start;
+    loop {
+        while let Some(unit) = queue.front() {
+            if !shared.may_start(&ctl, unit.bytes(), running.len()) {
+                break;
+            }
+            let unit = queue.pop_front().expect("peeked");
+            let in_flight = shared.in_flight.fetch_add(unit.bytes(), Ordering::Relaxed) + unit.bytes();
+            peak = peak.max(in_flight);
+            let (source, counters) = (source.clone(), shared.counters.clone());
+            running.push(async move {
+                let t = Instant::now();
+                let r = fetch_unit(&source, &unit, &counters).await;
+                (unit, r, t.elapsed())
+            });
+        }
+        if running.is_empty() && queue.is_empty() {
+            break;
+        }
+        let next_epoch = epoch_start + shared.opts.epoch;
+        tokio::select! {
+            Some((unit, result, took)) = running.next(), if !running.is_empty() => {
+                shared.in_flight.fetch_sub(unit.bytes(), Ordering::Relaxed);
+                counters.fetch_time.add_duration(took);
+                match result {
+                    Ok(chunks) => {
+                        let bytes = unit.bytes();
+                        fetched += bytes;
+                        last_arrival = Instant::now();
+                        shared.epoch.retrieved.fetch_add(bytes, Ordering::Relaxed);
+                        shared.epoch.requests.fetch_add(1, Ordering::Relaxed);
+                        shared.epoch.request_nanos.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+                        shared.ready_bytes.fetch_add(bytes, Ordering::Relaxed);
+                        shared.ready_units.fetch_add(1, Ordering::Relaxed);
+                        if tx.send(Ok(Arrived { unit, chunks, at: last_arrival })).is_err() {
+                            break; // every partition is gone
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        break;
+                    }
+                }
+            }
+            _ = shared.space.notified() => {}
+            _ = tokio::time::sleep_until(next_epoch.into()) => {}
+        }
+        let now = Instant::now();
+        if now >= next_epoch {
+            if adaptive {
+                let decision = ctl.epoch(&shared.take_epoch(now - epoch_start), now - start);
+                if decision.threads != counters.loop_threads.value() {
+                    apply_threads(decision.threads);
+                }
+                counters.scheduler_epochs.add(1);
+                counters.timeline.lock().expect("not poisoned").push(decision);
+            }
+            epoch_start = now;
+        }
+    }
+    let secs = last_arrival.duration_since(start).as_secs_f64();
+    if secs > 0.0 {
+        counters.retrieval_mib_s.set((fetched as f64 / secs / (1 << 20) as f64).round() as usize);
+    }
+    counters.in_flight_peak_mib.set((peak >> 20) as usize);
+    counters.in_flight_target_mib.set((ctl.target_bytes() >> 20) as usize);
+    if let Some(dm) = &dm
+        && adaptive
+    {
+        // Other users of the manager start from all threads again.
+        dm.set_active_threads(dm.threads());
+    }
+    cpu.end(&source, counters.download_cpu.as_ref());
+}
+
+/// Issues all range requests of a unit concurrently and reassembles spans.
+async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> Result<FetchedChunks> {
+    let object = &unit.object;
+    let requests: Vec<std::ops::Range<u64>> = unit.spans.iter().flat_map(|s| s.requests.iter().cloned()).collect();
+    if requests.is_empty() {
+        return Ok(FetchedChunks::new(Vec::new(), object.size, object.display.clone()));
+    }
+    let got = source.get_ranges(&object.path, &object.display, &requests).await.map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let fetched = got.bytes;
+    m.get_requests.add(fetched.len());
+    m.bytes_fetched.add(fetched.iter().map(Bytes::len).sum());
+    m.retries.add(got.retries as usize);
+    m.hedged.add(got.hedged as usize);
+    m.first_byte_time.add_duration(got.first_byte);
+    let mut parts = fetched.into_iter();
+    let mut spans = Vec::with_capacity(unit.spans.len());
+    for span in &unit.spans {
+        let bytes = if span.requests.len() == 1 {
+            parts.next().expect("one part per request")
+        } else {
+            let mut buf = BytesMut::with_capacity((span.range.end - span.range.start) as usize);
+            for _ in &span.requests {
+                buf.extend_from_slice(&parts.next().expect("one part per request"));
+            }
+            buf.freeze()
+        };
+        spans.push((span.range.start, bytes));
+    }
+    Ok(FetchedChunks::new(spans, object.size, object.display.clone()))
+}
+
+/// One partition's end of the queue.
+struct Consumer {
+    pipeline: Arc<Pipeline>,
+    partition: usize,
+    schema: SchemaRef,
+    projection: Vec<usize>,
+    batch_size: usize,
+    current: Option<Decoding>,
+    /// When the last batch was handed on: the time until the next poll is
+    /// the query's processing of it.
+    last_yield: Option<Instant>,
+    /// Busy time not yet reported.
+    busy: Duration,
+    done: bool,
+    _guard: Box<dyn Send>,
+}
+
+impl Consumer {
+    async fn next(mut self) -> Option<(Result<RecordBatch>, Consumer)> {
+        if self.done {
+            return None;
+        }
+        if let Some(t) = self.last_yield.take() {
+            self.busy += t.elapsed();
+        }
+        let shared = self.pipeline.shared.clone();
+        let m = &shared.counters;
+        loop {
+            if let Some(d) = &mut self.current {
+                let t = Instant::now();
+                match d.next_batch(&self.schema) {
+                    Some(Ok(batch)) => {
+                        let took = t.elapsed();
+                        m.decode_time.add_duration(took);
+                        let bytes = (batch.num_rows() as f64 * d.bytes_per_row) as u64;
+                        shared.processed(self.partition, bytes, self.busy + took);
+                        self.busy = Duration::ZERO;
+                        self.last_yield = Some(Instant::now());
+                        return Some((Ok(batch), self));
+                    }
+                    Some(Err(e)) => {
+                        self.done = true;
+                        return Some((Err(e), self));
+                    }
+                    None => self.current = None,
+                }
+            }
+            let wait = Instant::now();
+            let item = self.pipeline.ready.lock().await.recv().await;
+            m.query_wait_time.add_elapsed(wait);
+            let arrived = match item {
+                None => return None,
+                Some(Err(e)) => {
+                    self.done = true;
+                    return Some((Err(e), self));
+                }
+                Some(Ok(a)) => a,
+            };
+            shared.ready_bytes.fetch_sub(arrived.unit.bytes(), Ordering::Relaxed);
+            shared.ready_units.fetch_sub(1, Ordering::Relaxed);
+            shared.space.notify_one();
+            m.row_groups_read.add(1);
+            if arrived.at < wait {
+                m.data_wait_time.add_duration(wait - arrived.at);
+            }
+            let t = Instant::now();
+            match Decoding::new(arrived, &self.projection, self.batch_size, &self.schema) {
+                Ok(d) => self.current = Some(d),
+                Err(e) => {
+                    self.done = true;
+                    return Some((Err(e), self));
+                }
+            }
+            self.busy += t.elapsed();
+        }
+    }
+}
+
+/// A row group being decoded, a batch at a time.
+struct Decoding {
+    reader: Option<ParquetRecordBatchReader>,
+    /// Empty projection: the row count is all there is.
+    rows_only: Option<usize>,
+    /// Column positions of the reader's output (file order) in the projection.
+    positions: Vec<usize>,
+    location: String,
+    bytes_per_row: f64,
+}
+
+impl Decoding {
+    fn new(a: Arrived, projection: &[usize], batch_size: usize, schema: &SchemaRef) -> Result<Decoding> {
+        let unit = a.unit;
+        let object = &unit.object;
+        let bytes_per_row = if unit.rows == 0 { 0.0 } else { unit.bytes() as f64 / unit.rows as f64 };
+        if projection.is_empty() {
+            let _ = schema;
+            return Ok(Decoding { reader: None, rows_only: Some(unit.rows as usize), positions: Vec::new(), location: object.display.clone(), bytes_per_row });
+        }
+        let wrap = |e: parquet::errors::ParquetError| DataFusionError::External(Box::new(StorageError::Parquet { location: object.display.clone(), source: e }));
+        // The Parquet reader returns columns in file order; map them back.
+        let mut sorted: Vec<usize> = projection.to_vec();
+        sorted.sort_unstable();
+        let mask = ProjectionMask::roots(object.reader.metadata().file_metadata().schema_descr(), sorted.iter().copied());
+        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(a.chunks, object.reader.clone())
+            .with_row_groups(vec![unit.row_group])
+            .with_projection(mask)
+            .with_batch_size(batch_size)
+            .build()
+            .map_err(wrap)?;
+        let positions = projection.iter().map(|c| sorted.binary_search(c).expect("column in projection")).collect();
+        Ok(Decoding { reader: Some(reader), rows_only: None, positions, location: object.display.clone(), bytes_per_row })
+    }
+
+    fn next_batch(&mut self, schema: &SchemaRef) -> Option<Result<RecordBatch>> {
+        if let Some(rows) = self.rows_only.take() {
+            // COUNT(*) and friends: the row count is in the manifest, no bytes needed.
+            let opts = RecordBatchOptions::new().with_row_count(Some(rows));
+            return Some(RecordBatch::try_new_with_options(schema.clone(), vec![], &opts).map_err(Into::into));
+        }
+        let batch = self.reader.as_mut()?.next()?;
+        Some(match batch {
+            Ok(b) => {
+                let columns = self.positions.iter().map(|&i| b.column(i).clone()).collect();
+                RecordBatch::try_new(schema.clone(), columns).map_err(Into::into)
+            }
+            Err(e) => Err(DataFusionError::External(Box::new(StorageError::Corrupt { location: self.location.clone(), reason: e.to_string() }))),
+        })
+    }
+}
+
+/// The CPU time the download manager's loop threads spent while a scan
+/// downloaded. The loops serve every query of the engine, so concurrent
+/// scans share it.
+#[derive(Debug, Default)]
+pub(crate) struct CpuSpan {
+    start: std::sync::OnceLock<Duration>,
+    reported: Mutex<Duration>,
+}
+
+impl CpuSpan {
+    fn begin(&self, source: &DataSource) {
+        if let Some(dm) = source.download_manager() {
+            self.start.get_or_init(|| dm.stats().cpu);
+        }
+    }
+
+    /// Adds to `metric` the CPU spent since the start and not yet reported.
+    fn end(&self, source: &DataSource, metric: Option<&Time>) {
+        let (Some(dm), Some(start), Some(metric)) = (source.download_manager(), self.start.get(), metric) else { return };
+        let total = dm.stats().cpu.saturating_sub(*start);
+        let mut reported = self.reported.lock().expect("not poisoned");
+        if total > *reported {
+            metric.add_duration(total - *reported);
+            *reported = total;
+        }
+    }
+}
