@@ -296,6 +296,13 @@ async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource, shared: Ar
             epoch_start = now;
         }
     }
+    if adaptive {
+        // The last, partial epoch: recorded (a scan shorter than an epoch
+        // still shows what it saw), not acted on.
+        let now = Instant::now();
+        let decision = ctl.epoch(&shared.take_epoch(now - epoch_start), now - start);
+        counters.timeline.lock().expect("not poisoned").push(decision);
+    }
     let secs = last_arrival.duration_since(start).as_secs_f64();
     if secs > 0.0 {
         counters.retrieval_mib_s.set((fetched as f64 / secs / (1 << 20) as f64).round() as usize);
@@ -318,9 +325,10 @@ async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> R
     if requests.is_empty() {
         return Ok(FetchedChunks::new(Vec::new(), object.size, object.display.clone()));
     }
+    // Counted when issued: a cancelled request was still paid for.
+    m.get_requests.add(requests.len());
     let got = source.get_ranges(&object.path, &object.display, &requests).await.map_err(|e| DataFusionError::External(Box::new(e)))?;
     let fetched = got.bytes;
-    m.get_requests.add(fetched.len());
     m.bytes_fetched.add(fetched.iter().map(Bytes::len).sum());
     m.retries.add(got.retries as usize);
     m.hedged.add(got.hedged as usize);

@@ -478,3 +478,15 @@ pub fn collect_scan_metrics(plan: &Arc<dyn ExecutionPlan>) -> ScanMetrics {
     }
     total
 }
+
+/// Each [`BlobScanExec`]'s table and scheduler decisions in an executed plan.
+pub fn collect_scheduler_timelines(plan: &Arc<dyn ExecutionPlan>) -> Vec<(String, Vec<Decision>)> {
+    let mut out = Vec::new();
+    if let Some(scan) = plan.downcast_ref::<BlobScanExec>() {
+        out.push((scan.table.clone(), scan.scheduler_timeline()));
+    }
+    for child in plan.children() {
+        out.extend(collect_scheduler_timelines(child));
+    }
+    out
+}

@@ -23,7 +23,8 @@ use crate::source::DataSource;
 use blobhouse_io::{DownloadManager, ManagerOptions};
 use crate::copy::{CopyFormat, CopyFrom, parse_copy_from};
 use crate::provider::{BlobSchemaProvider, write_stream};
-use crate::scan::{FooterCache, ScanMetrics, collect_scan_metrics};
+use crate::scan::{FooterCache, ScanMetrics, collect_scan_metrics, collect_scheduler_timelines};
+use crate::scheduler::Decision;
 
 /// An error of the engine: from the store, from query planning/execution, or
 /// from a statement we do not support.
@@ -94,6 +95,8 @@ pub struct QueryResult {
     pub scan: ScanMetrics,
     /// Wall-clock time of the statement.
     pub elapsed: Duration,
+    /// Each scan's table and the object scheduler's decisions in it.
+    pub scheduler: Vec<(String, Vec<Decision>)>,
 }
 
 impl QueryResult {
@@ -201,7 +204,7 @@ impl Engine {
                 let physical = df.create_physical_plan().await?;
                 let schema = physical.schema();
                 let batches = collect(physical.clone(), task).await?;
-                Ok(QueryResult { schema, batches, scan: collect_scan_metrics(&physical), elapsed: started.elapsed() })
+                Ok(QueryResult { schema, batches, scan: collect_scan_metrics(&physical), elapsed: started.elapsed(), scheduler: collect_scheduler_timelines(&physical) })
             }
         }
     }
@@ -331,11 +334,11 @@ fn table_name(r: &datafusion::common::TableReference) -> Result<String, EngineEr
 fn count_result(rows: u64, started: Instant) -> QueryResult {
     let schema = Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]));
     let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(UInt64Array::from(vec![rows]))]).expect("count batch");
-    QueryResult { schema, batches: vec![batch], scan: ScanMetrics::default(), elapsed: started.elapsed() }
+    QueryResult { schema, batches: vec![batch], scan: ScanMetrics::default(), elapsed: started.elapsed(), scheduler: Vec::new() }
 }
 
 fn empty_result(started: Instant) -> QueryResult {
-    QueryResult { schema: Arc::new(Schema::empty()), batches: vec![], scan: ScanMetrics::default(), elapsed: started.elapsed() }
+    QueryResult { schema: Arc::new(Schema::empty()), batches: vec![], scan: ScanMetrics::default(), elapsed: started.elapsed(), scheduler: Vec::new() }
 }
 
 /// Splits a script into statements at `;`, ignoring semicolons inside quotes

@@ -11,7 +11,7 @@ use blobhouse_testkit::Request;
 use crate::common::*;
 use crate::on_both_backends;
 
-on_both_backends!(projection_fetches_only_projected_chunks_and_no_footer, sorted_range_predicate_prunes_row_groups, limit_and_count_stop_early);
+on_both_backends!(projection_fetches_only_projected_chunks_and_no_footer, sorted_range_predicate_prunes_row_groups, limit_and_count_stop_early, a_limit_above_a_filter_stops_the_downloads);
 
 /// lineitem at SF 0.01 with small chunks, so it has many row groups.
 async fn lineitem(b: Backend, name: &str) -> (TestDb, blobhouse_engine::Engine, Arc<Manifest>) {
@@ -82,4 +82,28 @@ async fn limit_and_count_stop_early(b: Backend) {
     let c = run(&e, "SELECT count(*) FROM lineitem").await;
     assert_eq!(scalar(&c), manifest.objects.iter().map(|o| o.rows).sum::<u64>().to_string());
     assert_eq!(c.scan.get_requests, 0, "COUNT(*) is answered from the manifest");
+}
+
+/// A LIMIT above a filter cannot be planned into the scan (any row group
+/// may hold the matches); the scan plans every row group, and it is the
+/// query finishing early that must stop the downloads. The scheduler's
+/// budgets are scaled down with the row groups (~40 KiB here vs ~100 MiB
+/// at SF 10) so a few row groups fill them.
+async fn a_limit_above_a_filter_stops_the_downloads(b: Backend) {
+    let db = TestDb::new(b, "limit-filter");
+    let mut options = small_chunks(4 << 10);
+    options.scan.initial = 64 << 10;
+    options.scan.memory = 256 << 10;
+    let e = db.engine(options).await;
+    tpch::load_tables(&e, 0.01, &["lineitem"], Arc::new(|_, _, _| {})).await.expect("load lineitem");
+    let all = run(&e, "SELECT * FROM lineitem WHERE l_quantity > 10").await;
+    assert!(all.scan.get_requests >= 20, "want many requests for the whole table, got {}", all.scan.get_requests);
+    let limited = run(&e, "SELECT * FROM lineitem WHERE l_quantity > 10 LIMIT 10").await;
+    assert_eq!(limited.rows(), 10);
+    assert!(
+        limited.scan.get_requests <= 10 && limited.scan.get_requests * 4 <= all.scan.get_requests,
+        "LIMIT 10 issued {} of the {} requests of the whole scan",
+        limited.scan.get_requests,
+        all.scan.get_requests
+    );
 }

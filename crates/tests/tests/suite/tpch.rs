@@ -45,25 +45,6 @@ async fn tpch_answers_stay_exact_through_resets_truncations_and_stalls() {
     tpch::load(&loader, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
     drop(loader);
 
-    // A proxy of this test's own in front of MinIO.
-    let minio = blobhouse_testkit::MinioServer::shared();
-    let tb = &minio.testbed;
-    let port = blobhouse_testbed::process::free_port().unwrap();
-    let name = format!("faulty-data-{}", std::process::id());
-    let api = tb.toxiproxy();
-    api.proxy(&name, port, tb.state().minio_port).unwrap();
-    for toxic in [
-        Toxic::new("reset", "reset_peer", 0.1, serde_json::json!({"timeout": 0})),
-        Toxic::new("truncate", "limit_data", 0.1, serde_json::json!({"bytes": 20_000})),
-        Toxic::new("stall", "timeout", 0.05, serde_json::json!({"timeout": 0})),
-    ] {
-        api.add_toxic(&name, &toxic).unwrap();
-    }
-    // URLs presigned for the proxy's address: data reads go through it.
-    let mut through_proxy = db.store_options.clone();
-    through_proxy.endpoint = Some(format!("http://127.0.0.1:{port}"));
-    let signer = blobhouse_storage::open_location(&db.url, &through_proxy).unwrap().signer;
-    assert!(signer.is_some());
     let mut options = EngineOptions::default();
     let dm = options.download.as_mut().unwrap();
     dm.loop_options.attempt_timeout = std::time::Duration::from_secs(2);
@@ -71,7 +52,17 @@ async fn tpch_answers_stay_exact_through_resets_truncations_and_stalls() {
     dm.loop_options.backoff = std::time::Duration::from_millis(5);
     // Faults are drawn per connection: a connection per request meets many.
     dm.loop_options.keep_alive = false;
-    let e = blobhouse_engine::Engine::open_location(db.location.clone().with_signer(signer), db.store_options.clone(), options).await.unwrap();
+    let e = engine_through_proxy(
+        &db,
+        "faulty",
+        &[
+            Toxic::new("reset", "reset_peer", 0.1, serde_json::json!({"timeout": 0})),
+            Toxic::new("truncate", "limit_data", 0.1, serde_json::json!({"bytes": 20_000})),
+            Toxic::new("stall", "timeout", 0.05, serde_json::json!({"timeout": 0})),
+        ],
+        options,
+    )
+    .await;
 
     assert_22_answers(&e, " through faults").await;
     let stats = e.download_manager().expect("S3 reads go through the download manager").stats().loops;
@@ -79,6 +70,62 @@ async fn tpch_answers_stay_exact_through_resets_truncations_and_stalls() {
     assert!(stats.requests > 50, "{stats:?}");
     assert!(stats.retries >= 3, "too few faults were hit: {stats:?}");
     assert_eq!(stats.failures, 0, "{stats:?}");
+}
+
+/// An engine on `db` (MinIO) whose data reads go through a toxiproxy of
+/// its own, shaped by `toxics`; the catalog and manifests go to MinIO
+/// directly.
+async fn engine_through_proxy(db: &TestDb, name: &str, toxics: &[blobhouse_testbed::Toxic], options: EngineOptions) -> blobhouse_engine::Engine {
+    let minio = blobhouse_testkit::MinioServer::shared();
+    let tb = &minio.testbed;
+    let port = blobhouse_testbed::process::free_port().unwrap();
+    let name = format!("{name}-data-{}", std::process::id());
+    let api = tb.toxiproxy();
+    api.proxy(&name, port, tb.state().minio_port).unwrap();
+    for toxic in toxics {
+        api.add_toxic(&name, toxic).unwrap();
+    }
+    // URLs presigned for the proxy's address: data reads go through it.
+    let mut through_proxy = db.store_options.clone();
+    through_proxy.endpoint = Some(format!("http://127.0.0.1:{port}"));
+    let signer = blobhouse_storage::open_location(&db.url, &through_proxy).unwrap().signer;
+    assert!(signer.is_some());
+    blobhouse_engine::Engine::open_location(db.location.clone().with_signer(signer), db.store_options.clone(), options).await.unwrap()
+}
+
+/// The object scheduler changes when bytes arrive and which partition
+/// decodes them, never the answers: the 22 queries give the official
+/// answers with it and with the fixed one-row-group-ahead policy, over a
+/// link with the object store's first-byte latency, on tables cut into
+/// many row groups so that arrival order really differs from plan order.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_answers_are_the_same_with_and_without_the_scheduler() {
+    use blobhouse_testbed::Toxic;
+    let db = TestDb::new(Backend::Minio, "scheduler");
+    let mut load_options = EngineOptions::default();
+    load_options.write.target_chunk_bytes = 16 << 10;
+    let loader = db.engine(load_options).await;
+    tpch::load(&loader, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
+    let lineitem = loader.database().manifest(&loader.database().current().tables["lineitem"]).await.unwrap();
+    let row_groups: usize = lineitem.objects.iter().map(|o| o.row_groups.len()).sum();
+    assert!(row_groups >= 8, "lineitem should have many row groups, has {row_groups}");
+    drop(loader);
+    // 30 +- 10 ms to the first byte of every response.
+    let latency = [Toxic::new("latency", "latency", 1.0, serde_json::json!({"latency": 30, "jitter": 10}))];
+    for adaptive in [true, false] {
+        let mut options = EngineOptions::default();
+        options.scan.adaptive = adaptive;
+        options.scan.initial = 256 << 10;
+        let e = engine_through_proxy(&db, if adaptive { "scheduled" } else { "fixed" }, &latency, options).await;
+        assert_22_answers(&e, if adaptive { " with the scheduler" } else { " without the scheduler" }).await;
+        let timeline = last_scan_timeline(&e, "SELECT sum(l_quantity) FROM lineitem").await;
+        assert_eq!(timeline.is_empty(), !adaptive, "the scheduler decides only when adaptive: {timeline:?}");
+    }
+}
+
+/// The scheduler's decisions in the scans of `sql`.
+async fn last_scan_timeline(e: &blobhouse_engine::Engine, sql: &str) -> Vec<blobhouse_engine::Decision> {
+    run(e, sql).await.scheduler.into_iter().flat_map(|(_, d)| d).collect()
 }
 
 /// DuckDB, with its own Parquet reader, runs the 22 queries directly on the
