@@ -2,10 +2,12 @@
 //! queries, verification of answers against reference answers from outside
 //! the project (DuckDB's results on the same generated data, exported by
 //! `scripts/export-tpch-reference.py`), the testbed's calibration benchmark,
-//! the I/O benchmark (download manager vs object_store), and PNG plots.
+//! the I/O benchmark (download manager vs object_store), the TPC-H
+//! benchmark (memory vs remote-only, and peer engines), and PNG plots.
 
 pub mod answers;
 pub mod calibrate;
 pub mod io_bench;
 pub mod plot;
 pub mod tpch;
+pub mod tpch_bench;

@@ -8,6 +8,7 @@ use clap::Subcommand;
 
 use blobhouse_bench::calibrate::{CalibrateOptions, calibrate};
 use blobhouse_bench::io_bench::{self, IoBenchOptions};
+use blobhouse_bench::tpch_bench::{self, TpchBenchOptions};
 use blobhouse_testbed::{Lifetime, Profile, Testbed, default_dir};
 
 #[derive(Subcommand)]
@@ -71,6 +72,42 @@ pub enum BenchCommand {
         #[arg(long)]
         calibrated_mib_s: Option<f64>,
         /// Output directory (default bench-results/io-<profile>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Testbed state directory.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// TPC-H from memory vs remote-only (no cache), per query, optionally against DuckDB and DataFusion-Python.
+    #[command(after_help = "Loads TPC-H at --sf into the testbed's MinIO once (kept for later runs), reads every table\ninto memory for the baseline, then runs each query from memory and remote-only through the\nprofile's shaped link; with --peers also DuckDB (httpfs) and DataFusion-Python on copies of\nthe same Parquet objects through the same endpoint, interleaved query by query.\nWrites report.txt, tpch.csv, tpch.png and scheduler.png to --out.\n\nExamples:\n  blobhouse bench tpch --sf 1 --profile s3-scaled\n  blobhouse bench tpch --sf 1 --profile s3-scaled --peers   (after scripts/install-bench-peers.sh)\n  blobhouse bench tpch --sf 1 --queries 1,6,9,18,19 --repeats 3")]
+    Tpch {
+        /// Scale factor.
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Testbed profile: lan, s3, s3-scaled, throttled.
+        #[arg(long, default_value = "s3-scaled")]
+        profile: String,
+        /// Queries to run.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22")]
+        queries: Vec<usize>,
+        /// Runs per query and system; the fastest counts.
+        #[arg(long, default_value_t = 1)]
+        repeats: usize,
+        /// Also run DuckDB (httpfs) and DataFusion-Python on the same objects (scripts/install-bench-peers.sh installs them).
+        #[arg(long)]
+        peers: bool,
+        /// Use the fixed one-row-group-ahead policy instead of the object scheduler.
+        #[arg(long)]
+        fixed: bool,
+        /// Largest range request, KiB (the smallest is half). Default 16384; on s3-scaled 1024, because that
+        /// profile divides per-request bandwidth by ~23 (55 -> 2.4 MiB/s) and the request size scales with it,
+        /// so a request takes as long as a 16 MiB one on S3.
+        #[arg(long)]
+        request_kib: Option<u64>,
+        /// The link's throughput, MiB/s (default: the peak of docs/testbed/<profile>/throughput.csv if present).
+        #[arg(long)]
+        link_mib_s: Option<f64>,
+        /// Output directory (default bench-results/tpch-<profile>-sf<sf>).
         #[arg(long)]
         out: Option<PathBuf>,
         /// Testbed state directory.
@@ -176,6 +213,24 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             let runs = result.map_err(anyhow::Error::msg)?;
             println!("{}", io_bench::report(profile.name(), &opts, &runs));
             println!("wrote {}/{{report.txt,io.csv,cpu-throughput.png,throughput-concurrency.png}}", out.display());
+        }
+        BenchCommand::Tpch { sf, profile, queries, repeats, peers, fixed, request_kib, link_mib_s, out, dir } => {
+            anyhow::ensure!(sf > 0.0 && sf.is_finite(), "--sf must be a positive number");
+            anyhow::ensure!(queries.iter().all(|q| (1..=22).contains(q)), "--queries are TPC-H query numbers, 1 to 22");
+            let bench = BenchTestbed::up(&profile, dir)?;
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/tpch-{}-sf{sf}", bench.profile.name())));
+            let link = link_mib_s.or_else(|| calibrated_peak(&PathBuf::from(format!("docs/testbed/{}/throughput.csv", bench.profile.name())))).map(|m| m * (1u64 << 20) as f64);
+            let request_kib = request_kib.unwrap_or(if bench.profile.name() == "s3-scaled" { 1024 } else { 16384 });
+            anyhow::ensure!(request_kib >= 64, "--request-kib must be at least 64");
+            let opts = TpchBenchOptions { sf, queries, repeats, peers, link, adaptive: !fixed, request_bytes: request_kib << 10, out: out.clone() };
+            let result = tpch_bench::run(&bench.tb, &opts, &|step| eprintln!("bench tpch: {step}")).await;
+            let profile = bench.profile;
+            bench.down()?;
+            let figures = result.map_err(anyhow::Error::msg)?;
+            let text = tpch_bench::report(profile.name(), &opts, &figures);
+            std::fs::write(out.join("report.txt"), &text)?;
+            println!("{text}");
+            println!("wrote {}/{{report.txt,tpch.csv,tpch.png,scheduler.png}}", out.display());
         }
         BenchCommand::Hedge { profile, requests, size_kib, in_flight, out, dir } => {
             anyhow::ensure!(requests > 0 && in_flight > 0, "--requests and --in-flight must be at least 1");

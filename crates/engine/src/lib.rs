@@ -26,4 +26,4 @@ pub use chunks::RequestPolicy;
 pub use source::DataSource;
 pub use scan::{BlobScanExec, ScanMetrics, collect_scan_metrics};
 pub use scheduler::{Decision, SchedulerOptions};
-pub use session::{Engine, EngineError, EngineOptions, QueryResult, split_statements};
+pub use session::{Engine, EngineError, EngineOptions, QueryResult, scan_download_options, split_statements};

@@ -79,9 +79,22 @@ impl Default for EngineOptions {
             scan: SchedulerOptions::default(),
             target_partitions: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             batch_size: 8192,
-            download: Some(ManagerOptions::default()),
+            download: Some(scan_download_options()),
         }
     }
+}
+
+/// The download manager as scans use it: the object scheduler decides the
+/// bytes each scan keeps in flight from the scan's own view of retrieval
+/// and processing, so the manager does not pace on top of it with its own
+/// latency model and link probe (two controllers in series: the manager's
+/// slow start held short queries to 16 requests for half a second). It
+/// still caps requests in flight and memory, hedges and retries.
+pub fn scan_download_options() -> ManagerOptions {
+    let mut o = ManagerOptions::default();
+    o.loop_options.concurrency = None;
+    o.loop_options.max_in_flight = 512;
+    o
 }
 
 /// The outcome of one statement.

@@ -1,0 +1,411 @@
+//! `blobhouse bench tpch`: the 22 queries from memory and remote-only, per
+//! query, on one testbed profile — the AnyBlob paper's Table 2 for this
+//! machine — and optionally the same queries in DuckDB (httpfs) and
+//! DataFusion-Python (object_store) on the same Parquet objects through the
+//! same endpoint, interleaved query by query.
+//!
+//! - *memory*: every table read once into DataFusion `MemTable`s, queries
+//!   run by the same DataFusion with the same partitions and batch size: the
+//!   speed of the engine without any I/O.
+//! - *remote*: blobhouse reading only from the store, no cache, data
+//!   through the download manager over the profile's shaped link.
+//! - retrieval throughput: bytes fetched / remote time (a lower bound, as
+//!   in the paper), against the profile's calibrated link throughput.
+//! - cost: GET requests at the public S3 price.
+
+use std::collections::BTreeMap;
+use std::io::{BufRead, BufReader, Write};
+use std::path::{Path, PathBuf};
+use std::process::{Child, ChildStdin, ChildStdout, Command, Stdio};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use datafusion::datasource::MemTable;
+use datafusion::prelude::{SessionConfig, SessionContext};
+use object_store::ObjectStoreExt;
+use object_store::path::Path as ObjectPath;
+
+use blobhouse_engine::{Decision, Engine, EngineOptions};
+use blobhouse_storage::{StoreOptions, open_location};
+use blobhouse_testbed::{ACCESS_KEY, BUCKET, SECRET_KEY, Testbed};
+
+use crate::answers::{self, Verdict};
+use crate::plot::{self, Axes, Series};
+use crate::tpch;
+
+/// Public S3 GET price: $0.0004 per 1,000 requests, in cents per request.
+pub const S3_GET_CENTS: f64 = 0.0004 / 1000.0 * 100.0;
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct TpchBenchOptions {
+    pub sf: f64,
+    pub queries: Vec<usize>,
+    /// Runs per query and system; the fastest is reported.
+    pub repeats: usize,
+    /// Also run DuckDB and DataFusion-Python (scripts/tpch-peers.py).
+    pub peers: bool,
+    /// The profile's calibrated link throughput, bytes/s (also given to
+    /// the object scheduler as the link bandwidth).
+    pub link: Option<f64>,
+    /// Object scheduler on (default) or the fixed one-ahead policy.
+    pub adaptive: bool,
+    /// Largest range request of the remote runs (the smallest is half).
+    pub request_bytes: u64,
+    pub out: PathBuf,
+}
+
+/// One query's figures.
+#[derive(Debug, Clone)]
+pub struct QueryFigures {
+    pub query: usize,
+    pub memory: Duration,
+    pub remote: Duration,
+    pub bytes: u64,
+    pub gets: u64,
+    pub verdict: String,
+    /// Time partitions waited for data, summed over partitions.
+    pub query_wait: Duration,
+    /// Peer engine → its time (or the error).
+    pub peers: BTreeMap<String, Result<Duration, String>>,
+    /// The scheduler's decisions in the remote run's largest scan.
+    pub timeline: Vec<Decision>,
+}
+
+impl QueryFigures {
+    pub fn factor(&self) -> f64 {
+        self.remote.as_secs_f64() / self.memory.as_secs_f64().max(1e-9)
+    }
+    pub fn retrieval(&self) -> f64 {
+        self.bytes as f64 / self.remote.as_secs_f64().max(1e-9)
+    }
+}
+
+/// The peer engines: a long-lived `scripts/tpch-peers.py` driven line by line.
+struct Peers {
+    child: Child,
+    stdin: ChildStdin,
+    stdout: BufReader<ChildStdout>,
+    engines: Vec<String>,
+}
+
+impl Peers {
+    fn start(spec: &Path, engines: Vec<String>, progress: &dyn Fn(&str)) -> Result<Peers, String> {
+        let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/tpch-peers.py");
+        let mut child = Command::new("python3")
+            .arg(&script)
+            .arg(spec)
+            .stdin(Stdio::piped())
+            .stdout(Stdio::piped())
+            .stderr(Stdio::inherit())
+            .spawn()
+            .map_err(|e| format!("cannot start python3 {}: {e} (install the peers with scripts/install-bench-peers.sh)", script.display()))?;
+        let stdin = child.stdin.take().expect("piped");
+        let mut stdout = BufReader::new(child.stdout.take().expect("piped"));
+        let mut failed = Vec::new();
+        loop {
+            let mut line = String::new();
+            if stdout.read_line(&mut line).map_err(|e| e.to_string())? == 0 {
+                return Err("tpch-peers.py exited before it was ready (run scripts/install-bench-peers.sh)".into());
+            }
+            let line = line.trim();
+            if line == "READY" {
+                break;
+            }
+            if let Some(rest) = line.strip_prefix("ERR setup ") {
+                progress(&format!("peer setup failed: {rest}"));
+                failed.push(rest.split_whitespace().next().unwrap_or("").to_string());
+            }
+        }
+        let engines = engines.into_iter().filter(|e| !failed.contains(e)).collect();
+        Ok(Peers { child, stdin, stdout, engines })
+    }
+
+    fn run(&mut self, engine: &str, q: usize) -> Result<Duration, String> {
+        writeln!(self.stdin, "RUN {engine} {q}").and_then(|()| self.stdin.flush()).map_err(|e| format!("tpch-peers.py: {e}"))?;
+        let mut line = String::new();
+        self.stdout.read_line(&mut line).map_err(|e| e.to_string())?;
+        let parts: Vec<&str> = line.split_whitespace().collect();
+        match parts.as_slice() {
+            ["OK", _, _, secs, ..] => secs.parse::<f64>().map(Duration::from_secs_f64).map_err(|e| e.to_string()),
+            ["ERR", ..] => Err(line.trim().to_string()),
+            _ => Err(format!("tpch-peers.py answered '{}'", line.trim())),
+        }
+    }
+}
+
+impl Drop for Peers {
+    fn drop(&mut self) {
+        let _ = writeln!(self.stdin, "QUIT");
+        let _ = self.stdin.flush();
+        let _ = self.child.wait();
+    }
+}
+
+fn err(what: &str) -> impl Fn(blobhouse_engine::EngineError) -> String + '_ {
+    move |e| format!("{what}: {e}")
+}
+
+/// Runs the benchmark on `tb` (already shaped to its profile).
+pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str)) -> Result<Vec<QueryFigures>, String> {
+    std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
+    let endpoints = tb.endpoints();
+    let store = |endpoint: &str| StoreOptions {
+        endpoint: Some(endpoint.to_string()),
+        access_key_id: Some(ACCESS_KEY.into()),
+        secret_access_key: Some(SECRET_KEY.into()),
+        region: Some("us-east-1".into()),
+        ..Default::default()
+    };
+    let url = format!("s3://{BUCKET}/tpch-sf{}", opts.sf);
+    let direct = store(&endpoints.s3_direct);
+
+    // Load what is missing, over the unshaped endpoint.
+    let loader = Engine::open(&url, &direct, EngineOptions::default()).await.map_err(err("open the benchmark database"))?;
+    let have = loader.database().refresh().await.map_err(|e| e.to_string())?;
+    let missing: Vec<&str> = tpch::TABLES.iter().copied().filter(|t| !have.tables.contains_key(*t)).collect();
+    if !missing.is_empty() {
+        progress(&format!("loading TPC-H SF {} ({} tables) into {url}", opts.sf, missing.len()));
+        let started = Instant::now();
+        tpch::load_tables(&loader, opts.sf, &missing, Arc::new(|_, _, _| {})).await.map_err(err("load TPC-H"))?;
+        progress(&format!("loaded in {:.1} s", started.elapsed().as_secs_f64()));
+    }
+
+    // The in-memory baseline: every table read once into MemTables.
+    let options = EngineOptions::default();
+    let config = SessionConfig::new().with_target_partitions(options.target_partitions).with_batch_size(options.batch_size);
+    let memory = SessionContext::new_with_config(config);
+    for t in tpch::TABLES {
+        let r = loader.execute(&format!("SELECT * FROM {t}")).await.map_err(err(&format!("read {t} into memory")))?;
+        let n = options.target_partitions.max(1);
+        let mut parts: Vec<Vec<_>> = vec![Vec::new(); n];
+        for (i, b) in r.batches.into_iter().enumerate() {
+            parts[i % n].push(b);
+        }
+        let table = MemTable::try_new(r.schema.clone(), parts).map_err(|e| e.to_string())?;
+        memory.register_table(t, Arc::new(table)).map_err(|e| e.to_string())?;
+    }
+    progress("tables in memory");
+
+    // Peers read copies of the same objects, one prefix per table (what a
+    // listing table wants), through the same shaped endpoint.
+    let mut peers = if opts.peers { Some(start_peers(&url, &direct, &endpoints.s3, opts, progress).await?) } else { None };
+
+    // blobhouse remote-only: data through the shaped endpoint.
+    let shaped = open_location(&url, &store(&endpoints.s3)).map_err(|e| e.to_string())?;
+    let direct_location = open_location(&url, &direct).map_err(|e| e.to_string())?;
+    let mut remote_options = EngineOptions::default();
+    remote_options.scan.adaptive = opts.adaptive;
+    remote_options.scan.link_bytes_per_sec = opts.link;
+    remote_options.requests.max_request_bytes = opts.request_bytes;
+    remote_options.requests.min_request_bytes = opts.request_bytes / 2;
+    remote_options.requests.coalesce_gap = remote_options.requests.coalesce_gap.min(opts.request_bytes / 16);
+    let remote = Engine::open_location(direct_location.with_signer(shaped.signer), direct.clone(), remote_options).await.map_err(err("open the remote engine"))?;
+    drop(loader);
+
+    let mut figures = Vec::new();
+    for &q in &opts.queries {
+        let sql = tpch::query(q);
+        let (mut best_mem, mut best_remote) = (Duration::MAX, None::<blobhouse_engine::QueryResult>);
+        let mut peer_best: BTreeMap<String, Result<Duration, String>> = BTreeMap::new();
+        for _ in 0..opts.repeats.max(1) {
+            let t = Instant::now();
+            memory.sql(sql).await.map_err(|e| format!("Q{q} in memory: {e}"))?.collect().await.map_err(|e| format!("Q{q} in memory: {e}"))?;
+            best_mem = best_mem.min(t.elapsed());
+            let r = remote.execute(sql).await.map_err(err(&format!("Q{q} remote")))?;
+            if best_remote.as_ref().is_none_or(|b| r.elapsed < b.elapsed) {
+                best_remote = Some(r);
+            }
+            if let Some(p) = peers.as_mut() {
+                for engine in p.engines.clone() {
+                    let got = p.run(&engine, q);
+                    let entry = peer_best.entry(engine).or_insert_with(|| got.clone());
+                    if let (Ok(new), Ok(old)) = (&got, &*entry)
+                        && new < old
+                    {
+                        *entry = got;
+                    }
+                }
+            }
+        }
+        let r = best_remote.expect("at least one run");
+        let verdict = match answers::verify(q, opts.sf, &r) {
+            Verdict::Verified => "verified".to_string(),
+            Verdict::NoReference => "no reference".to_string(),
+            Verdict::Mismatch(m) => format!("MISMATCH: {m}"),
+        };
+        let timeline = r.scheduler.iter().max_by_key(|(_, d)| d.len()).map(|(_, d)| d.clone()).unwrap_or_default();
+        let f = QueryFigures {
+            query: q,
+            memory: best_mem,
+            remote: r.elapsed,
+            bytes: r.scan.bytes_fetched,
+            gets: r.scan.get_requests,
+            verdict,
+            query_wait: Duration::from_nanos(r.scan.query_wait),
+            peers: peer_best,
+            timeline,
+        };
+        progress(&format!("Q{q}: memory {:.3} s, remote {:.3} s ({:.2}x)", f.memory.as_secs_f64(), f.remote.as_secs_f64(), f.factor()));
+        figures.push(f);
+    }
+    drop(peers.take());
+    write_outputs(opts, &figures)?;
+    Ok(figures)
+}
+
+async fn start_peers(url: &str, direct: &StoreOptions, shaped_endpoint: &str, opts: &TpchBenchOptions, progress: &dyn Fn(&str)) -> Result<Peers, String> {
+    let location = open_location(url, direct).map_err(|e| e.to_string())?;
+    let engine = Engine::open_location(location.clone(), direct.clone(), EngineOptions::default()).await.map_err(|e| e.to_string())?;
+    let version = engine.database().refresh().await.map_err(|e| e.to_string())?;
+    let mut tables = serde_json::Map::new();
+    for t in tpch::TABLES {
+        let manifest = engine.database().manifest(&version.tables[t]).await.map_err(|e| e.to_string())?;
+        let prefix = format!("peers/sf{}/{t}/", opts.sf);
+        let mut keys = Vec::new();
+        for (i, o) in manifest.objects.iter().enumerate() {
+            let key = format!("{prefix}{i}.parquet");
+            let target = ObjectPath::from(key.as_str());
+            // Outside the database's prefix, in the same bucket: the store
+            // root is the bucket.
+            let root = open_location(&format!("s3://{BUCKET}"), direct).map_err(|e| e.to_string())?;
+            if root.store.head(&target).await.is_err() {
+                let source = location.child(&o.path);
+                root.store.copy(&source, &target).await.map_err(|e| format!("copy {source} for the peers: {e}"))?;
+            }
+            keys.push(serde_json::Value::String(key));
+        }
+        tables.insert(t.to_string(), serde_json::json!({ "prefix": prefix, "keys": keys }));
+    }
+    let engines = vec!["duckdb".to_string(), "datafusion".to_string()];
+    let spec = serde_json::json!({
+        "endpoint": shaped_endpoint,
+        "bucket": BUCKET,
+        "region": "us-east-1",
+        "access_key": ACCESS_KEY,
+        "secret_key": SECRET_KEY,
+        "queries_dir": Path::new(env!("CARGO_MANIFEST_DIR")).join("tpch/queries"),
+        "engines": engines,
+        "threads": EngineOptions::default().target_partitions,
+        "tables": tables,
+    });
+    let spec_path = opts.out.join("peers-spec.json");
+    std::fs::write(&spec_path, serde_json::to_string_pretty(&spec).expect("json")).map_err(|e| e.to_string())?;
+    progress("starting DuckDB and DataFusion-Python (scripts/tpch-peers.py)");
+    Peers::start(&spec_path, engines, progress)
+}
+
+fn geomean(xs: impl Iterator<Item = f64>) -> f64 {
+    let (sum, n) = xs.filter(|x| *x > 0.0).fold((0.0, 0usize), |(s, n), x| (s + x.ln(), n + 1));
+    if n == 0 { f64::NAN } else { (sum / n as f64).exp() }
+}
+
+/// The report: per query and geometric means.
+pub fn report(profile: &str, opts: &TpchBenchOptions, figures: &[QueryFigures]) -> String {
+    let mib = (1u64 << 20) as f64;
+    let peers: Vec<String> = figures.iter().flat_map(|f| f.peers.keys().cloned()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
+    let mut out = format!(
+        "TPC-H SF {} on the {profile} profile: memory (DataFusion MemTables) vs remote-only (blobhouse, no cache), requests of {}-{} KiB, scheduler {}; link {}\n",
+        opts.sf,
+        opts.request_bytes / 2 >> 10,
+        opts.request_bytes >> 10,
+        if opts.adaptive { "adaptive" } else { "fixed one-ahead" },
+        opts.link.map_or("unknown".to_string(), |l| format!("{:.1} MiB/s (calibrated)", l / mib))
+    );
+    out += &format!("{:>4} {:>9} {:>9} {:>7} {:>10} {:>7} {:>6} {:>8} {:>8}", "q", "memory s", "remote s", "factor", "retr MiB/s", "of link", "GETs", "cost ¢", "waited s");
+    for p in &peers {
+        out += &format!(" {:>10} {:>7}", format!("{p} s"), "ratio");
+    }
+    out += "  answer\n";
+    for f in figures {
+        let of_link = opts.link.map_or("-".to_string(), |l| format!("{:.0}%", 100.0 * f.retrieval() / l));
+        out += &format!(
+            "{:>4} {:>9.3} {:>9.3} {:>7.2} {:>10.1} {:>7} {:>6} {:>8.4} {:>8.2}",
+            format!("Q{}", f.query),
+            f.memory.as_secs_f64(),
+            f.remote.as_secs_f64(),
+            f.factor(),
+            f.retrieval() / mib,
+            of_link,
+            f.gets,
+            f.gets as f64 * S3_GET_CENTS,
+            f.query_wait.as_secs_f64()
+        );
+        for p in &peers {
+            match f.peers.get(p) {
+                Some(Ok(d)) => out += &format!(" {:>10.3} {:>7.2}", d.as_secs_f64(), d.as_secs_f64() / f.remote.as_secs_f64().max(1e-9)),
+                _ => out += &format!(" {:>10} {:>7}", "failed", "-"),
+            }
+        }
+        out += &format!("  {}\n", f.verdict);
+    }
+    let gm_mem = geomean(figures.iter().map(|f| f.memory.as_secs_f64()));
+    let gm_remote = geomean(figures.iter().map(|f| f.remote.as_secs_f64()));
+    out += &format!("geomean: memory {gm_mem:.3} s, remote {gm_remote:.3} s, factor {:.2}x", gm_remote / gm_mem);
+    let total_gets: u64 = figures.iter().map(|f| f.gets).sum();
+    out += &format!("; {total_gets} GETs = {:.4} ¢\n", total_gets as f64 * S3_GET_CENTS);
+    for p in &peers {
+        // Over the queries both finished, so a failure does not flatter anyone.
+        let both: Vec<(f64, f64)> = figures.iter().filter_map(|f| f.peers.get(p)?.as_ref().ok().map(|d| (d.as_secs_f64(), f.remote.as_secs_f64()))).collect();
+        let failed = figures.len() - both.len();
+        let gm_peer = geomean(both.iter().map(|b| b.0));
+        let gm_ours = geomean(both.iter().map(|b| b.1));
+        out += &format!(
+            "geomean vs {p}: {p} {gm_peer:.3} s, blobhouse {gm_ours:.3} s over {} queries → blobhouse {:.2}x faster{}\n",
+            both.len(),
+            gm_peer / gm_ours,
+            if failed > 0 { format!(" ({failed} failed in {p})") } else { String::new() }
+        );
+    }
+    out
+}
+
+fn write_outputs(opts: &TpchBenchOptions, figures: &[QueryFigures]) -> Result<(), String> {
+    let mut csv = String::from("query,memory_s,remote_s,factor,bytes,retrieval_mib_s,gets,cost_cents,query_wait_s,peer,peer_s\n");
+    for f in figures {
+        let base = format!(
+            "{},{:.6},{:.6},{:.4},{},{:.1},{},{:.6},{:.4}",
+            f.query,
+            f.memory.as_secs_f64(),
+            f.remote.as_secs_f64(),
+            f.factor(),
+            f.bytes,
+            f.retrieval() / (1u64 << 20) as f64,
+            f.gets,
+            f.gets as f64 * S3_GET_CENTS,
+            f.query_wait.as_secs_f64()
+        );
+        if f.peers.is_empty() {
+            csv += &format!("{base},,\n");
+        }
+        for (p, t) in &f.peers {
+            csv += &format!("{base},{p},{}\n", t.as_ref().map_or(String::new(), |d| format!("{:.6}", d.as_secs_f64())));
+        }
+    }
+    std::fs::write(opts.out.join("tpch.csv"), csv).map_err(|e| e.to_string())?;
+    let points = |get: &dyn Fn(&QueryFigures) -> Option<f64>| figures.iter().filter_map(|f| Some((f.query as f64, get(f)?))).collect::<Vec<_>>();
+    let mut series = vec![
+        Series { label: "memory (DataFusion MemTables)".into(), points: points(&|f| Some(f.memory.as_secs_f64())), markers: true },
+        Series { label: "remote-only (blobhouse)".into(), points: points(&|f| Some(f.remote.as_secs_f64())), markers: true },
+    ];
+    let peers: std::collections::BTreeSet<String> = figures.iter().flat_map(|f| f.peers.keys().cloned()).collect();
+    for p in peers {
+        series.push(Series { label: format!("remote-only ({p})"), points: points(&|f| f.peers.get(&p)?.as_ref().ok().map(Duration::as_secs_f64)), markers: true });
+    }
+    let axes = Axes { title: format!("TPC-H SF {}: time per query", opts.sf), x_label: "query".into(), y_label: "seconds".into(), log_x: false, legend_lower_right: false };
+    plot::line_chart(&opts.out.join("tpch.png"), &axes, &series)?;
+    // The scheduler over time in the largest scan of each of a few queries.
+    let mut timeline = Vec::new();
+    for f in figures.iter().filter(|f| [1, 6, 9, 18, 19].contains(&f.query) && !f.timeline.is_empty()) {
+        timeline.push(Series {
+            label: format!("Q{} bytes in flight allowed (MiB)", f.query),
+            points: f.timeline.iter().map(|d| (d.at.as_secs_f64(), d.target_bytes as f64 / (1u64 << 20) as f64)).collect(),
+            markers: false,
+        });
+    }
+    if !timeline.is_empty() {
+        let axes = Axes { title: "Object scheduler: bytes in flight over a scan".into(), x_label: "seconds since the scan started".into(), y_label: "MiB".into(), log_x: false, legend_lower_right: false };
+        plot::line_chart(&opts.out.join("scheduler.png"), &axes, &timeline)?;
+    }
+    Ok(())
+}
