@@ -52,6 +52,9 @@ pub struct TpchBenchOptions {
     pub adaptive: bool,
     /// Largest range request of the remote runs (the smallest is half).
     pub request_bytes: u64,
+    /// Also write each query's EXPLAIN ANALYZE (one more remote run) to
+    /// `<out>/explain/qNN.txt`.
+    pub explain: bool,
     pub out: PathBuf,
 }
 
@@ -70,6 +73,11 @@ pub struct QueryFigures {
     pub peers: BTreeMap<String, Result<Duration, String>>,
     /// The scheduler's decisions in the remote run's largest scan.
     pub timeline: Vec<Decision>,
+    /// The download manager during the remote runs of this query (all
+    /// repeats): hedges sent, attempts cut at their deadline, retries.
+    pub hedges: u64,
+    pub timeouts: u64,
+    pub retries: u64,
 }
 
 impl QueryFigures {
@@ -208,6 +216,7 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
         let sql = tpch::query(q);
         let (mut best_mem, mut best_remote) = (Duration::MAX, None::<blobhouse_engine::QueryResult>);
         let mut peer_best: BTreeMap<String, Result<Duration, String>> = BTreeMap::new();
+        let dm_before = remote.download_manager().map(|d| d.stats().loops).unwrap_or_default();
         for _ in 0..opts.repeats.max(1) {
             let t = Instant::now();
             memory.sql(sql).await.map_err(|e| format!("Q{q} in memory: {e}"))?.collect().await.map_err(|e| format!("Q{q} in memory: {e}"))?;
@@ -229,6 +238,14 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
             }
         }
         let r = best_remote.expect("at least one run");
+        if opts.explain {
+            let dir = opts.out.join("explain");
+            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let e = remote.execute(&format!("EXPLAIN ANALYZE {sql}")).await.map_err(err(&format!("EXPLAIN ANALYZE Q{q}")))?;
+            let text = datafusion::arrow::util::pretty::pretty_format_batches(&e.batches).map_err(|e| e.to_string())?.to_string();
+            std::fs::write(dir.join(format!("q{q:02}.txt")), text).map_err(|e| e.to_string())?;
+        }
+        let dm_after = remote.download_manager().map(|d| d.stats().loops).unwrap_or_default();
         let verdict = match answers::verify(q, opts.sf, &r) {
             Verdict::Verified => "verified".to_string(),
             Verdict::NoReference => "no reference".to_string(),
@@ -245,11 +262,21 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
             query_wait: Duration::from_nanos(r.scan.query_wait),
             peers: peer_best,
             timeline,
+            hedges: dm_after.hedges - dm_before.hedges,
+            timeouts: dm_after.timeouts - dm_before.timeouts,
+            retries: dm_after.retries - dm_before.retries,
         };
         progress(&format!("Q{q}: memory {:.3} s, remote {:.3} s ({:.2}x)", f.memory.as_secs_f64(), f.remote.as_secs_f64(), f.factor()));
         figures.push(f);
     }
     drop(peers.take());
+    if let Some(dm) = remote.download_manager() {
+        let s = dm.stats().loops;
+        progress(&format!(
+            "download manager: {} requests, {} retries, {} hedges ({} won), {} attempts cut at their deadline, {} cancelled, {} failed",
+            s.requests, s.retries, s.hedges, s.hedges_won, s.timeouts, s.cancelled, s.failures
+        ));
+    }
     write_outputs(opts, &figures)?;
     Ok(figures)
 }
@@ -312,7 +339,7 @@ pub fn report(profile: &str, opts: &TpchBenchOptions, figures: &[QueryFigures]) 
         if opts.adaptive { "adaptive" } else { "fixed one-ahead" },
         opts.link.map_or("unknown".to_string(), |l| format!("{:.1} MiB/s (calibrated)", l / mib))
     );
-    out += &format!("{:>4} {:>9} {:>9} {:>7} {:>10} {:>7} {:>6} {:>8} {:>8}", "q", "memory s", "remote s", "factor", "retr MiB/s", "of link", "GETs", "cost ¢", "waited s");
+    out += &format!("{:>4} {:>9} {:>9} {:>7} {:>10} {:>7} {:>6} {:>8} {:>8} {:>6} {:>5}", "q", "memory s", "remote s", "factor", "retr MiB/s", "of link", "GETs", "cost ¢", "waited s", "hedges", "t/o");
     for p in &peers {
         out += &format!(" {:>10} {:>7}", format!("{p} s"), "ratio");
     }
@@ -320,7 +347,7 @@ pub fn report(profile: &str, opts: &TpchBenchOptions, figures: &[QueryFigures]) 
     for f in figures {
         let of_link = opts.link.map_or("-".to_string(), |l| format!("{:.0}%", 100.0 * f.retrieval() / l));
         out += &format!(
-            "{:>4} {:>9.3} {:>9.3} {:>7.2} {:>10.1} {:>7} {:>6} {:>8.4} {:>8.2}",
+            "{:>4} {:>9.3} {:>9.3} {:>7.2} {:>10.1} {:>7} {:>6} {:>8.4} {:>8.2} {:>6} {:>5}",
             format!("Q{}", f.query),
             f.memory.as_secs_f64(),
             f.remote.as_secs_f64(),
@@ -329,7 +356,9 @@ pub fn report(profile: &str, opts: &TpchBenchOptions, figures: &[QueryFigures]) 
             of_link,
             f.gets,
             f.gets as f64 * S3_GET_CENTS,
-            f.query_wait.as_secs_f64()
+            f.query_wait.as_secs_f64(),
+            f.hedges,
+            f.timeouts
         );
         for p in &peers {
             match f.peers.get(p) {

@@ -104,6 +104,9 @@ pub enum BenchCommand {
         /// so a request takes as long as a 16 MiB one on S3.
         #[arg(long)]
         request_kib: Option<u64>,
+        /// Also write each query's EXPLAIN ANALYZE (remote) to <out>/explain/qNN.txt.
+        #[arg(long)]
+        explain: bool,
         /// The link's throughput, MiB/s (default: the peak of docs/testbed/<profile>/throughput.csv if present).
         #[arg(long)]
         link_mib_s: Option<f64>,
@@ -214,7 +217,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             println!("{}", io_bench::report(profile.name(), &opts, &runs));
             println!("wrote {}/{{report.txt,io.csv,cpu-throughput.png,throughput-concurrency.png}}", out.display());
         }
-        BenchCommand::Tpch { sf, profile, queries, repeats, peers, fixed, request_kib, link_mib_s, out, dir } => {
+        BenchCommand::Tpch { sf, profile, queries, repeats, peers, fixed, request_kib, explain, link_mib_s, out, dir } => {
             anyhow::ensure!(sf > 0.0 && sf.is_finite(), "--sf must be a positive number");
             anyhow::ensure!(queries.iter().all(|q| (1..=22).contains(q)), "--queries are TPC-H query numbers, 1 to 22");
             let bench = BenchTestbed::up(&profile, dir)?;
@@ -222,7 +225,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             let link = link_mib_s.or_else(|| calibrated_peak(&PathBuf::from(format!("docs/testbed/{}/throughput.csv", bench.profile.name())))).map(|m| m * (1u64 << 20) as f64);
             let request_kib = request_kib.unwrap_or(if bench.profile.name() == "s3-scaled" { 1024 } else { 16384 });
             anyhow::ensure!(request_kib >= 64, "--request-kib must be at least 64");
-            let opts = TpchBenchOptions { sf, queries, repeats, peers, link, adaptive: !fixed, request_bytes: request_kib << 10, out: out.clone() };
+            let opts = TpchBenchOptions { sf, queries, repeats, peers, link, adaptive: !fixed, request_bytes: request_kib << 10, explain, out: out.clone() };
             let result = tpch_bench::run(&bench.tb, &opts, &|step| eprintln!("bench tpch: {step}")).await;
             let profile = bench.profile;
             bench.down()?;
