@@ -65,7 +65,7 @@ macro_rules! on_both_backends {
         })*
     };
 }
-on_both_backends!(https_gets_and_puts_are_byte_exact_and_connections_are_reused, https_with_an_untrusted_certificate_fails_at_once, ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections, throttled_503_answers_are_retried_with_backoff_until_the_bytes_arrive, puts_to_nginx_arrive_byte_exact, client_errors_fail_at_once_with_the_status, resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact, one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled, hedging_answers_stalled_requests_from_a_duplicate, hedges_stay_within_their_share, dropped_downloads_are_stopped_on_the_wire_and_in_the_queue);
+on_both_backends!(https_gets_and_puts_are_byte_exact_and_connections_are_reused, https_with_an_untrusted_certificate_fails_at_once, ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections, throttled_503_answers_are_retried_with_backoff_until_the_bytes_arrive, puts_to_nginx_arrive_byte_exact, client_errors_fail_at_once_with_the_status, resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact, one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled, hedging_answers_stalled_requests_from_a_duplicate, hedges_stay_within_their_share, dropped_downloads_are_stopped_on_the_wire_and_in_the_queue, kept_alive_connections_closed_by_the_server_are_replaced_without_a_retry);
 
 fn get(port: u16, object: &str, range: Option<std::ops::Range<u64>>) -> Request {
     Request::get(SocketAddr::from(([127, 0, 0, 1], port)), format!("127.0.0.1:{port}"), format!("/cal/{object}"), range)
@@ -297,7 +297,8 @@ fn hedges_stay_within_their_share(backend: Backend) {
     let mut lp = EventLoop::new(LoopOptions { hedge: Some(policy), backend, ..Default::default() }).unwrap();
     let results = lp.fetch_all((0..40u64).map(|i| get(port, "1k-0", Some(i..i + 10))).collect()).unwrap();
     assert!(results.iter().all(Result::is_ok));
-    assert!(lp.stats().hedges <= 4, "{:?}", lp.stats());
+    // 10 % of ~40 started, plus the allowance of two.
+    assert!(lp.stats().hedges <= 6, "{:?}", lp.stats());
     assert!(lp.stats().hedges > 0, "{:?}", lp.stats());
 }
 
@@ -327,4 +328,28 @@ fn dropped_downloads_are_stopped_on_the_wire_and_in_the_queue(backend: Backend) 
     assert_eq!(s.loops.cancelled, 12, "{s:?}");
     assert_eq!(s.loops.requests, 0, "no request may be answered: {s:?}");
     assert!(s.loops.received_bytes < 12 << 20, "the cancelled requests kept downloading: {} bytes", s.loops.received_bytes);
+}
+
+fn kept_alive_connections_closed_by_the_server_are_replaced_without_a_retry(backend: Backend) {
+    let tb = testbed();
+    static N: std::sync::atomic::AtomicU32 = std::sync::atomic::AtomicU32::new(0);
+    let name = format!("stale-{}", N.fetch_add(1, std::sync::atomic::Ordering::Relaxed));
+    let port = process::free_port().unwrap();
+    let api = tb.toxiproxy();
+    api.proxy(&name, port, tb.state().nginx_port).unwrap();
+    let expected = file(tb, "1m-0");
+    let gets = || (0..4u64).map(|i| get(port, "1m-0", Some(i * 1000..i * 1000 + 5000))).collect::<Vec<_>>();
+    let mut lp = EventLoop::new(LoopOptions { backend, ..Default::default() }).unwrap();
+    assert!(lp.fetch_all(gets()).unwrap().iter().all(Result::is_ok));
+    // Re-creating the proxy closes every connection through it: the loop's
+    // pooled connections are now dead.
+    api.proxy(&name, port, tb.state().nginx_port).unwrap();
+    std::thread::sleep(Duration::from_millis(100));
+    for (i, r) in lp.fetch_all(gets()).unwrap().into_iter().enumerate() {
+        let f = r.unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert_eq!(f.body, expected[i * 1000..i * 1000 + 5000], "request {i}");
+    }
+    let s = lp.stats();
+    assert!(s.stale_connections >= 1, "no pooled connection was found closed: {s:?}");
+    assert_eq!(s.retries, 0, "a closed pooled connection is not the request's failure: {s:?}");
 }
