@@ -65,7 +65,7 @@ macro_rules! on_both_backends {
         })*
     };
 }
-on_both_backends!(https_gets_and_puts_are_byte_exact_and_connections_are_reused, https_with_an_untrusted_certificate_fails_at_once, ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections, throttled_503_answers_are_retried_with_backoff_until_the_bytes_arrive, puts_to_nginx_arrive_byte_exact, client_errors_fail_at_once_with_the_status, resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact, one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled, hedging_answers_stalled_requests_from_a_duplicate, hedges_stay_within_their_share, dropped_downloads_are_stopped_on_the_wire_and_in_the_queue, kept_alive_connections_closed_by_the_server_are_replaced_without_a_retry);
+on_both_backends!(https_gets_and_puts_are_byte_exact_and_connections_are_reused, https_with_an_untrusted_certificate_fails_at_once, ranges_and_whole_objects_arrive_byte_exact_over_kept_alive_connections, throttled_503_answers_are_retried_with_backoff_until_the_bytes_arrive, puts_to_nginx_arrive_byte_exact, client_errors_fail_at_once_with_the_status, resets_truncations_and_stalls_are_retried_and_the_bytes_are_still_exact, one_thread_holds_hundreds_of_requests_in_flight_on_s3_scaled, hedging_answers_stalled_requests_from_a_duplicate, hedges_stay_within_their_share, dropped_downloads_are_stopped_on_the_wire_and_in_the_queue, kept_alive_connections_closed_by_the_server_are_replaced_without_a_retry, lost_requests_are_cut_at_the_first_byte_timeout);
 
 fn get(port: u16, object: &str, range: Option<std::ops::Range<u64>>) -> Request {
     Request::get(SocketAddr::from(([127, 0, 0, 1], port)), format!("127.0.0.1:{port}"), format!("/cal/{object}"), range)
@@ -352,4 +352,21 @@ fn kept_alive_connections_closed_by_the_server_are_replaced_without_a_retry(back
     let s = lp.stats();
     assert!(s.stale_connections >= 1, "no pooled connection was found closed: {s:?}");
     assert_eq!(s.retries, 0, "a closed pooled connection is not the request's failure: {s:?}");
+}
+
+fn lost_requests_are_cut_at_the_first_byte_timeout(backend: Backend) {
+    let tb = testbed();
+    // 30 % of connections never answer. P(none of ~20 lost) ~ 0.08 %;
+    // P(a request's 10 attempts all lost) ~ 6e-6.
+    let port = proxy(tb, "lost", &[Toxic::new("lost", "timeout", 0.3, json!({"timeout": 0}))]);
+    let expected = file(tb, "1m-0");
+    let opts = LoopOptions { first_byte_timeout: Duration::from_millis(300), attempt_timeout: Duration::from_secs(30), max_attempts: 10, backend, ..Default::default() };
+    let mut lp = EventLoop::new(opts).unwrap();
+    let results = lp.fetch_all((0..20u64).map(|i| get(port, "1m-0", Some(i * 100..i * 100 + 2000))).collect()).unwrap();
+    for (i, r) in results.into_iter().enumerate() {
+        let f = r.unwrap_or_else(|e| panic!("request {i}: {e}"));
+        assert_eq!(f.body, expected[i * 100..i * 100 + 2000], "request {i}");
+        assert!(f.total < Duration::from_secs(8), "request {i} waited {:?}: a lost request must not wait for the 30 s attempt deadline", f.total);
+    }
+    assert!(lp.stats().timeouts >= 1, "no request was lost: {:?}", lp.stats());
 }
