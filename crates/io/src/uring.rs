@@ -275,6 +275,9 @@ pub struct LoopStats {
     /// Kept-alive connections found closed when reused (requests resent at
     /// once, not counted as retries).
     pub stale_connections: u64,
+    /// Connections closed instead of pooled because their response was
+    /// far later than the hedging deadlines.
+    pub slow_connections_dropped: u64,
     /// Requests dropped because their caller gave up on them (a query
     /// that finished early): never started, or stopped mid-body.
     pub cancelled: u64,
@@ -313,6 +316,7 @@ impl LoopStats {
         self.timeouts += o.timeouts;
         self.cancelled += o.cancelled;
         self.stale_connections += o.stale_connections;
+        self.slow_connections_dropped += o.slow_connections_dropped;
         self.hedges += o.hedges;
         self.hedges_won += o.hedges_won;
         self.body_bytes += o.body_bytes;
@@ -1252,7 +1256,16 @@ impl EventLoop {
         let head = task.response.as_ref().expect("head parsed");
         let socket = task.socket.take().expect("attempt has a socket");
         let conn = task.tls.take().map(|t| t.conn);
-        if head.keep_alive && self.opts.keep_alive {
+        // A connection that served this response far slower than the store
+        // usually answers is not kept: a slow connection (a stalled path, a
+        // slow server behind the balancer) stays slow, and pooled it would
+        // make every later request on it late too.
+        let (first_byte, per_mib) = self.hedge_deadlines;
+        let slow = self.opts.hedge.is_some() && task.is_late((first_byte * 2, per_mib * 2), Instant::now());
+        if slow {
+            self.stats.slow_connections_dropped += 1;
+        }
+        if head.keep_alive && self.opts.keep_alive && !slow {
             self.idle.entry((task.req.addr, task.req.tls)).or_default().push((socket, conn));
         }
         let status = head.status;
