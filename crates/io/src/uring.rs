@@ -340,8 +340,6 @@ const MAX_HEDGES_PER_REQUEST: u8 = 4;
 /// have a budget of one, and a lost request after one early hedge waited
 /// for the attempt timeout (seen on the s3-scaled testbed: a 31 s query).
 const HEDGE_ALLOWANCE: u64 = 2;
-/// Most the adaptive hedging deadlines stretch after lost races.
-const MAX_HEDGE_STRETCH: f64 = 8.0;
 const CANCEL: u64 = 1 << 62;
 const HEAD_BUFFER: usize = 64 << 10;
 /// Ticks per epoch of the link probe (half a second).
@@ -445,12 +443,6 @@ pub struct EventLoop {
     epoch: (u32, usize, u64),
     /// The current hedging deadlines (from the policy or the model).
     hedge_deadlines: (Duration, Duration),
-    /// Adaptive deadlines are stretched by this (1 ..= 8): ×1.5 each time
-    /// a hedge loses to its original, halved each time one wins. When the
-    /// whole store slows down (on this machine: the query's own CPU load
-    /// slows the servers) hedges cannot win and only add load; seen on the
-    /// s3-scaled testbed: 262 hedges, 17 won, in one TPC-H run.
-    hedge_stretch: f64,
     wake: Option<Wake>,
 }
 
@@ -501,7 +493,6 @@ impl EventLoop {
             ramp: INITIAL_RAMP,
             epoch: (0, 0, 0),
             hedge_deadlines,
-            hedge_stretch: 1.0,
             wake: None,
         })
     }
@@ -748,8 +739,7 @@ impl EventLoop {
         if let Some(policy) = self.opts.hedge
             && policy.adaptive
         {
-            let (first_byte, per_mib) = self.model.hedge_deadlines((policy.first_byte, policy.per_mib), HEDGE_FLOOR);
-            self.hedge_deadlines = (first_byte.mul_f64(self.hedge_stretch), per_mib.mul_f64(self.hedge_stretch));
+            self.hedge_deadlines = self.model.hedge_deadlines((policy.first_byte, policy.per_mib), HEDGE_FLOOR);
         }
         let mut hedges = Vec::new();
         let mut cancels = Vec::new();
@@ -830,14 +820,8 @@ impl EventLoop {
                         if let Method::Put(body) = &task.req.method {
                             self.stats.sent_bytes += body.len() as u64;
                         }
-                        let raced = self.requests[id].as_ref().is_some_and(|p| p.hedges > 0);
                         if task.is_hedge {
                             self.stats.hedges_won += 1;
-                            self.hedge_stretch = (self.hedge_stretch / 2.0).max(1.0);
-                        } else if raced {
-                            // A hedge was sent and the original still won:
-                            // the deadline was too tight for the store now.
-                            self.hedge_stretch = (self.hedge_stretch * 1.5).min(MAX_HEDGE_STRETCH);
                         }
                         self.model.observe(task.req.payload_bytes(), fetched.first_byte, task.attempt_started.elapsed());
                         self.decide(id, Ok(fetched));
