@@ -249,7 +249,7 @@ impl Default for LoopOptions {
             concurrency: None,
             recv_bytes: 1 << 20,
             attempt_timeout: Duration::from_secs(30),
-            first_byte_timeout: Duration::from_secs(5),
+            first_byte_timeout: Duration::from_secs(2),
             max_attempts: 4,
             backoff: Duration::from_millis(20),
             hedge: None,

@@ -269,7 +269,8 @@ fn hedging_answers_stalled_requests_from_a_duplicate(backend: Backend) {
     let expected = file(tb, "1m-0");
     let gets = || (0..80u64).map(|i| get(port, "1m-0", Some(i * 100..i * 100 + 300_000))).collect::<Vec<_>>();
     let run = |hedge: Option<blobhouse_io::uring::HedgePolicy>| {
-        let opts = LoopOptions { hedge, attempt_timeout: Duration::from_secs(20), backend, ..Default::default() };
+        // No first-byte timeout either: the unhedged run shows the stalls whole.
+        let opts = LoopOptions { hedge, attempt_timeout: Duration::from_secs(20), first_byte_timeout: Duration::from_secs(20), backend, ..Default::default() };
         let mut lp = EventLoop::new(opts).unwrap();
         let results = lp.fetch_all(gets()).unwrap();
         let mut slowest = Duration::ZERO;
