@@ -168,10 +168,11 @@ pub struct LoopOptions {
     pub recv_bytes: usize,
     /// Deadline of one attempt.
     pub attempt_timeout: Duration,
-    /// An attempt with no response head after this long is cut and retried
-    /// (a lost request: the paper's stores drop some without notice). The
-    /// hedge usually answers sooner; this bounds the wait when the hedge
-    /// budget is spent.
+    /// An attempt with no response head after this long (or four times the
+    /// first-byte hedging deadline, if longer) is cut and retried (a lost
+    /// request: the paper's stores drop some without notice). The hedge
+    /// usually answers sooner; this bounds the wait when the hedge budget
+    /// is spent.
     pub first_byte_timeout: Duration,
     /// Attempts per request, the first included.
     pub max_attempts: u32,
@@ -744,6 +745,11 @@ impl EventLoop {
         let mut hedges = Vec::new();
         let mut cancels = Vec::new();
         let mut given_up = Vec::new();
+        // Never below four times the first-byte hedging deadline: when the
+        // store answers slowly across the board (a burst of hundreds of
+        // requests to a loaded server), cutting heads that are merely late
+        // only adds load; the timeout is for requests that are lost.
+        let first_byte_timeout = self.opts.first_byte_timeout.max(self.hedge_deadlines.0 * 4);
         let mut live_hedges = self.slots.iter().flatten().filter(|(_, t)| t.is_hedge && !t.cancelling).count() as u64 + self.waiting.iter().filter(|t| t.is_hedge).count() as u64;
         for (slot, entry) in self.slots.iter_mut().enumerate() {
             let Some((generation_id, task)) = entry else { continue };
@@ -758,7 +764,7 @@ impl EventLoop {
                 cancels.push(user_data_of(slot, *generation_id));
                 continue;
             }
-            let headless = task.response.is_none() && now.duration_since(task.attempt_started) > self.opts.first_byte_timeout;
+            let headless = task.response.is_none() && now.duration_since(task.attempt_started) > first_byte_timeout;
             if now > task.deadline || headless {
                 task.cancelling = true;
                 cancels.push(user_data_of(slot, *generation_id));
