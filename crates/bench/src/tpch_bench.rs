@@ -314,6 +314,8 @@ async fn start_peers(url: &str, direct: &StoreOptions, shaped_endpoint: &str, op
     let location = open_location(url, direct).map_err(|e| e.to_string())?;
     let engine = Engine::open_location(location.clone(), direct.clone(), EngineOptions::default()).await.map_err(|e| e.to_string())?;
     let version = engine.database().refresh().await.map_err(|e| e.to_string())?;
+    // Outside the database's prefix, in the same bucket: the store root is the bucket.
+    let root = open_location(&format!("s3://{BUCKET}"), direct).map_err(|e| e.to_string())?;
     let mut tables = serde_json::Map::new();
     for t in tpch::TABLES {
         let manifest = engine.database().manifest(&version.tables[t]).await.map_err(|e| e.to_string())?;
@@ -322,9 +324,6 @@ async fn start_peers(url: &str, direct: &StoreOptions, shaped_endpoint: &str, op
         for (i, o) in manifest.objects.iter().enumerate() {
             let key = format!("{prefix}{i}.parquet");
             let target = ObjectPath::from(key.as_str());
-            // Outside the database's prefix, in the same bucket: the store
-            // root is the bucket.
-            let root = open_location(&format!("s3://{BUCKET}"), direct).map_err(|e| e.to_string())?;
             if root.store.head(&target).await.is_err() {
                 let source = location.child(&o.path);
                 root.store.copy(&source, &target).await.map_err(|e| format!("copy {source} for the peers: {e}"))?;

@@ -416,7 +416,7 @@ impl Consumer {
                 m.data_wait_time.add_duration(wait - arrived.at);
             }
             let t = Instant::now();
-            match Decoding::new(arrived, &self.projection, self.batch_size, &self.schema) {
+            match Decoding::new(arrived, &self.projection, self.batch_size) {
                 Ok(d) => self.current = Some(d),
                 Err(e) => {
                     self.done = true;
@@ -440,12 +440,11 @@ struct Decoding {
 }
 
 impl Decoding {
-    fn new(a: Arrived, projection: &[usize], batch_size: usize, schema: &SchemaRef) -> Result<Decoding> {
+    fn new(a: Arrived, projection: &[usize], batch_size: usize) -> Result<Decoding> {
         let unit = a.unit;
         let object = &unit.object;
         let bytes_per_row = if unit.rows == 0 { 0.0 } else { unit.bytes() as f64 / unit.rows as f64 };
         if projection.is_empty() {
-            let _ = schema;
             return Ok(Decoding { reader: None, rows_only: Some(unit.rows as usize), positions: Vec::new(), location: object.display.clone(), bytes_per_row });
         }
         let wrap = |e: parquet::errors::ParquetError| DataFusionError::External(Box::new(StorageError::Parquet { location: object.display.clone(), source: e }));
