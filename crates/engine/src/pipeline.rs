@@ -22,7 +22,7 @@
 //! cancelled in the download manager.
 
 use std::collections::VecDeque;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
@@ -122,8 +122,11 @@ struct Shared {
     /// Downloaded, not yet taken by a partition.
     ready_bytes: AtomicU64,
     ready_units: AtomicUsize,
-    /// A partition took a row group: budget freed.
+    /// A partition took a row group (budget freed), or asked for data for
+    /// the first time (the prefetch limit lifted).
     space: Notify,
+    /// Some partition has asked for data.
+    polled: AtomicBool,
     epoch: EpochCounters,
     counters: ScanCounters,
 }
@@ -149,8 +152,10 @@ impl Shared {
             // Fixed policy: one row group ahead per partition.
             return running + self.ready_units.load(Ordering::Relaxed) < self.partitions;
         }
+        // Until the query asks for this scan, only a head start.
+        let limit = if self.polled.load(Ordering::Relaxed) { self.opts.memory } else { self.opts.prefetch.min(self.opts.memory) };
         // Always allow one, so a row group larger than the budget still runs.
-        (in_flight + bytes <= ctl.target_bytes() || in_flight == 0) && (held + bytes <= self.opts.memory || held == 0)
+        (in_flight + bytes <= ctl.target_bytes() || in_flight == 0) && (held + bytes <= limit || held == 0)
     }
 
     fn processed(&self, partition: usize, bytes: u64, busy: Duration) {
@@ -191,6 +196,7 @@ impl Pipeline {
             ready_bytes: AtomicU64::new(0),
             ready_units: AtomicUsize::new(0),
             space: Notify::new(),
+            polled: AtomicBool::new(false),
             epoch: EpochCounters::default(),
             counters,
         });
@@ -376,6 +382,9 @@ impl Consumer {
             self.busy += t.elapsed();
         }
         let shared = self.pipeline.shared.clone();
+        if !shared.polled.swap(true, Ordering::Relaxed) {
+            shared.space.notify_one();
+        }
         let m = &shared.counters;
         loop {
             if let Some(d) = &mut self.current {

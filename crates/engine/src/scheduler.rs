@@ -52,6 +52,13 @@ pub struct SchedulerOptions {
     pub overprepare: f64,
     /// Bytes in flight allowed before anything has been measured.
     pub initial: u64,
+    /// Most bytes a scan downloads (in flight plus held) before any of its
+    /// partitions first asks for data. Operators start every scan of a plan
+    /// at once, but consume them one pipeline after another: a hash join's
+    /// probe side waits for its build side. Downloading a waiting scan at
+    /// full budget takes the link from the scan the query is waiting for;
+    /// a small head start still hides its first request's latency.
+    pub prefetch: u64,
 }
 
 impl Default for SchedulerOptions {
@@ -63,6 +70,7 @@ impl Default for SchedulerOptions {
             epoch: Duration::from_millis(100),
             overprepare: 2.0,
             initial: 64 << 20,
+            prefetch: 16 << 20,
         }
     }
 }

@@ -11,7 +11,13 @@ use blobhouse_testkit::Request;
 use crate::common::*;
 use crate::on_both_backends;
 
-on_both_backends!(projection_fetches_only_projected_chunks_and_no_footer, sorted_range_predicate_prunes_row_groups, limit_and_count_stop_early, a_limit_above_a_filter_stops_the_downloads);
+on_both_backends!(
+    projection_fetches_only_projected_chunks_and_no_footer,
+    sorted_range_predicate_prunes_row_groups,
+    limit_and_count_stop_early,
+    a_limit_above_a_filter_stops_the_downloads,
+    a_scan_nobody_reads_yet_downloads_only_a_head_start
+);
 
 /// lineitem at SF 0.01 with small chunks, so it has many row groups.
 async fn lineitem(b: Backend, name: &str) -> (TestDb, blobhouse_engine::Engine, Arc<Manifest>) {
@@ -106,4 +112,43 @@ async fn a_limit_above_a_filter_stops_the_downloads(b: Backend) {
         limited.scan.get_requests,
         all.scan.get_requests
     );
+}
+
+/// A plan starts all its scans at once, but a hash join reads its probe
+/// side only after its build side: until a partition asks, a scan
+/// downloads only its head start (`SchedulerOptions::prefetch`), and then
+/// everything. Budgets are scaled down with the row groups as above.
+async fn a_scan_nobody_reads_yet_downloads_only_a_head_start(b: Backend) {
+    let db = TestDb::new(b, "head-start");
+    let mut options = small_chunks(4 << 10);
+    options.scan.memory = 1 << 20;
+    options.scan.prefetch = 128 << 10;
+    let e = db.engine(options).await;
+    tpch::load_tables(&e, 0.01, &["lineitem"], Arc::new(|_, _, _| {})).await.expect("load lineitem");
+    let current = e.database().current();
+    let manifest = e.database().manifest(&current.tables["lineitem"]).await.unwrap();
+    let largest_row_group = manifest.objects.iter().flat_map(|o| &o.row_groups).map(|rg| rg.columns.iter().map(|c| c.length).sum::<u64>()).max().unwrap();
+    assert!(largest_row_group < 128 << 10, "row groups of {largest_row_group} bytes leave no room to tell a head start from a full budget");
+
+    let df = e.session().sql("SELECT * FROM lineitem").await.unwrap();
+    let task = Arc::new(df.task_ctx());
+    let plan = df.create_physical_plan().await.unwrap();
+    let streams: Vec<_> = (0..plan.properties().partitioning.partition_count()).map(|p| plan.execute(p, task.clone()).unwrap()).collect();
+    // Give the fetcher time to download far more than the head start, were it allowed.
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    let early = blobhouse_engine::collect_scan_metrics(&plan).bytes_fetched;
+    assert!(early > 0, "the head start is downloaded before anyone asks");
+    assert!(early <= (128 << 10) + largest_row_group, "{early} bytes downloaded before any partition asked; the head start is 128 KiB");
+
+    let mut rows = 0;
+    for mut s in streams {
+        while let Some(batch) = futures::StreamExt::next(&mut s).await {
+            rows += batch.unwrap().num_rows() as u64;
+        }
+    }
+    assert_eq!(rows, manifest.objects.iter().map(|o| o.rows).sum::<u64>());
+    let all = blobhouse_engine::collect_scan_metrics(&plan).bytes_fetched;
+    let chunks: u64 = manifest.objects.iter().flat_map(|o| &o.row_groups).flat_map(|rg| &rg.columns).map(|c| c.length).sum();
+    assert!(chunks > 8 * early, "the table ({chunks} bytes) is much larger than the head start ({early} bytes)");
+    assert!(all >= chunks, "once asked, the whole table is read: {all} of {chunks} bytes");
 }
