@@ -33,6 +33,7 @@ use blobhouse_storage::{StoreOptions, open_location};
 use blobhouse_testbed::{ACCESS_KEY, BUCKET, SECRET_KEY, Testbed};
 
 use crate::answers::{self, Verdict};
+use crate::io_bench::cpu_seconds;
 use crate::plot::{self, Axes, Series};
 use crate::tpch;
 
@@ -58,6 +59,14 @@ pub struct TpchBenchOptions {
     /// Also write each query's EXPLAIN ANALYZE (one more remote run) to
     /// `<out>/explain/qNN.txt`.
     pub explain: bool,
+    /// Target compressed size of a column chunk in the loaded data (the
+    /// writer's row-group size). Scaled with the request size, so that a
+    /// row group is fetched by as many requests on a scaled profile as on
+    /// the store it models.
+    pub chunk_bytes: usize,
+    /// Also decode every table into MemTables for the *arrow* column (needs
+    /// memory for the whole decoded database).
+    pub arrow: bool,
     pub out: PathBuf,
 }
 
@@ -65,8 +74,8 @@ pub struct TpchBenchOptions {
 #[derive(Debug, Clone)]
 pub struct QueryFigures {
     pub query: usize,
-    /// Decoded Arrow tables (MemTables).
-    pub arrow: Duration,
+    /// Decoded Arrow tables (MemTables), when run.
+    pub arrow: Option<Duration>,
     /// Parquet objects preloaded into memory, read by the same scan.
     pub memory: Duration,
     pub remote: Duration,
@@ -79,6 +88,13 @@ pub struct QueryFigures {
     pub peers: BTreeMap<String, Result<Duration, String>>,
     /// The scheduler's decisions in the remote run's largest scan.
     pub timeline: Vec<Decision>,
+    /// CPU seconds (user + system) of this process in the fastest
+    /// preloaded run and in the fastest remote run, and of the testbed's
+    /// servers (MinIO, nginx, toxiproxy) in that remote run: on a small
+    /// machine the servers compete with the query for the same cores.
+    pub cpu_preloaded: f64,
+    pub cpu_remote: f64,
+    pub cpu_servers: f64,
     /// The download manager during the remote runs of this query (all
     /// repeats): hedges sent, attempts cut at their deadline, retries.
     pub hedges: u64,
@@ -92,6 +108,18 @@ impl QueryFigures {
     }
     pub fn retrieval(&self) -> f64 {
         self.bytes as f64 / self.remote.as_secs_f64().max(1e-9)
+    }
+    /// Bytes per second the preloaded run consumed: the most a remote run
+    /// could draw from the link, were download free and perfectly
+    /// overlapped (retrieval cannot outrun the query that consumes it).
+    pub fn consumption(&self) -> f64 {
+        self.bytes as f64 / self.memory.as_secs_f64().max(1e-9)
+    }
+    /// The shortest the remote run could be on `cores` cores given the CPU
+    /// it and the servers used: their CPU time spread over every core.
+    /// Remote time near it means downloads were hidden behind processing.
+    pub fn cpu_floor(&self, cores: f64) -> f64 {
+        (self.cpu_remote + self.cpu_servers) / cores.max(1.0)
     }
 }
 
@@ -171,11 +199,13 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
         region: Some("us-east-1".into()),
         ..Default::default()
     };
-    let url = format!("s3://{BUCKET}/tpch-sf{}", opts.sf);
+    let url = format!("s3://{BUCKET}/{}", data_prefix(opts));
     let direct = store(&endpoints.s3_direct);
 
     // Load what is missing, over the unshaped endpoint.
-    let loader = Engine::open(&url, &direct, EngineOptions::default()).await.map_err(err("open the benchmark database"))?;
+    let mut load_options = EngineOptions::default();
+    load_options.write.target_chunk_bytes = opts.chunk_bytes;
+    let loader = Engine::open(&url, &direct, load_options).await.map_err(err("open the benchmark database"))?;
     let have = loader.database().refresh().await.map_err(|e| e.to_string())?;
     let missing: Vec<&str> = tpch::TABLES.iter().copied().filter(|t| !have.tables.contains_key(*t)).collect();
     if !missing.is_empty() {
@@ -185,11 +215,11 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
         progress(&format!("loaded in {:.1} s", started.elapsed().as_secs_f64()));
     }
 
-    // The in-memory baseline: every table read once into MemTables.
+    // The reference: every table read once into MemTables.
     let options = EngineOptions::default();
     let config = SessionConfig::new().with_target_partitions(options.target_partitions).with_batch_size(options.batch_size);
     let memory = SessionContext::new_with_config(config);
-    for t in tpch::TABLES {
+    for &t in tpch::TABLES.iter().filter(|_| opts.arrow) {
         let r = loader.execute(&format!("SELECT * FROM {t}")).await.map_err(err(&format!("read {t} into memory")))?;
         let n = options.target_partitions.max(1);
         let mut parts: Vec<Vec<_>> = vec![Vec::new(); n];
@@ -199,7 +229,9 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
         let table = MemTable::try_new(r.schema.clone(), parts).map_err(|e| e.to_string())?;
         memory.register_table(t, Arc::new(table)).map_err(|e| e.to_string())?;
     }
-    progress("tables decoded into memory");
+    if opts.arrow {
+        progress("tables decoded into memory");
+    }
 
     // The same database, every object copied into an in-memory store.
     let preloaded_store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
@@ -240,18 +272,28 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
     let mut figures = Vec::new();
     for &q in &opts.queries {
         let sql = tpch::query(q);
-        let (mut best_arrow, mut best_mem, mut best_remote) = (Duration::MAX, Duration::MAX, None::<blobhouse_engine::QueryResult>);
+        let (mut best_arrow, mut best_mem, mut best_remote) = (None::<Duration>, Duration::MAX, None::<blobhouse_engine::QueryResult>);
+        let (mut cpu_preloaded, mut cpu_remote, mut cpu_servers) = (0.0, 0.0, 0.0);
         let mut peer_best: BTreeMap<String, Result<Duration, String>> = BTreeMap::new();
         let dm_before = remote.download_manager().map(|d| d.stats().loops).unwrap_or_default();
         for _ in 0..opts.repeats.max(1) {
-            let t = Instant::now();
-            memory.sql(sql).await.map_err(|e| format!("Q{q} in memory: {e}"))?.collect().await.map_err(|e| format!("Q{q} in memory: {e}"))?;
-            best_arrow = best_arrow.min(t.elapsed());
+            if opts.arrow {
+                let t = Instant::now();
+                memory.sql(sql).await.map_err(|e| format!("Q{q} in memory: {e}"))?.collect().await.map_err(|e| format!("Q{q} in memory: {e}"))?;
+                best_arrow = Some(best_arrow.map_or(t.elapsed(), |b| b.min(t.elapsed())));
+            }
+            let cpu = cpu_seconds();
             let r = preloaded.execute(sql).await.map_err(err(&format!("Q{q} preloaded")))?;
-            best_mem = best_mem.min(r.elapsed);
+            if r.elapsed < best_mem {
+                best_mem = r.elapsed;
+                cpu_preloaded = cpu_seconds() - cpu;
+            }
+            let (cpu, servers) = (cpu_seconds(), servers_cpu_seconds(&tb.state().pids));
             let r = remote.execute(sql).await.map_err(err(&format!("Q{q} remote")))?;
             if best_remote.as_ref().is_none_or(|b| r.elapsed < b.elapsed) {
                 best_remote = Some(r);
+                cpu_remote = cpu_seconds() - cpu;
+                cpu_servers = servers_cpu_seconds(&tb.state().pids) - servers;
             }
             if let Some(p) = peers.as_mut() {
                 for engine in p.engines.clone() {
@@ -291,11 +333,15 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
             query_wait: Duration::from_nanos(r.scan.query_wait),
             peers: peer_best,
             timeline,
+            cpu_preloaded,
+            cpu_remote,
+            cpu_servers,
             hedges: dm_after.hedges - dm_before.hedges,
             timeouts: dm_after.timeouts - dm_before.timeouts,
             retries: dm_after.retries - dm_before.retries,
         };
-        progress(&format!("Q{q}: arrow {:.3} s, preloaded {:.3} s, remote {:.3} s ({:.2}x)", f.arrow.as_secs_f64(), f.memory.as_secs_f64(), f.remote.as_secs_f64(), f.factor()));
+        let arrow = f.arrow.map_or(String::new(), |a| format!("arrow {:.3} s, ", a.as_secs_f64()));
+        progress(&format!("Q{q}: {arrow}preloaded {:.3} s, remote {:.3} s ({:.2}x)", f.memory.as_secs_f64(), f.remote.as_secs_f64(), f.factor()));
         figures.push(f);
     }
     drop(peers.take());
@@ -319,7 +365,7 @@ async fn start_peers(url: &str, direct: &StoreOptions, shaped_endpoint: &str, op
     let mut tables = serde_json::Map::new();
     for t in tpch::TABLES {
         let manifest = engine.database().manifest(&version.tables[t]).await.map_err(|e| e.to_string())?;
-        let prefix = format!("peers/sf{}/{t}/", opts.sf);
+        let prefix = format!("peers/{}/{t}/", data_prefix(opts));
         let mut keys = Vec::new();
         for (i, o) in manifest.objects.iter().enumerate() {
             let key = format!("{prefix}{i}.parquet");
@@ -350,6 +396,34 @@ async fn start_peers(url: &str, direct: &StoreOptions, shaped_endpoint: &str, op
     Peers::start(&spec_path, engines, progress)
 }
 
+/// CPU seconds (user + system) the processes `pids` have used so far, from
+/// /proc (0 for a process that is gone).
+fn servers_cpu_seconds(pids: &[u32]) -> f64 {
+    // SAFETY: sysconf has no preconditions.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) }.max(1) as f64;
+    pids.iter()
+        .filter_map(|pid| std::fs::read_to_string(format!("/proc/{pid}/stat")).ok())
+        .filter_map(|stat| {
+            // Fields after the command name (which may hold spaces): state is
+            // field 3, utime and stime are fields 14 and 15.
+            let rest = &stat[stat.rfind(')')? + 2..];
+            let fields: Vec<&str> = rest.split_whitespace().collect();
+            Some(fields.get(11)?.parse::<f64>().ok()? + fields.get(12)?.parse::<f64>().ok()?)
+        })
+        .sum::<f64>()
+        / ticks
+}
+
+/// Where the benchmark's database lives in the bucket: one per scale
+/// factor and data layout, so a run never reads data laid out for another.
+fn data_prefix(opts: &TpchBenchOptions) -> String {
+    if opts.chunk_bytes == blobhouse_storage::WriteOptions::default().target_chunk_bytes {
+        format!("tpch-sf{}", opts.sf)
+    } else {
+        format!("tpch-sf{}-chunk{}k", opts.sf, opts.chunk_bytes >> 10)
+    }
+}
+
 fn geomean(xs: impl Iterator<Item = f64>) -> f64 {
     let (sum, n) = xs.filter(|x| *x > 0.0).fold((0.0, 0usize), |(s, n), x| (s + x.ln(), n + 1));
     if n == 0 { f64::NAN } else { (sum / n as f64).exp() }
@@ -360,34 +434,44 @@ pub fn report(profile: &str, opts: &TpchBenchOptions, figures: &[QueryFigures]) 
     let mib = (1u64 << 20) as f64;
     let peers: Vec<String> = figures.iter().flat_map(|f| f.peers.keys().cloned()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
     let mut out = format!(
-        "TPC-H SF {} on the {profile} profile: preloaded (objects in memory, same scan) vs remote-only (no cache), requests of {}-{} KiB, scheduler {}; link {}\n(arrow: decoded tables in DataFusion MemTables; factor: remote / preloaded; ratio: peer / blobhouse remote)\n",
+        "TPC-H SF {} on the {profile} profile: preloaded (objects in memory, same scan) vs remote-only (no cache), column chunks of ~{} KiB, requests of {}-{} KiB, scheduler {}; link {}\n(arrow: decoded tables in DataFusion MemTables; factor: remote / preloaded; retr: bytes / remote time; bound: bytes / preloaded time, the most a remote run can draw; CPU: this process in the preloaded and remote runs, and the testbed servers in the remote run; floor: (remote + servers CPU) / cores; ratio: peer / blobhouse remote)\n",
         opts.sf,
+        opts.chunk_bytes >> 10,
         opts.request_bytes / 2 >> 10,
         opts.request_bytes >> 10,
         if opts.adaptive { "adaptive" } else { "fixed one-ahead" },
         opts.link.map_or("unknown".to_string(), |l| format!("{:.1} MiB/s (calibrated)", l / mib))
     );
-    out += &format!("{:>4} {:>8} {:>9} {:>9} {:>7} {:>10} {:>7} {:>6} {:>8} {:>8} {:>6} {:>5}", "q", "arrow s", "preload s", "remote s", "factor", "retr MiB/s", "of link", "GETs", "cost ¢", "waited s", "hedges", "t/o");
+    out += &format!(
+        "{:>4} {:>8} {:>9} {:>9} {:>7} {:>10} {:>7} {:>11} {:>7} {:>6} {:>8} {:>8} {:>6} {:>5} {:>17} {:>7} {:>6}",
+        "q", "arrow s", "preload s", "remote s", "factor", "retr MiB/s", "of link", "bound MiB/s", "of link", "GETs", "cost ¢", "waited s", "hedges", "t/o", "CPU s pre/rem/srv", "floor s", "÷floor"
+    );
     for p in &peers {
         out += &format!(" {:>10} {:>7}", format!("{p} s"), "ratio");
     }
     out += "  answer\n";
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     for f in figures {
-        let of_link = opts.link.map_or("-".to_string(), |l| format!("{:.0}%", 100.0 * f.retrieval() / l));
+        let of_link = |rate: f64| opts.link.map_or("-".to_string(), |l| format!("{:.0}%", 100.0 * rate / l));
         out += &format!(
-            "{:>4} {:>8.3} {:>9.3} {:>9.3} {:>7.2} {:>10.1} {:>7} {:>6} {:>8.4} {:>8.2} {:>6} {:>5}",
+            "{:>4} {:>8} {:>9.3} {:>9.3} {:>7.2} {:>10.1} {:>7} {:>11.1} {:>7} {:>6} {:>8.4} {:>8.2} {:>6} {:>5} {:>17} {:>7.3} {:>6.2}",
             format!("Q{}", f.query),
-            f.arrow.as_secs_f64(),
+            f.arrow.map_or("-".to_string(), |a| format!("{:.3}", a.as_secs_f64())),
             f.memory.as_secs_f64(),
             f.remote.as_secs_f64(),
             f.factor(),
             f.retrieval() / mib,
-            of_link,
+            of_link(f.retrieval()),
+            f.consumption() / mib,
+            of_link(f.consumption()),
             f.gets,
             f.gets as f64 * S3_GET_CENTS,
             f.query_wait.as_secs_f64(),
             f.hedges,
-            f.timeouts
+            f.timeouts,
+            format!("{:.1}/{:.1}/{:.1}", f.cpu_preloaded, f.cpu_remote, f.cpu_servers),
+            f.cpu_floor(cores),
+            f.remote.as_secs_f64() / f.cpu_floor(cores).max(1e-9)
         );
         for p in &peers {
             match f.peers.get(p) {
@@ -397,12 +481,21 @@ pub fn report(profile: &str, opts: &TpchBenchOptions, figures: &[QueryFigures]) 
         }
         out += &format!("  {}\n", f.verdict);
     }
-    let gm_arrow = geomean(figures.iter().map(|f| f.arrow.as_secs_f64()));
+    let gm_arrow = geomean(figures.iter().filter_map(|f| f.arrow.map(|a| a.as_secs_f64())));
     let gm_mem = geomean(figures.iter().map(|f| f.memory.as_secs_f64()));
     let gm_remote = geomean(figures.iter().map(|f| f.remote.as_secs_f64()));
-    out += &format!("geomean: arrow {gm_arrow:.3} s, preloaded {gm_mem:.3} s, remote {gm_remote:.3} s, factor {:.2}x", gm_remote / gm_mem);
+    let arrow = if gm_arrow.is_nan() { String::new() } else { format!("arrow {gm_arrow:.3} s, ") };
+    out += &format!("geomean: {arrow}preloaded {gm_mem:.3} s, remote {gm_remote:.3} s, factor {:.2}x", gm_remote / gm_mem);
     let total_gets: u64 = figures.iter().map(|f| f.gets).sum();
     out += &format!("; {total_gets} GETs = {:.4} ¢\n", total_gets as f64 * S3_GET_CENTS);
+    let sum = |get: &dyn Fn(&QueryFigures) -> f64| figures.iter().map(get).sum::<f64>();
+    let (remote_s, cpu_remote, cpu_servers) = (sum(&|f| f.remote.as_secs_f64()), sum(&|f| f.cpu_remote), sum(&|f| f.cpu_servers));
+    let gm_floor = geomean(figures.iter().map(|f| f.remote.as_secs_f64() / f.cpu_floor(cores).max(1e-9)));
+    out += &format!(
+        "CPU over the remote runs: blobhouse {cpu_remote:.1} s, testbed servers {cpu_servers:.1} s, in {remote_s:.1} s on {cores} cores ({:.0}% of the machine busy, {:.0}% of it the servers); remote time / CPU floor: geomean {gm_floor:.2}\n",
+        100.0 * (cpu_remote + cpu_servers) / (remote_s * cores).max(1e-9),
+        100.0 * cpu_servers / (remote_s * cores).max(1e-9)
+    );
     for p in &peers {
         // Over the queries both finished, so a failure does not flatter anyone.
         let both: Vec<(f64, f64)> = figures.iter().filter_map(|f| f.peers.get(p)?.as_ref().ok().map(|d| (d.as_secs_f64(), f.remote.as_secs_f64()))).collect();
@@ -420,12 +513,12 @@ pub fn report(profile: &str, opts: &TpchBenchOptions, figures: &[QueryFigures]) 
 }
 
 fn write_outputs(opts: &TpchBenchOptions, figures: &[QueryFigures]) -> Result<(), String> {
-    let mut csv = String::from("query,arrow_s,preloaded_s,remote_s,factor,bytes,retrieval_mib_s,gets,cost_cents,query_wait_s,peer,peer_s\n");
+    let mut csv = String::from("query,arrow_s,preloaded_s,remote_s,factor,bytes,retrieval_mib_s,gets,cost_cents,query_wait_s,cpu_preloaded_s,cpu_remote_s,cpu_servers_s,peer,peer_s\n");
     for f in figures {
         let base = format!(
-            "{},{:.6},{:.6},{:.6},{:.4},{},{:.1},{},{:.6},{:.4}",
+            "{},{},{:.6},{:.6},{:.4},{},{:.1},{},{:.6},{:.4},{:.2},{:.2},{:.2}",
             f.query,
-            f.arrow.as_secs_f64(),
+            f.arrow.map_or(String::new(), |a| format!("{:.6}", a.as_secs_f64())),
             f.memory.as_secs_f64(),
             f.remote.as_secs_f64(),
             f.factor(),
@@ -433,7 +526,10 @@ fn write_outputs(opts: &TpchBenchOptions, figures: &[QueryFigures]) -> Result<()
             f.retrieval() / (1u64 << 20) as f64,
             f.gets,
             f.gets as f64 * S3_GET_CENTS,
-            f.query_wait.as_secs_f64()
+            f.query_wait.as_secs_f64(),
+            f.cpu_preloaded,
+            f.cpu_remote,
+            f.cpu_servers
         );
         if f.peers.is_empty() {
             csv += &format!("{base},,\n");
@@ -445,7 +541,7 @@ fn write_outputs(opts: &TpchBenchOptions, figures: &[QueryFigures]) -> Result<()
     std::fs::write(opts.out.join("tpch.csv"), csv).map_err(|e| e.to_string())?;
     let points = |get: &dyn Fn(&QueryFigures) -> Option<f64>| figures.iter().filter_map(|f| Some((f.query as f64, get(f)?))).collect::<Vec<_>>();
     let mut series = vec![
-        Series { label: "arrow (decoded, DataFusion MemTables)".into(), points: points(&|f| Some(f.arrow.as_secs_f64())), markers: true },
+        Series { label: "arrow (decoded, DataFusion MemTables)".into(), points: points(&|f| f.arrow.map(|a| a.as_secs_f64())), markers: true },
         Series { label: "preloaded (objects in memory, same scan)".into(), points: points(&|f| Some(f.memory.as_secs_f64())), markers: true },
         Series { label: "remote-only (blobhouse)".into(), points: points(&|f| Some(f.remote.as_secs_f64())), markers: true },
     ];
@@ -454,6 +550,7 @@ fn write_outputs(opts: &TpchBenchOptions, figures: &[QueryFigures]) -> Result<()
         series.push(Series { label: format!("remote-only ({p})"), points: points(&|f| f.peers.get(&p)?.as_ref().ok().map(Duration::as_secs_f64)), markers: true });
     }
     let axes = Axes { title: format!("TPC-H SF {}: time per query", opts.sf), x_label: "query".into(), y_label: "seconds".into(), log_x: false, legend_lower_right: false };
+    series.retain(|s| !s.points.is_empty());
     plot::line_chart(&opts.out.join("tpch.png"), &axes, &series)?;
     // The scheduler over time in the largest scan of each of a few queries.
     let mut timeline = Vec::new();

@@ -104,6 +104,18 @@ pub enum BenchCommand {
         /// so a request takes as long as a 16 MiB one on S3.
         #[arg(long)]
         request_kib: Option<u64>,
+        /// Target compressed size of a column chunk in the loaded data, KiB (sets the row-group size).
+        /// Default: three quarters of --request-kib (12 MiB for 16 MiB requests, the writer's default), so a
+        /// row group takes as many requests on s3-scaled as on S3. Each layout is loaded once, under its own prefix.
+        #[arg(long)]
+        chunk_kib: Option<u64>,
+        /// Decode every table into DataFusion MemTables for the arrow reference column. Default: on up to
+        /// SF 5 (SF 10 decoded needs more memory than this machine's 24 GiB leaves beside the testbed).
+        #[arg(long, conflicts_with = "no_arrow")]
+        arrow: bool,
+        /// Skip the arrow reference column.
+        #[arg(long)]
+        no_arrow: bool,
         /// Also write each query's EXPLAIN ANALYZE (remote) to <out>/explain/qNN.txt.
         #[arg(long)]
         explain: bool,
@@ -217,7 +229,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             println!("{}", io_bench::report(profile.name(), &opts, &runs));
             println!("wrote {}/{{report.txt,io.csv,cpu-throughput.png,throughput-concurrency.png}}", out.display());
         }
-        BenchCommand::Tpch { sf, profile, queries, repeats, peers, fixed, request_kib, explain, link_mib_s, out, dir } => {
+        BenchCommand::Tpch { sf, profile, queries, repeats, peers, fixed, request_kib, chunk_kib, arrow, no_arrow, explain, link_mib_s, out, dir } => {
             anyhow::ensure!(sf > 0.0 && sf.is_finite(), "--sf must be a positive number");
             anyhow::ensure!(queries.iter().all(|q| (1..=22).contains(q)), "--queries are TPC-H query numbers, 1 to 22");
             let bench = BenchTestbed::up(&profile, dir)?;
@@ -225,7 +237,22 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             let link = link_mib_s.or_else(|| calibrated_peak(&PathBuf::from(format!("docs/testbed/{}/throughput.csv", bench.profile.name())))).map(|m| m * (1u64 << 20) as f64);
             let request_kib = request_kib.unwrap_or(if bench.profile.name() == "s3-scaled" { 1024 } else { 16384 });
             anyhow::ensure!(request_kib >= 64, "--request-kib must be at least 64");
-            let opts = TpchBenchOptions { sf, queries, repeats, peers, link, adaptive: !fixed, request_bytes: request_kib << 10, explain, out: out.clone() };
+            let chunk_kib = chunk_kib.unwrap_or(request_kib * 3 / 4);
+            anyhow::ensure!((64..=1 << 20).contains(&chunk_kib), "--chunk-kib must be between 64 and 1048576");
+            let arrow = arrow || (!no_arrow && sf <= 5.0);
+            let opts = TpchBenchOptions {
+                sf,
+                queries,
+                repeats,
+                peers,
+                link,
+                adaptive: !fixed,
+                request_bytes: request_kib << 10,
+                explain,
+                chunk_bytes: (chunk_kib << 10) as usize,
+                arrow,
+                out: out.clone(),
+            };
             let result = tpch_bench::run(&bench.tb, &opts, &|step| eprintln!("bench tpch: {step}")).await;
             let profile = bench.profile;
             bench.down()?;
