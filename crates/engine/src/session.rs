@@ -4,6 +4,7 @@
 //! DROP TABLE) and `COPY … FROM` are intercepted here, because they must become
 //! atomic commits on the store rather than changes to an in-memory catalog.
 
+use std::num::NonZeroUsize;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -11,6 +12,8 @@ use datafusion::arrow::array::{RecordBatch, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{Column, DataFusionError};
 use datafusion::execution::context::SessionContext;
+use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, DropTable, Expr, LogicalPlan, cast};
 use datafusion::physical_plan::{collect, execute_stream};
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig};
@@ -69,6 +72,20 @@ pub struct EngineOptions {
     /// The download manager for data reads from object stores; `None`
     /// reads them through object_store.
     pub download: Option<ManagerOptions>,
+    /// Most bytes the query operators (hash tables, sorts, aggregates) may
+    /// hold; beyond it they spill where DataFusion can, and otherwise the
+    /// query fails with an error naming the largest consumers — rather
+    /// than the kernel killing the process. Default: half the machine's
+    /// memory (the rest is for scan buffers, the allocator and other
+    /// processes); `None`: no limit.
+    pub memory_limit: Option<usize>,
+}
+
+/// Half of the machine's physical memory, if it can be read.
+fn default_memory_limit() -> Option<usize> {
+    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
+    let kib: usize = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
+    Some(kib * 1024 / 2)
 }
 
 impl Default for EngineOptions {
@@ -80,6 +97,7 @@ impl Default for EngineOptions {
             target_partitions: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             batch_size: 8192,
             download: Some(scan_download_options()),
+            memory_limit: default_memory_limit(),
         }
     }
 }
@@ -150,7 +168,13 @@ impl Engine {
             .with_information_schema(true)
             .with_target_partitions(options.target_partitions)
             .with_batch_size(options.batch_size);
-        let ctx = SessionContext::new_with_config(config);
+        let mut runtime = RuntimeEnvBuilder::new();
+        if let Some(limit) = options.memory_limit {
+            // Errors name the five largest consumers.
+            let pool = TrackConsumersPool::new(GreedyMemoryPool::new(limit), NonZeroUsize::new(5).expect("5 > 0"));
+            runtime = runtime.with_memory_pool(Arc::new(pool));
+        }
+        let ctx = SessionContext::new_with_config_rt(config, runtime.build_arc()?);
         let provider = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), Arc::new(FooterCache::default()), source.clone()));
         ctx.catalog("datafusion")
             .expect("DataFusion's default catalog exists")
