@@ -189,7 +189,8 @@ fn err(what: &str) -> impl Fn(blobhouse_engine::EngineError) -> String + '_ {
 }
 
 /// Runs the benchmark on `tb` (already shaped to its profile).
-pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str)) -> Result<Vec<QueryFigures>, String> {
+/// Returns the figures of the queries that ran and the errors of those that failed.
+pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str)) -> Result<(Vec<QueryFigures>, Vec<(usize, String)>), String> {
     std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
     let endpoints = tb.endpoints();
     let store = |endpoint: &str| StoreOptions {
@@ -269,80 +270,92 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
     let remote = Engine::open_location(direct_location.with_signer(shaped.signer), direct.clone(), remote_options).await.map_err(err("open the remote engine"))?;
     drop(loader);
 
-    let mut figures = Vec::new();
+    let (mut figures, mut failed) = (Vec::new(), Vec::new());
     for &q in &opts.queries {
-        let sql = tpch::query(q);
-        let (mut best_arrow, mut best_mem, mut best_remote) = (None::<Duration>, Duration::MAX, None::<blobhouse_engine::QueryResult>);
-        let (mut cpu_preloaded, mut cpu_remote, mut cpu_servers) = (0.0, 0.0, 0.0);
-        let mut peer_best: BTreeMap<String, Result<Duration, String>> = BTreeMap::new();
-        let dm_before = remote.download_manager().map(|d| d.stats().loops).unwrap_or_default();
-        for _ in 0..opts.repeats.max(1) {
-            if opts.arrow {
-                let t = Instant::now();
-                memory.sql(sql).await.map_err(|e| format!("Q{q} in memory: {e}"))?.collect().await.map_err(|e| format!("Q{q} in memory: {e}"))?;
-                best_arrow = Some(best_arrow.map_or(t.elapsed(), |b| b.min(t.elapsed())));
-            }
-            let cpu = cpu_seconds();
-            let r = preloaded.execute(sql).await.map_err(err(&format!("Q{q} preloaded")))?;
-            if r.elapsed < best_mem {
-                best_mem = r.elapsed;
-                cpu_preloaded = cpu_seconds() - cpu;
-            }
-            let (cpu, servers) = (cpu_seconds(), servers_cpu_seconds(&tb.state().pids));
-            let r = remote.execute(sql).await.map_err(err(&format!("Q{q} remote")))?;
-            if best_remote.as_ref().is_none_or(|b| r.elapsed < b.elapsed) {
-                best_remote = Some(r);
-                cpu_remote = cpu_seconds() - cpu;
-                cpu_servers = servers_cpu_seconds(&tb.state().pids) - servers;
-            }
-            if let Some(p) = peers.as_mut() {
-                for engine in p.engines.clone() {
-                    let got = p.run(&engine, q);
-                    let entry = peer_best.entry(engine).or_insert_with(|| got.clone());
-                    if let (Ok(new), Ok(old)) = (&got, &*entry)
-                        && new < old
-                    {
-                        *entry = got;
+        // A query that fails (out of memory, a store error) is reported
+        // and the benchmark goes on with the next.
+        let one: Result<QueryFigures, String> = async {
+            let sql = tpch::query(q);
+            let (mut best_arrow, mut best_mem, mut best_remote) = (None::<Duration>, Duration::MAX, None::<blobhouse_engine::QueryResult>);
+            let (mut cpu_preloaded, mut cpu_remote, mut cpu_servers) = (0.0, 0.0, 0.0);
+            let mut peer_best: BTreeMap<String, Result<Duration, String>> = BTreeMap::new();
+            let dm_before = remote.download_manager().map(|d| d.stats().loops).unwrap_or_default();
+            for _ in 0..opts.repeats.max(1) {
+                if opts.arrow {
+                    let t = Instant::now();
+                    memory.sql(sql).await.map_err(|e| format!("Q{q} in memory: {e}"))?.collect().await.map_err(|e| format!("Q{q} in memory: {e}"))?;
+                    best_arrow = Some(best_arrow.map_or(t.elapsed(), |b| b.min(t.elapsed())));
+                }
+                let cpu = cpu_seconds();
+                let r = preloaded.execute(sql).await.map_err(err(&format!("Q{q} preloaded")))?;
+                if r.elapsed < best_mem {
+                    best_mem = r.elapsed;
+                    cpu_preloaded = cpu_seconds() - cpu;
+                }
+                let (cpu, servers) = (cpu_seconds(), servers_cpu_seconds(&tb.state().pids));
+                let r = remote.execute(sql).await.map_err(err(&format!("Q{q} remote")))?;
+                if best_remote.as_ref().is_none_or(|b| r.elapsed < b.elapsed) {
+                    best_remote = Some(r);
+                    cpu_remote = cpu_seconds() - cpu;
+                    cpu_servers = servers_cpu_seconds(&tb.state().pids) - servers;
+                }
+                if let Some(p) = peers.as_mut() {
+                    for engine in p.engines.clone() {
+                        let got = p.run(&engine, q);
+                        let entry = peer_best.entry(engine).or_insert_with(|| got.clone());
+                        if let (Ok(new), Ok(old)) = (&got, &*entry)
+                            && new < old
+                        {
+                            *entry = got;
+                        }
                     }
                 }
             }
+            let r = best_remote.expect("at least one run");
+            if opts.explain {
+                let dir = opts.out.join("explain");
+                std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+                let e = remote.execute(&format!("EXPLAIN ANALYZE {sql}")).await.map_err(err(&format!("EXPLAIN ANALYZE Q{q}")))?;
+                let text = datafusion::arrow::util::pretty::pretty_format_batches(&e.batches).map_err(|e| e.to_string())?.to_string();
+                std::fs::write(dir.join(format!("q{q:02}.txt")), text).map_err(|e| e.to_string())?;
+            }
+            let dm_after = remote.download_manager().map(|d| d.stats().loops).unwrap_or_default();
+            let verdict = match answers::verify(q, opts.sf, &r) {
+                Verdict::Verified => "verified".to_string(),
+                Verdict::NoReference => "no reference".to_string(),
+                Verdict::Mismatch(m) => format!("MISMATCH: {m}"),
+            };
+            let timeline = r.scheduler.iter().max_by_key(|(_, d)| d.len()).map(|(_, d)| d.clone()).unwrap_or_default();
+            let f = QueryFigures {
+                query: q,
+                arrow: best_arrow,
+                memory: best_mem,
+                remote: r.elapsed,
+                bytes: r.scan.bytes_fetched,
+                gets: r.scan.get_requests,
+                verdict,
+                query_wait: Duration::from_nanos(r.scan.query_wait),
+                peers: peer_best,
+                timeline,
+                cpu_preloaded,
+                cpu_remote,
+                cpu_servers,
+                hedges: dm_after.hedges - dm_before.hedges,
+                timeouts: dm_after.timeouts - dm_before.timeouts,
+                retries: dm_after.retries - dm_before.retries,
+            };
+            let arrow = f.arrow.map_or(String::new(), |a| format!("arrow {:.3} s, ", a.as_secs_f64()));
+            progress(&format!("Q{q}: {arrow}preloaded {:.3} s, remote {:.3} s ({:.2}x)", f.memory.as_secs_f64(), f.remote.as_secs_f64(), f.factor()));
+            Ok(f)
         }
-        let r = best_remote.expect("at least one run");
-        if opts.explain {
-            let dir = opts.out.join("explain");
-            std::fs::create_dir_all(&dir).map_err(|e| format!("{}: {e}", dir.display()))?;
-            let e = remote.execute(&format!("EXPLAIN ANALYZE {sql}")).await.map_err(err(&format!("EXPLAIN ANALYZE Q{q}")))?;
-            let text = datafusion::arrow::util::pretty::pretty_format_batches(&e.batches).map_err(|e| e.to_string())?.to_string();
-            std::fs::write(dir.join(format!("q{q:02}.txt")), text).map_err(|e| e.to_string())?;
+        .await;
+        match one {
+            Ok(f) => figures.push(f),
+            Err(e) => {
+                progress(&format!("Q{q} FAILED: {e}"));
+                failed.push((q, e));
+            }
         }
-        let dm_after = remote.download_manager().map(|d| d.stats().loops).unwrap_or_default();
-        let verdict = match answers::verify(q, opts.sf, &r) {
-            Verdict::Verified => "verified".to_string(),
-            Verdict::NoReference => "no reference".to_string(),
-            Verdict::Mismatch(m) => format!("MISMATCH: {m}"),
-        };
-        let timeline = r.scheduler.iter().max_by_key(|(_, d)| d.len()).map(|(_, d)| d.clone()).unwrap_or_default();
-        let f = QueryFigures {
-            query: q,
-            arrow: best_arrow,
-            memory: best_mem,
-            remote: r.elapsed,
-            bytes: r.scan.bytes_fetched,
-            gets: r.scan.get_requests,
-            verdict,
-            query_wait: Duration::from_nanos(r.scan.query_wait),
-            peers: peer_best,
-            timeline,
-            cpu_preloaded,
-            cpu_remote,
-            cpu_servers,
-            hedges: dm_after.hedges - dm_before.hedges,
-            timeouts: dm_after.timeouts - dm_before.timeouts,
-            retries: dm_after.retries - dm_before.retries,
-        };
-        let arrow = f.arrow.map_or(String::new(), |a| format!("arrow {:.3} s, ", a.as_secs_f64()));
-        progress(&format!("Q{q}: {arrow}preloaded {:.3} s, remote {:.3} s ({:.2}x)", f.memory.as_secs_f64(), f.remote.as_secs_f64(), f.factor()));
-        figures.push(f);
     }
     drop(peers.take());
     if let Some(dm) = remote.download_manager() {
@@ -353,7 +366,7 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
         ));
     }
     write_outputs(opts, &figures)?;
-    Ok(figures)
+    Ok((figures, failed))
 }
 
 async fn start_peers(url: &str, direct: &StoreOptions, shaped_endpoint: &str, opts: &TpchBenchOptions, progress: &dyn Fn(&str)) -> Result<Peers, String> {
@@ -430,7 +443,7 @@ fn geomean(xs: impl Iterator<Item = f64>) -> f64 {
 }
 
 /// The report: per query and geometric means.
-pub fn report(profile: &str, opts: &TpchBenchOptions, figures: &[QueryFigures]) -> String {
+pub fn report(profile: &str, opts: &TpchBenchOptions, figures: &[QueryFigures], failed: &[(usize, String)]) -> String {
     let mib = (1u64 << 20) as f64;
     let peers: Vec<String> = figures.iter().flat_map(|f| f.peers.keys().cloned()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
     let mut out = format!(
@@ -480,6 +493,12 @@ pub fn report(profile: &str, opts: &TpchBenchOptions, figures: &[QueryFigures]) 
             }
         }
         out += &format!("  {}\n", f.verdict);
+    }
+    for (q, e) in failed {
+        out += &format!("{:>4} FAILED: {e}\n", format!("Q{q}"));
+    }
+    if !failed.is_empty() {
+        out += &format!("({} of {} queries failed; the means below are over the rest)\n", failed.len(), failed.len() + figures.len());
     }
     let gm_arrow = geomean(figures.iter().filter_map(|f| f.arrow.map(|a| a.as_secs_f64())));
     let gm_mem = geomean(figures.iter().map(|f| f.memory.as_secs_f64()));

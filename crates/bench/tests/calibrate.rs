@@ -28,6 +28,9 @@ async fn short_calibration_writes_tables_and_plots() {
     }).collect();
     assert!(!first_bytes.is_empty());
     assert!(first_bytes.iter().all(|d| *d >= Duration::from_millis(20)), "{first_bytes:?}");
-    assert!(cal.sweep.iter().all(|p| p.mib_per_s > 0.0));
+    // With one request in flight, a stalled or lost connection (3 % of
+    // connections on s3) can hold the whole 1.5 s window at zero bytes, as
+    // it does for a real client; four connections are never all stalled.
+    assert!(cal.sweep.last().is_some_and(|p| p.concurrency == 4 && p.mib_per_s > 0.0), "{:?}", cal.sweep);
     assert!(cal.report().contains("requests of 16 MiB in flight needed"));
 }

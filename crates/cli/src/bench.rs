@@ -256,11 +256,12 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             let result = tpch_bench::run(&bench.tb, &opts, &|step| eprintln!("bench tpch: {step}")).await;
             let profile = bench.profile;
             bench.down()?;
-            let figures = result.map_err(anyhow::Error::msg)?;
-            let text = tpch_bench::report(profile.name(), &opts, &figures);
+            let (figures, failed) = result.map_err(anyhow::Error::msg)?;
+            let text = tpch_bench::report(profile.name(), &opts, &figures, &failed);
             std::fs::write(out.join("report.txt"), &text)?;
             println!("{text}");
             println!("wrote {}/{{report.txt,tpch.csv,tpch.png,scheduler.png}}", out.display());
+            anyhow::ensure!(failed.is_empty(), "{} of the queries failed (see the report)", failed.len());
         }
         BenchCommand::Hedge { profile, requests, size_kib, in_flight, out, dir } => {
             anyhow::ensure!(requests > 0 && in_flight > 0, "--requests and --in-flight must be at least 1");
