@@ -59,6 +59,11 @@ impl Window {
 
 /// Samples needed before observations replace the paper's starting values.
 const MIN_SAMPLES: usize = 16;
+/// Completed requests before transfer times are judged at all.
+const COLD_SAMPLES: usize = 4;
+/// The per-MiB hedging deadline while nothing is known: never, in practice
+/// (the attempt deadline comes first), yet finite so deadlines still add up.
+const NOT_YET: Duration = Duration::from_secs(3600);
 /// Requests smaller than this say little about per-MiB time. (It was
 /// 1 MiB: scans cutting column chunks into requests of just under 1 MiB
 /// then never taught the model a per-MiB time, every request counted as
@@ -132,15 +137,32 @@ impl LatencyModel {
     /// keeps the deadline honest when stalls are common: a stalled
     /// kept-alive connection delays every request sent on it, and once more
     /// than 5 % of the samples are stalls the p95 *is* a stall.
+    ///
+    /// The per-MiB deadline has no starting value that fits every store (S3
+    /// moves a MiB in ~20 ms, the s3-scaled testbed in ~400 ms): with the
+    /// paper's, every request of a slower store looked late before the
+    /// first one completed, the new loop's hedge budget went to requests
+    /// that were merely transferring, and the lost requests after them
+    /// waited for the first-byte timeout (the first TPC-H query of every
+    /// engine: up to 11 attempts cut). So until [`COLD_SAMPLES`] requests
+    /// have completed there is no per-MiB hedging (a lost request has no
+    /// first byte and is still hedged), and until [`MIN_SAMPLES`] the
+    /// deadline is twice the slowest seen.
     pub fn hedge_deadlines(&self, start: (Duration, Duration), floor: (Duration, Duration)) -> (Duration, Duration) {
-        let q = |w: &Window, start: Duration, floor: Duration| match w.values.len() < MIN_SAMPLES {
-            true => start,
-            false => match (w.quantile(0.95), w.quantile(0.5)) {
-                (Some(p95), Some(p50)) => Duration::from_secs_f64((2.0 * p95).min(8.0 * p50)).max(floor),
-                _ => start,
-            },
+        let learned = |w: &Window, floor: Duration| match (w.quantile(0.95), w.quantile(0.5)) {
+            (Some(p95), Some(p50)) => Some(Duration::from_secs_f64((2.0 * p95).min(8.0 * p50)).max(floor)),
+            _ => None,
         };
-        (q(&self.first_byte, start.0, floor.0), q(&self.per_mib, start.1, floor.1))
+        let first_byte = match self.first_byte.values.len() < MIN_SAMPLES {
+            true => start.0,
+            false => learned(&self.first_byte, floor.0).unwrap_or(start.0),
+        };
+        let per_mib = match self.per_mib.values.len() {
+            n if n < COLD_SAMPLES => NOT_YET,
+            n if n < MIN_SAMPLES => self.per_mib.quantile(1.0).map_or(NOT_YET, |max| Duration::from_secs_f64(2.0 * max).max(floor.1)),
+            _ => learned(&self.per_mib, floor.1).unwrap_or(start.1),
+        };
+        (first_byte, per_mib)
     }
 }
 
@@ -318,7 +340,15 @@ mod tests {
     fn hedge_deadlines_follow_the_tail_but_not_below_the_floor() {
         let mut m = LatencyModel::default();
         let start = (ms(200), Duration::from_micros(37_500));
-        assert_eq!(m.hedge_deadlines(start, (ms(20), ms(1))), start);
+        // Nothing known: the first-byte prior, and no per-MiB hedging.
+        assert_eq!(m.hedge_deadlines(start, (ms(20), ms(1))), (ms(200), NOT_YET));
+        // A slow store's first completions (400 ms/MiB): twice the slowest,
+        // not the S3 prior that every one of them would exceed.
+        let mut slow = LatencyModel::default();
+        for i in 0..COLD_SAMPLES as u64 {
+            slow.observe(MIB, ms(30), ms(30 + 400 + 10 * i));
+        }
+        assert_eq!(slow.hedge_deadlines(start, (ms(20), ms(1))).1, ms(860));
         for i in 0..100u64 {
             // first byte 30..=129 ms, 50 ms/MiB
             m.observe(4 * MIB, ms(30 + i), ms(30 + i + 200));
