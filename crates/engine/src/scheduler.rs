@@ -12,9 +12,10 @@
 //!   link bandwidth written as what it stands for, retrieval at its best);
 //! - the bytes in flight that sustain it, `overprepare × required ×
 //!   request latency` (Little's law; up to 2× prepared ahead, as the paper
-//!   recommends), never more than the memory budget nor twice the last
-//!   epoch's (slow start, so a LIMIT that stops early has not asked for
-//!   much);
+//!   recommends), never more than the memory budget, and growing at most
+//!   2× per request latency once the first request has completed (slow
+//!   start, so a LIMIT that stops early has not asked for much and a
+//!   fresh scan does not send its whole plan at once);
 //! - the loop threads, `max × required / link` (line 5), at least one.
 //!
 //! Processing speed is measured as the paper does: bytes consumed per
@@ -50,7 +51,7 @@ pub struct SchedulerOptions {
     /// Bytes in flight beyond what the required bandwidth needs (2×: the
     /// paper's over-preparation).
     pub overprepare: f64,
-    /// Bytes in flight allowed before anything has been measured.
+    /// Bytes in flight allowed until the first request completes (128 MiB).
     pub initial: u64,
     /// Most bytes a scan downloads (in flight plus held) before any of its
     /// partitions first asks for data. Operators start every scan of a plan
@@ -69,7 +70,7 @@ impl Default for SchedulerOptions {
             link_bytes_per_sec: None,
             epoch: Duration::from_millis(100),
             overprepare: 2.0,
-            initial: 64 << 20,
+            initial: 128 << 20,
             prefetch: 16 << 20,
         }
     }
@@ -174,8 +175,14 @@ impl Controller {
             Some(l) if required.is_finite() => (self.opts.overprepare * required * l) as u64,
             _ => memory,
         };
-        // Shrink at once; grow at most 2x per epoch.
-        self.target = want.min(self.target.saturating_mul(2)).clamp(1, memory);
+        // Shrink at once; grow at most 2x per request latency (slow start,
+        // as TCP doubles per round trip), and not before a request has
+        // completed: doubling every 100 ms epoch while the first requests
+        // take 450 ms sent a fresh scan's first ~400 requests in one burst
+        // into a store that could only queue them.
+        let growth = self.latency.map_or(1.0, |l| 2f64.powf(secs / l.max(1e-3)).min(2.0));
+        let cap = ((self.target as f64 * growth) as u64).max(self.target);
+        self.target = want.min(cap).clamp(1, memory);
         self.threads = if link.is_finite() {
             ((self.max_threads as f64 * required / link).ceil() as usize).clamp(1, self.max_threads)
         } else {
@@ -280,7 +287,7 @@ mod tests {
         for link in [Some(500.0 * MIB), None] {
             let mut c = Controller::new(opts(link, 128 << 20), 2);
             let sim = Sim { latency: 1.0, link: 500.0 * MIB, process: 4000.0 * MIB, partitions: 2 };
-            for d in sim.run(&mut c, 30) {
+            for d in sim.run(&mut c, 60) {
                 assert!(d.target_bytes <= 128 << 20, "{d:?}");
             }
             assert_eq!(c.target_bytes(), 128 << 20, "retrieval-bound: the whole budget");
@@ -311,11 +318,20 @@ mod tests {
     }
 
     #[test]
-    fn before_anything_is_measured_in_flight_grows_by_doubling_from_the_initial_budget() {
+    fn in_flight_stays_at_the_initial_budget_until_a_request_completes_then_doubles_per_latency() {
         let mut c = Controller::new(opts(None, 1 << 30), 1);
         assert_eq!(c.target_bytes(), 16 << 20);
         let idle = EpochStats { elapsed: Duration::from_millis(100), ..Default::default() };
-        let seq: Vec<u64> = (0..8).map(|i| c.epoch(&idle, Duration::from_millis(100 * i)).target_bytes).collect();
-        assert_eq!(seq, vec![32 << 20, 64 << 20, 128 << 20, 256 << 20, 512 << 20, 1 << 30, 1 << 30, 1 << 30]);
+        for i in 0..5 {
+            assert_eq!(c.epoch(&idle, Duration::from_millis(100 * i)).target_bytes, 16 << 20, "nothing completed yet");
+        }
+        // Requests take 400 ms: four 100 ms epochs double the budget.
+        let done = EpochStats { requests: 1, request_time: Duration::from_millis(400), ..idle };
+        let seq: Vec<u64> = (0..12).map(|i| c.epoch(&done, Duration::from_millis(500 + 100 * i)).target_bytes).collect();
+        assert!(seq.windows(2).all(|w| w[1] >= w[0]), "{seq:?}");
+        for (i, t) in seq.iter().enumerate() {
+            let expected = 16.0 * 2f64.powf((i + 1) as f64 / 4.0);
+            assert!((*t as f64 / (1 << 20) as f64 - expected).abs() < 0.5, "epoch {i}: {t} bytes, want ~{expected} MiB");
+        }
     }
 }
