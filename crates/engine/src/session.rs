@@ -81,12 +81,6 @@ pub struct EngineOptions {
     pub memory_limit: Option<usize>,
 }
 
-/// Half of the machine's physical memory, if it can be read.
-fn default_memory_limit() -> Option<usize> {
-    let meminfo = std::fs::read_to_string("/proc/meminfo").ok()?;
-    let kib: usize = meminfo.lines().find(|l| l.starts_with("MemTotal:"))?.split_whitespace().nth(1)?.parse().ok()?;
-    Some(kib * 1024 / 2)
-}
 
 impl Default for EngineOptions {
     fn default() -> Self {
@@ -97,7 +91,7 @@ impl Default for EngineOptions {
             target_partitions: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             batch_size: 8192,
             download: Some(scan_download_options()),
-            memory_limit: default_memory_limit(),
+            memory_limit: Some((blobhouse_io::manager::physical_memory() / 2) as usize),
         }
     }
 }

@@ -89,7 +89,9 @@ impl Default for ManagerOptions {
     }
 }
 
-fn physical_memory() -> u64 {
+/// The machine's physical memory in bytes (8 GiB if it cannot be read):
+/// the base of the default memory budgets here and in the engine.
+pub fn physical_memory() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let (pages, size) = unsafe { (libc::sysconf(libc::_SC_PHYS_PAGES), libc::sysconf(libc::_SC_PAGESIZE)) };
     if pages > 0 && size > 0 { pages as u64 * size as u64 } else { 8 << 30 }

@@ -228,7 +228,9 @@ pub struct HedgePolicy {
     pub max_share: f64,
     /// Replace the two deadlines by twice the recent p95s (at most eight
     /// times the medians) once enough requests have completed (never
-    /// below [`HEDGE_FLOOR`]).
+    /// below [`HEDGE_FLOOR`]); `per_mib` is then not used at all: no
+    /// per-MiB hedging until a few requests have shown the store's speed
+    /// (see `LatencyModel::hedge_deadlines`).
     pub adaptive: bool,
 }
 
