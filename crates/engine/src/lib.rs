@@ -12,9 +12,12 @@
 //!   with presigned URLs, or object_store.
 //! - [`chunks`]: fetched column chunks served to the Parquet decoder.
 //! - [`copy`]: `COPY table FROM …`.
+//! - [`memory`]: the engine's one memory budget, and the process's resident
+//!   set as the kernel reports it.
 
 pub mod chunks;
 pub mod copy;
+pub mod memory;
 pub mod provider;
 pub mod scan;
 pub mod scheduler;
@@ -26,4 +29,5 @@ pub use chunks::RequestPolicy;
 pub use source::DataSource;
 pub use scan::{BlobScanExec, ScanMetrics, collect_scan_metrics};
 pub use scheduler::{Decision, SchedulerOptions};
-pub use session::{Engine, EngineError, EngineOptions, QueryResult, scan_download_options, split_statements};
+pub use memory::MemoryBudget;
+pub use session::{Engine, EngineError, EngineOptions, MemoryUse, QueryResult, SpillOptions, scan_download_options, split_statements};

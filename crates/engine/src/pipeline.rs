@@ -17,6 +17,15 @@
 //! partition is exactly what the scheduler needs to know about the query's
 //! speed, and only one row group per partition is ever decoded at a time.
 //!
+//! Memory: what a scan holds — bytes in flight, row groups downloaded and
+//! not yet taken, the row group each partition decodes — is a reservation
+//! in the engine's budget ([`crate::memory`]), named `BlobScan[table]`.
+//! A download starts only while the budget has room for it beyond a quarter
+//! of the limit kept for the operators, so scans shrink what they fetch
+//! ahead when hash tables and sorts need the memory, and the scheduler's
+//! own cap ([`SchedulerOptions::memory`]) is a per-scan ceiling within it.
+//! One row group may always be read, so a scan never stalls for good.
+//!
 //! Cancellation: dropping every partition stream (a LIMIT reached, an
 //! error elsewhere) drops the fetcher, whose pending downloads are then
 //! cancelled in the download manager.
@@ -31,6 +40,7 @@ use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation};
 use datafusion::physical_plan::SendableRecordBatchStream;
 use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, Gauge, MetricBuilder, MetricValue, Time};
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
@@ -129,7 +139,16 @@ struct Shared {
     polled: AtomicBool,
     epoch: EpochCounters,
     counters: ScanCounters,
+    /// The engine's budget, and this scan's share of it: bytes in flight,
+    /// ready, and being decoded.
+    pool: Arc<dyn MemoryPool>,
+    reservation: MemoryReservation,
 }
+
+/// Of the engine's memory limit, the share scans may fill with data fetched
+/// ahead; the rest stays for the operators above them.
+const SCAN_SHARE_NUM: usize = 3;
+const SCAN_SHARE_DEN: usize = 4;
 
 /// The current epoch's statistics, as atomics (updated per batch).
 #[derive(Default)]
@@ -155,7 +174,16 @@ impl Shared {
         // Until the query asks for this scan, only a head start.
         let limit = if self.polled.load(Ordering::Relaxed) { self.opts.memory } else { self.opts.prefetch.min(self.opts.memory) };
         // Always allow one, so a row group larger than the budget still runs.
-        (in_flight + bytes <= ctl.target_bytes() || in_flight == 0) && (held + bytes <= limit || held == 0)
+        (in_flight + bytes <= ctl.target_bytes() || in_flight == 0) && (held + bytes <= limit || held == 0) && (held == 0 || self.pool_has_room(bytes))
+    }
+
+    /// Whether the engine's budget has room for `bytes` more of fetched-ahead
+    /// data, leaving the operators their share of the limit.
+    fn pool_has_room(&self, bytes: u64) -> bool {
+        match self.pool.memory_limit() {
+            MemoryLimit::Finite(limit) => self.pool.reserved().saturating_add(bytes as usize) <= limit / SCAN_SHARE_DEN * SCAN_SHARE_NUM,
+            MemoryLimit::Infinite | MemoryLimit::Unknown => true,
+        }
     }
 
     fn processed(&self, partition: usize, bytes: u64, busy: Duration) {
@@ -188,7 +216,8 @@ pub(crate) struct Pipeline {
 
 impl Pipeline {
     /// Starts downloading `units` (in plan order) for `partitions` consumers.
-    pub fn start(units: Vec<ScanUnit>, partitions: usize, source: DataSource, opts: SchedulerOptions, counters: ScanCounters, cpu: Arc<CpuSpan>) -> Pipeline {
+    pub fn start(table: &str, units: Vec<ScanUnit>, partitions: usize, source: DataSource, opts: SchedulerOptions, counters: ScanCounters, cpu: Arc<CpuSpan>, pool: &Arc<dyn MemoryPool>) -> Pipeline {
+        let reservation = MemoryConsumer::new(format!("BlobScan[{table}]")).register(pool);
         let shared = Arc::new(Shared {
             opts,
             partitions: partitions.max(1),
@@ -199,6 +228,8 @@ impl Pipeline {
             polled: AtomicBool::new(false),
             epoch: EpochCounters::default(),
             counters,
+            pool: pool.clone(),
+            reservation,
         });
         let (tx, rx) = mpsc::unbounded_channel();
         let fetcher = SpawnedTask::spawn(fetch_all(units.into(), source, shared.clone(), tx, cpu));
@@ -249,6 +280,9 @@ async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource, shared: Ar
                 break;
             }
             let unit = queue.pop_front().expect("peeked");
+            // Checked against the budget in may_start; held until the row
+            // group is decoded (Consumer) or the pipeline is dropped.
+            shared.reservation.grow(unit.bytes() as usize);
             let in_flight = shared.in_flight.fetch_add(unit.bytes(), Ordering::Relaxed) + unit.bytes();
             peak = peak.max(in_flight);
             let (source, counters) = (source.clone(), shared.counters.clone());
@@ -403,7 +437,11 @@ impl Consumer {
                         self.done = true;
                         return Some((Err(e), self));
                     }
-                    None => self.current = None,
+                    None => {
+                        // The row group's bytes are decoded and dropped.
+                        shared.reservation.shrink(d.held.min(shared.reservation.size()));
+                        self.current = None;
+                    }
                 }
             }
             let wait = Instant::now();
@@ -446,6 +484,8 @@ struct Decoding {
     positions: Vec<usize>,
     location: String,
     bytes_per_row: f64,
+    /// Bytes of the row group's chunks, reserved in the engine's budget.
+    held: usize,
 }
 
 impl Decoding {
@@ -453,8 +493,9 @@ impl Decoding {
         let unit = a.unit;
         let object = &unit.object;
         let bytes_per_row = if unit.rows == 0 { 0.0 } else { unit.bytes() as f64 / unit.rows as f64 };
+        let held = unit.bytes() as usize;
         if projection.is_empty() {
-            return Ok(Decoding { reader: None, rows_only: Some(unit.rows as usize), positions: Vec::new(), location: object.display.clone(), bytes_per_row });
+            return Ok(Decoding { reader: None, rows_only: Some(unit.rows as usize), positions: Vec::new(), location: object.display.clone(), bytes_per_row, held });
         }
         let wrap = |e: parquet::errors::ParquetError| DataFusionError::External(Box::new(StorageError::Parquet { location: object.display.clone(), source: e }));
         // The Parquet reader returns columns in file order; map them back.
@@ -468,7 +509,7 @@ impl Decoding {
             .build()
             .map_err(wrap)?;
         let positions = projection.iter().map(|c| sorted.binary_search(c).expect("column in projection")).collect();
-        Ok(Decoding { reader: Some(reader), rows_only: None, positions, location: object.display.clone(), bytes_per_row })
+        Ok(Decoding { reader: Some(reader), rows_only: None, positions, location: object.display.clone(), bytes_per_row, held })
     }
 
     fn next_batch(&mut self, schema: &SchemaRef) -> Option<Result<RecordBatch>> {

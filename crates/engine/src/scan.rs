@@ -21,6 +21,7 @@ use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{Column, DFSchema, DataFusionError, Result, Statistics, pruning::PruningStatistics};
 use datafusion::execution::TaskContext;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::logical_expr::Expr;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
@@ -46,13 +47,21 @@ use crate::scheduler::{Decision, SchedulerOptions};
 use crate::source::DataSource;
 
 /// Decoded Parquet footers, by object path. Objects are never rewritten, so
-/// an entry never goes stale.
-#[derive(Debug, Default)]
+/// an entry never goes stale. Entries are held in the engine's memory
+/// budget (`FooterCache`); when the budget refuses one, the footer is used
+/// for the scan at hand and not kept.
+#[derive(Debug)]
 pub struct FooterCache {
     entries: Mutex<HashMap<String, ArrowReaderMetadata>>,
+    reservation: MemoryReservation,
 }
 
 impl FooterCache {
+    /// An empty cache accounted in `pool`.
+    pub fn new(pool: &Arc<dyn MemoryPool>) -> Self {
+        FooterCache { entries: Mutex::default(), reservation: MemoryConsumer::new("FooterCache").register(pool) }
+    }
+
     fn get(&self, db: &Database, object: &DataObject) -> Result<ArrowReaderMetadata> {
         if let Some(m) = self.entries.lock().expect("footer cache").get(&object.path) {
             return Ok(m.clone());
@@ -67,7 +76,13 @@ impl FooterCache {
             return Err(corrupt("footer and manifest disagree on the row groups".into()));
         }
         let meta = ArrowReaderMetadata::try_new(Arc::new(meta), ArrowReaderOptions::new()).map_err(|e| corrupt(e.to_string()))?;
-        self.entries.lock().expect("footer cache").insert(object.path.clone(), meta.clone());
+        if self.reservation.try_grow(meta.metadata().memory_size()).is_ok() {
+            let old = self.entries.lock().expect("footer cache").insert(object.path.clone(), meta.clone());
+            if let Some(old) = old {
+                // Two scans decoded the same footer at once: one copy is kept.
+                self.reservation.shrink(old.metadata().memory_size());
+            }
+        }
         Ok(meta)
     }
 }
@@ -382,7 +397,7 @@ impl ExecutionPlan for BlobScanExec {
         self.replace_children(children, ReplaceChildrenOptions::new(ChildrenPropertiesMode::Recompute))
     }
 
-    fn execute(&self, partition: usize, _context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
         if partition >= self.partitions {
             return Err(DataFusionError::Internal(format!("BlobScanExec has no partition {partition}")));
         }
@@ -390,7 +405,16 @@ impl ExecutionPlan for BlobScanExec {
             let mut slot = self.run.lock().expect("not poisoned");
             let fresh = slot.as_ref().is_none_or(|r| r.started[partition]);
             if fresh {
-                let pipeline = Pipeline::start(self.units.clone(), self.partitions, self.source.clone(), self.scheduler.clone(), self.counters.clone(), self.download_cpu.clone());
+                let pipeline = Pipeline::start(
+                    &self.table,
+                    self.units.clone(),
+                    self.partitions,
+                    self.source.clone(),
+                    self.scheduler.clone(),
+                    self.counters.clone(),
+                    self.download_cpu.clone(),
+                    context.memory_pool(),
+                );
                 *slot = Some(Run { pipeline: Arc::new(pipeline), started: vec![false; self.partitions], open: 0 });
             }
             let run = slot.as_mut().expect("just set");

@@ -4,18 +4,19 @@
 //! DROP TABLE) and `COPY … FROM` are intercepted here, because they must become
 //! atomic commits on the store rather than changes to an in-memory catalog.
 
-use std::num::NonZeroUsize;
+use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::{RecordBatch, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{Column, DataFusionError};
+use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionContext;
-use datafusion::execution::memory_pool::{GreedyMemoryPool, TrackConsumersPool};
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
-use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, DropTable, Expr, LogicalPlan, cast};
-use datafusion::physical_plan::{collect, execute_stream};
+use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, DropTable, Expr, LogicalPlan, Statement, cast};
+use datafusion::physical_plan::{ExecutionPlan, collect, execute_stream};
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig};
 
 use blobhouse_storage::{Change, CommitOutcome, Database, Location, StorageError, StoreOptions, WriteOptions, open_location};
@@ -25,6 +26,7 @@ use crate::scheduler::SchedulerOptions;
 use crate::source::DataSource;
 use blobhouse_io::{DownloadManager, ManagerOptions};
 use crate::copy::{CopyFormat, CopyFrom, parse_copy_from};
+use crate::memory::{self, MemoryBudget, format_bytes, parse_size};
 use crate::provider::{BlobSchemaProvider, write_stream};
 use crate::scan::{FooterCache, ScanMetrics, collect_scan_metrics, collect_scheduler_timelines};
 use crate::scheduler::Decision;
@@ -43,6 +45,10 @@ pub enum EngineError {
     Unsupported(String),
     #[error("cannot start the download manager: {0} (set EngineOptions::download to None to read through object_store)")]
     DownloadManager(std::io::Error),
+    #[error("cannot use spill directory {}: {source} (choose another with --spill-dir)", .dir.display())]
+    SpillDir { dir: PathBuf, source: std::io::Error },
+    #[error("SET {variable}: {message}")]
+    Setting { variable: String, message: String },
 }
 
 /// DataFusion wraps our storage errors as "External error: …"; show them plainly.
@@ -72,13 +78,69 @@ pub struct EngineOptions {
     /// The download manager for data reads from object stores; `None`
     /// reads them through object_store.
     pub download: Option<ManagerOptions>,
-    /// Most bytes the query operators (hash tables, sorts, aggregates) may
-    /// hold; beyond it they spill where DataFusion can, and otherwise the
-    /// query fails with an error naming the largest consumers — rather
-    /// than the kernel killing the process. Default: half the machine's
-    /// memory (the rest is for scan buffers, the allocator and other
-    /// processes); `None`: no limit.
+    /// The engine's memory budget ([`crate::memory`]): everything big it
+    /// holds — query operators (hash tables, sorts, aggregates, repartition
+    /// queues), the scans' fetched-ahead row groups, decoded footers —
+    /// shares this many bytes. Beyond it operators spill where DataFusion
+    /// can, and otherwise the query fails with an error naming the largest
+    /// consumers, rather than the kernel killing the process. Default: half
+    /// the machine's memory; `None`: no limit (still accounted). Changed
+    /// at run time by `SET memory_limit = '4G'`.
     pub memory_limit: Option<usize>,
+    /// Where operators spill, and how much.
+    pub spill: SpillOptions,
+}
+
+/// The local directory that sorts, aggregations and sort-merge joins spill
+/// to when the memory limit is reached.
+#[derive(Debug, Clone)]
+pub struct SpillOptions {
+    /// Spill files go into a fresh subdirectory of this one, removed with
+    /// the engine; each file is deleted as soon as its operator is done or
+    /// dropped (a finished, failed or cancelled query leaves nothing).
+    /// `None`: the system's temporary directory.
+    pub dir: Option<PathBuf>,
+    /// Most bytes of spill files at once; a query that would spill more
+    /// fails with "Resources exhausted" naming the limit.
+    pub max_bytes: u64,
+}
+
+impl Default for SpillOptions {
+    fn default() -> Self {
+        SpillOptions { dir: None, max_bytes: 100 << 30 }
+    }
+}
+
+/// What a statement held: the engine's budget and the process as a whole.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct MemoryUse {
+    /// Most bytes reserved in the engine's budget during the statement.
+    pub pool_peak: u64,
+    /// The budget's limit when the statement ran (`None`: unlimited).
+    pub limit: Option<u64>,
+    /// Peak resident set of the process during the statement (the kernel's
+    /// figure; shared with statements running at the same time). `None`
+    /// where the kernel does not tell.
+    pub rss_peak: Option<u64>,
+    /// Bytes the statement's operators wrote to spill files, and how often
+    /// they spilled.
+    pub spilled_bytes: u64,
+    pub spills: u64,
+}
+
+impl MemoryUse {
+    /// One line for people: "memory: budget peak 1.2 GiB of 12.0 GiB, process peak 1.5 GiB, spilled 300.0 MiB in 4 files".
+    pub fn describe(&self) -> String {
+        let limit = self.limit.map_or("no limit".to_string(), |l| format!("of {}", format_bytes(l)));
+        let mut s = format!("budget peak {} {limit}", format_bytes(self.pool_peak));
+        if let Some(rss) = self.rss_peak {
+            s += &format!(", process peak {}", format_bytes(rss));
+        }
+        if self.spills > 0 {
+            s += &format!(", spilled {} in {} file{}", format_bytes(self.spilled_bytes), self.spills, if self.spills == 1 { "" } else { "s" });
+        }
+        s
+    }
 }
 
 
@@ -91,7 +153,8 @@ impl Default for EngineOptions {
             target_partitions: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
             batch_size: 8192,
             download: Some(scan_download_options()),
-            memory_limit: Some((blobhouse_io::manager::physical_memory() / 2) as usize),
+            memory_limit: Some(memory::default_limit()),
+            spill: SpillOptions::default(),
         }
     }
 }
@@ -122,6 +185,8 @@ pub struct QueryResult {
     pub elapsed: Duration,
     /// Each scan's table and the object scheduler's decisions in it.
     pub scheduler: Vec<(String, Vec<Decision>)>,
+    /// What the statement held in memory and spilled.
+    pub memory: MemoryUse,
 }
 
 impl QueryResult {
@@ -138,6 +203,7 @@ pub struct Engine {
     options: Arc<EngineOptions>,
     store_options: StoreOptions,
     source: DataSource,
+    memory: MemoryBudget,
 }
 
 impl Engine {
@@ -158,22 +224,46 @@ impl Engine {
         };
         let db = Database::open(loc, true).await?;
         let options = Arc::new(options);
-        let config = SessionConfig::new()
+        let mut config = SessionConfig::new()
             .with_information_schema(true)
             .with_target_partitions(options.target_partitions)
             .with_batch_size(options.batch_size);
-        let mut runtime = RuntimeEnvBuilder::new();
-        if let Some(limit) = options.memory_limit {
-            // Errors name the five largest consumers.
-            let pool = TrackConsumersPool::new(GreedyMemoryPool::new(limit), NonZeroUsize::new(5).expect("5 > 0"));
-            runtime = runtime.with_memory_pool(Arc::new(pool));
-        }
+        config.options_mut().execution.sort_spill_reservation_bytes = sort_merge_reservation(options.memory_limit);
+        let memory = MemoryBudget::new(options.memory_limit);
+        let spill_mode = match &options.spill.dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|source| EngineError::SpillDir { dir: dir.clone(), source })?;
+                DiskManagerMode::Directories(vec![dir.clone()])
+            }
+            None => DiskManagerMode::OsTmpDirectory,
+        };
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(memory.pool())
+            .with_disk_manager_builder(DiskManagerBuilder::default().with_mode(spill_mode).with_max_temp_directory_size(options.spill.max_bytes));
         let ctx = SessionContext::new_with_config_rt(config, runtime.build_arc()?);
-        let provider = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), Arc::new(FooterCache::default()), source.clone()));
+        let footers = Arc::new(FooterCache::new(&memory.pool()));
+        let provider = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), footers, source.clone()));
         ctx.catalog("datafusion")
             .expect("DataFusion's default catalog exists")
             .register_schema("public", provider)?;
-        Ok(Engine { db, ctx, options, store_options, source })
+        Ok(Engine { db, ctx, options, store_options, source, memory })
+    }
+
+    /// The engine's memory budget (limit, what is reserved, peaks).
+    pub fn memory(&self) -> &MemoryBudget {
+        &self.memory
+    }
+
+    /// Changes the memory limit of the running engine (what `SET
+    /// memory_limit` does): the budget, and what sorts set aside for merging.
+    pub fn set_memory_limit(&self, limit: Option<usize>) {
+        self.memory.set_limit(limit);
+        self.ctx.state_ref().write().config_mut().options_mut().execution.sort_spill_reservation_bytes = sort_merge_reservation(limit);
+    }
+
+    /// The directories spill files go to (created on first spill).
+    pub fn spill_dirs(&self) -> Vec<PathBuf> {
+        self.ctx.runtime_env().disk_manager.temp_dir_paths()
     }
 
     /// The download manager reading this database's data, if any (stores
@@ -209,6 +299,25 @@ impl Engine {
     /// Runs one statement. It sees every version committed before it started.
     pub async fn execute(&self, sql: &str) -> Result<QueryResult, EngineError> {
         let started = Instant::now();
+        self.memory.reset_peak();
+        memory::reset_peak_rss();
+        let mut result = self.execute_statement(sql, started).await?;
+        self.record_memory(&mut result);
+        Ok(result)
+    }
+
+    /// Fills in what the statement held: the budget's and the process's peaks.
+    fn record_memory(&self, result: &mut QueryResult) {
+        result.memory.pool_peak = self.memory.peak() as u64;
+        result.memory.limit = self.memory.limit().map(|l| l as u64);
+        result.memory.rss_peak = memory::process_memory().map(|m| m.peak_rss);
+    }
+
+    async fn execute_statement(&self, sql: &str, started: Instant) -> Result<QueryResult, EngineError> {
+        if is_show_memory_limit(sql) {
+            let value = self.memory.limit().map_or("none".to_string(), |l| format_bytes(l as u64));
+            return Ok(setting_result("memory_limit", &value, started));
+        }
         self.db.refresh().await?;
         if let Some(copy) = parse_copy_from(sql)? {
             let rows = self.copy_from(&copy).await?;
@@ -229,13 +338,26 @@ impl Engine {
                 "{} is not supported yet; blobhouse supports CREATE TABLE [AS SELECT], DROP TABLE, INSERT, COPY … FROM and queries",
                 other.name()
             ))),
+            LogicalPlan::Statement(Statement::SetVariable(set)) if is_memory_limit(&set.variable) => {
+                self.set_memory_limit(parse_limit(&set.value).map_err(|message| EngineError::Setting { variable: set.variable.clone(), message })?);
+                Ok(empty_result(started))
+            }
+            LogicalPlan::Statement(Statement::ResetVariable(reset)) if is_memory_limit(&reset.variable) => {
+                self.set_memory_limit(self.options.memory_limit);
+                Ok(empty_result(started))
+            }
             plan => {
+                let analyze = matches!(plan, LogicalPlan::Analyze(_));
                 let df = self.ctx.execute_logical_plan(plan).await?;
-                let task = Arc::new(df.task_ctx());
-                let physical = df.create_physical_plan().await?;
-                let schema = physical.schema();
-                let batches = collect(physical.clone(), task).await?;
-                Ok(QueryResult { schema, batches, scan: collect_scan_metrics(&physical), elapsed: started.elapsed(), scheduler: collect_scheduler_timelines(&physical) })
+                let result = run_plan(df, started).await.map_err(EngineError::Query);
+                let mut result = result?;
+                if analyze {
+                    // EXPLAIN ANALYZE: one more row with what the query held.
+                    self.record_memory(&mut result);
+                    let text = result.memory.describe();
+                    append_explain_row(&mut result, "Memory", &text);
+                }
+                Ok(result)
             }
         }
     }
@@ -362,14 +484,103 @@ fn table_name(r: &datafusion::common::TableReference) -> Result<String, EngineEr
     }
 }
 
+/// Plans and runs a query to the end.
+async fn run_plan(df: DataFrame, started: Instant) -> Result<QueryResult, DataFusionError> {
+    let task = Arc::new(df.task_ctx());
+    let physical = df.create_physical_plan().await?;
+    let schema = physical.schema();
+    let batches = collect(physical.clone(), task).await?;
+    let (spilled_bytes, spills) = spill_totals(&physical);
+    Ok(QueryResult {
+        schema,
+        batches,
+        scan: collect_scan_metrics(&physical),
+        elapsed: started.elapsed(),
+        scheduler: collect_scheduler_timelines(&physical),
+        memory: MemoryUse { spilled_bytes, spills, ..MemoryUse::default() },
+    })
+}
+
+/// Bytes spilled and spill files written by every operator of an executed plan.
+fn spill_totals(plan: &Arc<dyn ExecutionPlan>) -> (u64, u64) {
+    let (mut bytes, mut count) = plan.metrics().map_or((0, 0), |m| (m.spilled_bytes().unwrap_or(0) as u64, m.spill_count().unwrap_or(0) as u64));
+    for child in plan.children() {
+        let (b, c) = spill_totals(child);
+        bytes += b;
+        count += c;
+    }
+    (bytes, count)
+}
+
+/// What each sort sets aside to merge its spill files: DataFusion's 10 MiB,
+/// less under a small limit (a 64th of it, at least 1 MiB). A sort-merge
+/// join sorts both inputs in every partition at once, so at 10 MiB each a
+/// 96 MiB limit had no room left to sort anything.
+fn sort_merge_reservation(limit: Option<usize>) -> usize {
+    const DATAFUSION_DEFAULT: usize = 10 << 20;
+    limit.map_or(DATAFUSION_DEFAULT, |l| (l / 64).clamp(1 << 20, DATAFUSION_DEFAULT))
+}
+
+/// `memory_limit`, also under DataFusion's name (which would otherwise
+/// replace the engine's budget with a pool of its own).
+fn is_memory_limit(variable: &str) -> bool {
+    matches!(variable, "memory_limit" | "blobhouse.memory_limit" | "datafusion.runtime.memory_limit")
+}
+
+fn is_show_memory_limit(sql: &str) -> bool {
+    let words: Vec<String> = sql.trim().trim_end_matches(';').split_whitespace().map(str::to_ascii_lowercase).collect();
+    words == ["show", "memory_limit"]
+}
+
+/// A limit as SET takes it: a size, a share of memory, or `none`.
+fn parse_limit(value: &str) -> Result<Option<usize>, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "none" | "unlimited" => Ok(None),
+        _ => parse_size(value).map(|b| Some(b as usize)),
+    }
+}
+
+fn setting_result(name: &str, value: &str, started: Instant) -> QueryResult {
+    let schema = Arc::new(Schema::new(vec![Field::new("name", DataType::Utf8, false), Field::new("value", DataType::Utf8, false)]));
+    let columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![name])), Arc::new(StringArray::from(vec![value]))];
+    let batch = RecordBatch::try_new(schema.clone(), columns).expect("setting batch");
+    QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) }
+}
+
+/// Adds a row to EXPLAIN ANALYZE's (plan_type, plan) output.
+fn append_explain_row(result: &mut QueryResult, plan_type: &str, text: &str) {
+    let columns: Result<Vec<ArrayRef>, _> = [plan_type, text]
+        .iter()
+        .zip(result.schema.fields())
+        .map(|(v, f)| datafusion::arrow::compute::cast(&StringArray::from(vec![*v]), f.data_type()))
+        .collect();
+    if let Ok(batch) = columns.and_then(|c| RecordBatch::try_new(result.schema.clone(), c)) {
+        result.batches.push(batch);
+    }
+}
+
+impl QueryResult {
+    fn with_schema(mut self, schema: SchemaRef) -> Self {
+        self.schema = schema;
+        self
+    }
+}
+
 fn count_result(rows: u64, started: Instant) -> QueryResult {
     let schema = Arc::new(Schema::new(vec![Field::new("count", DataType::UInt64, false)]));
     let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(UInt64Array::from(vec![rows]))]).expect("count batch");
-    QueryResult { schema, batches: vec![batch], scan: ScanMetrics::default(), elapsed: started.elapsed(), scheduler: Vec::new() }
+    QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) }
 }
 
 fn empty_result(started: Instant) -> QueryResult {
-    QueryResult { schema: Arc::new(Schema::empty()), batches: vec![], scan: ScanMetrics::default(), elapsed: started.elapsed(), scheduler: Vec::new() }
+    QueryResult {
+        schema: Arc::new(Schema::empty()),
+        batches: vec![],
+        scan: ScanMetrics::default(),
+        elapsed: started.elapsed(),
+        scheduler: Vec::new(),
+        memory: MemoryUse::default(),
+    }
 }
 
 /// Splits a script into statements at `;`, ignoring semicolons inside quotes

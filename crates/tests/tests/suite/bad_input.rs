@@ -124,21 +124,3 @@ async fn corrupt_objects_are_reported(b: Backend) {
     let err = fail(&fresh, "SELECT sum(v) FROM t").await;
     assert!(err.contains("corrupt object") && err.contains(&entry.manifest), "{err}");
 }
-
-/// A query that needs more memory than the engine may use fails with an
-/// error that says so and names the operator, instead of the kernel
-/// killing the process; the engine then runs the next query.
-#[tokio::test]
-async fn a_query_beyond_the_memory_limit_fails_cleanly() {
-    let db = TestDb::new(Backend::Local, "memory-limit");
-    let mut options = EngineOptions::default();
-    assert!(options.memory_limit.is_some_and(|l| l >= 64 << 20), "a default limit from the machine's memory: {:?}", options.memory_limit);
-    options.memory_limit = Some(1 << 20);
-    let e = db.engine(options).await;
-    blobhouse_bench::tpch::load_tables(&e, 0.01, &["lineitem"], std::sync::Arc::new(|_, _, _| {})).await.expect("load lineitem");
-    // A hash join's build side cannot spill: 60,000 comments are well over 1 MiB.
-    let err = fail(&e, "SELECT count(*) FROM lineitem a JOIN lineitem b ON a.l_comment = b.l_comment").await;
-    assert!(err.contains("Resources exhausted"), "{err}");
-    assert!(err.contains("HashJoin"), "the error names the operator: {err}");
-    assert_eq!(scalar(&run(&e, "SELECT count(*) FROM lineitem").await), "60175");
-}

@@ -7,6 +7,7 @@ mod common;
 
 mod bad_input;
 mod concurrency;
+mod memory;
 mod scan;
 mod sql;
 mod tpch;

@@ -1,0 +1,447 @@
+//! One memory budget per engine, and what the process really holds.
+//!
+//! Everything big an engine holds asks one pool for its bytes: DataFusion's
+//! operators (hash tables, sorts, aggregates, repartition queues), the scans'
+//! downloaded-but-undecoded row groups ([`crate::pipeline`]) and the decoded
+//! Parquet footers ([`crate::scan::FooterCache`]). A request the pool cannot
+//! grant fails with DataFusion's "Resources exhausted"; operators that can
+//! spill then write to the spill directory, the others fail the query with
+//! the consumers that held the most — the process is never killed for it.
+//!
+//! Why our own pool and not DataFusion's `GreedyMemoryPool` or
+//! `FairSpillPool`: their size is fixed at construction, and `SET datafusion.runtime.memory_limit` replaces the
+//! whole runtime, so reservations held across statements (the footer cache)
+//! would stay in a pool nobody limits any more. [`BudgetPool`] is the same
+//! greedy first-come rule with a limit that can change while reservations
+//! live (first come first served for operators that cannot spill, fair
+//! shares for those that can, as `FairSpillPool`), and a high-water mark
+//! that is reset per statement, which is what `EXPLAIN ANALYZE`, the shell
+//! and the benchmark report.
+//!
+//! The pool bounds what is accounted, not the process: allocator overhead,
+//! small batches between operators and the runtime itself are not in it.
+//! [`process_memory`] reads the kernel's view (resident set and its peak), so
+//! the gap between the two is visible per query (docs/memory.md).
+
+use std::fmt;
+use std::num::NonZeroUsize;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+
+use datafusion::common::{DataFusionError, Result};
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation, TrackConsumersPool};
+
+/// Consumers named in a "Resources exhausted" error.
+const TOP_CONSUMERS: usize = 5;
+
+/// Consumers the budget counts but never refuses. DataFusion 55's
+/// `RepartitionExec` spills its queues when refused, and that path can
+/// park every thread of a query for good (apache/datafusion#24883: "RepartitionExec
+/// deadlocks under a memory limit"; here a sort-merge join under 128 MiB hung).
+/// Its queues are batches in transit, normally a few per partition; counted,
+/// they make the operators that can spill do so, and those that cannot fail
+/// with "Resources exhausted" — never a hang.
+const NEVER_REFUSED: &str = "RepartitionExec";
+
+fn never_refused(consumer: &MemoryConsumer) -> bool {
+    consumer.name().starts_with(NEVER_REFUSED)
+}
+
+/// Whether a consumer gets a fair share (it can spill and may be refused);
+/// every other consumer's bytes count as unspillable.
+fn shares(consumer: &MemoryConsumer) -> bool {
+    consumer.can_spill() && !never_refused(consumer)
+}
+
+/// Of the limit, the share that operators which can spill may fill
+/// together. The rest is for the ones that cannot and come later: a sort
+/// reserves its merge buffer only when it starts merging, and with all of
+/// the limit shared among eight sorts of a sort-merge join, the first merge
+/// found nothing left.
+const SPILLERS_NUM: usize = 3;
+const SPILLERS_DEN: usize = 4;
+
+/// The engine's pool: a limit that can change while reservations are held,
+/// a high-water mark, and fair shares for the consumers that can spill.
+///
+/// Consumers that cannot spill (hash join build sides, merges, scans) take
+/// what is free, first come first served. Each consumer that can spill
+/// (sorts, hash aggregations) may hold at most an equal share of what the
+/// others leave of three quarters of the limit: `(¾ limit − unspillable) /
+/// spillable consumers` — DataFusion's `FairSpillPool` rule, with room kept
+/// for the merges that follow a spill. Without it, the first of two sorts takes the whole
+/// budget without spilling, and the merge that must follow it finds nothing
+/// free (seen in this project's tests: a window over a sorted 130 MB input
+/// failed under 96 MiB instead of spilling).
+#[derive(Debug)]
+pub struct BudgetPool {
+    /// Bytes; `usize::MAX` is no limit.
+    limit: AtomicUsize,
+    state: Mutex<PoolState>,
+    /// `spillable + unspillable`, readable without the lock.
+    used: AtomicUsize,
+    peak: AtomicUsize,
+}
+
+#[derive(Debug, Default)]
+struct PoolState {
+    spillable: usize,
+    unspillable: usize,
+    /// Registered consumers that can spill.
+    spillers: usize,
+}
+
+impl BudgetPool {
+    fn new(limit: Option<usize>) -> Self {
+        BudgetPool { limit: AtomicUsize::new(limit.unwrap_or(usize::MAX)), state: Mutex::default(), used: AtomicUsize::new(0), peak: AtomicUsize::new(0) }
+    }
+
+    fn limit(&self) -> Option<usize> {
+        match self.limit.load(Ordering::Relaxed) {
+            usize::MAX => None,
+            l => Some(l),
+        }
+    }
+
+    fn state(&self) -> std::sync::MutexGuard<'_, PoolState> {
+        // The state is a few counters updated in one step: a panic elsewhere
+        // cannot leave it half-written.
+        self.state.lock().unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn record(&self, s: &PoolState) {
+        let used = s.spillable + s.unspillable;
+        self.used.store(used, Ordering::Relaxed);
+        self.peak.fetch_max(used, Ordering::Relaxed);
+    }
+}
+
+impl MemoryPool for BudgetPool {
+    fn name(&self) -> &str {
+        "blobhouse"
+    }
+
+    fn register(&self, consumer: &MemoryConsumer) {
+        if shares(consumer) {
+            self.state().spillers += 1;
+        }
+    }
+
+    fn unregister(&self, consumer: &MemoryConsumer) {
+        if shares(consumer) {
+            let mut s = self.state();
+            debug_assert!(s.spillers > 0, "unregistered more spilling consumers than registered");
+            s.spillers = s.spillers.saturating_sub(1);
+        }
+    }
+
+    fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+        let mut s = self.state();
+        if shares(reservation.consumer()) {
+            s.spillable += additional;
+        } else {
+            s.unspillable += additional;
+        }
+        self.record(&s);
+    }
+
+    fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+        let mut s = self.state();
+        let part = if shares(reservation.consumer()) { &mut s.spillable } else { &mut s.unspillable };
+        debug_assert!(*part >= shrink, "pool shrunk below zero");
+        *part = part.saturating_sub(shrink);
+        self.record(&s);
+    }
+
+    fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let mut s = self.state();
+        let used = s.spillable + s.unspillable;
+        let free = limit.saturating_sub(used);
+        let consumer = reservation.consumer();
+        if never_refused(consumer) {
+            // Counted (with the consumers that cannot spill), never refused.
+            s.unspillable += additional;
+            self.record(&s);
+            return Ok(());
+        }
+        let refuse = |what: String| {
+            DataFusionError::ResourcesExhausted(format!(
+                "{} asked for {} more (it holds {}), but {what}; \
+                 raise the limit with SET memory_limit = '…' or --memory-limit, or give the query less to hold",
+                consumer.name(),
+                format_bytes(additional as u64),
+                format_bytes(reservation.size() as u64),
+            ))
+        };
+        if additional > free {
+            return Err(refuse(format!("only {} of the memory limit of {} is free", format_bytes(free as u64), format_bytes(limit as u64))));
+        }
+        if shares(consumer) {
+            let share = (limit / SPILLERS_DEN * SPILLERS_NUM).saturating_sub(s.unspillable) / s.spillers.max(1);
+            if reservation.size() + additional > share {
+                return Err(refuse(format!(
+                    "its fair share is {} ({} spilling operators share what the others leave of the memory limit of {})",
+                    format_bytes(share as u64),
+                    s.spillers,
+                    format_bytes(limit as u64)
+                )));
+            }
+            s.spillable += additional;
+        } else {
+            s.unspillable += additional;
+        }
+        self.record(&s);
+        Ok(())
+    }
+
+    fn reserved(&self) -> usize {
+        self.used.load(Ordering::Relaxed)
+    }
+
+    fn memory_limit(&self) -> MemoryLimit {
+        match self.limit() {
+            Some(l) => MemoryLimit::Finite(l),
+            None => MemoryLimit::Infinite,
+        }
+    }
+}
+
+impl fmt::Display for BudgetPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        let limit = self.limit().map_or("none".to_string(), |l| format_bytes(l as u64));
+        write!(f, "blobhouse memory budget (used {}, limit {limit})", format_bytes(self.reserved() as u64))
+    }
+}
+
+/// The engine's memory budget: the pool every consumer registers with,
+/// wrapped so that errors name the largest consumers.
+#[derive(Debug, Clone)]
+pub struct MemoryBudget {
+    pool: Arc<TrackConsumersPool<BudgetPool>>,
+}
+
+impl MemoryBudget {
+    /// A budget of `limit` bytes (`None`: unlimited, still accounted).
+    pub fn new(limit: Option<usize>) -> Self {
+        let top = NonZeroUsize::new(TOP_CONSUMERS).expect("nonzero");
+        MemoryBudget { pool: Arc::new(TrackConsumersPool::new(BudgetPool::new(limit), top)) }
+    }
+
+    /// The pool, for DataFusion's runtime and our own reservations.
+    pub fn pool(&self) -> Arc<dyn MemoryPool> {
+        self.pool.clone()
+    }
+
+    /// The limit in bytes, `None` if unlimited.
+    pub fn limit(&self) -> Option<usize> {
+        self.pool.inner().limit()
+    }
+
+    /// Changes the limit. Reservations already held stay; new requests see
+    /// the new limit (a lower limit than what is held refuses every
+    /// request until enough is released).
+    pub fn set_limit(&self, limit: Option<usize>) {
+        self.pool.inner().limit.store(limit.unwrap_or(usize::MAX), Ordering::Relaxed);
+    }
+
+    /// Bytes reserved now.
+    pub fn reserved(&self) -> usize {
+        self.pool.inner().reserved()
+    }
+
+    /// The most reserved at once since the last [`Self::reset_peak`].
+    pub fn peak(&self) -> usize {
+        self.pool.inner().peak.load(Ordering::Relaxed)
+    }
+
+    /// Starts a new high-water mark from what is reserved now.
+    pub fn reset_peak(&self) {
+        let pool = self.pool.inner();
+        pool.peak.store(pool.reserved(), Ordering::Relaxed);
+    }
+}
+
+/// The process's memory as the kernel sees it.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct ProcessMemory {
+    /// Resident set size now (VmRSS).
+    pub rss: u64,
+    /// Peak resident set size since the process started or the last
+    /// [`reset_peak_rss`] (VmHWM).
+    pub peak_rss: u64,
+}
+
+/// Reads the resident set and its peak from /proc/self/status; `None` where
+/// there is no such file (not Linux).
+pub fn process_memory() -> Option<ProcessMemory> {
+    let status = std::fs::read_to_string("/proc/self/status").ok()?;
+    let field = |name: &str| -> Option<u64> {
+        let line = status.lines().find(|l| l.starts_with(name))?;
+        let kib: u64 = line[name.len()..].trim().trim_end_matches("kB").trim().parse().ok()?;
+        Some(kib * 1024)
+    };
+    Some(ProcessMemory { rss: field("VmRSS:")?, peak_rss: field("VmHWM:")? })
+}
+
+/// Resets the kernel's peak resident set (VmHWM) to the current one, so the
+/// next [`process_memory`] reports the peak of what ran since. Returns
+/// false where the kernel does not support it. The peak is per process:
+/// statements running at the same time share it.
+pub fn reset_peak_rss() -> bool {
+    // "5" resets the peak RSS (Documentation/filesystems/proc.rst, clear_refs).
+    std::fs::write("/proc/self/clear_refs", "5").is_ok()
+}
+
+/// The default memory limit: half the machine's memory. The rest is for the
+/// kernel's page cache, other processes, and what the pool does not see
+/// (allocator overhead, batches in transit, the runtime), which docs/memory.md
+/// measures.
+pub fn default_limit() -> usize {
+    (blobhouse_io::manager::physical_memory() / 2) as usize
+}
+
+/// A size as people write it: `4G`, `4GB`, `4 GiB`, `512M`, `1.5g`,
+/// `1073741824` (bytes), or a share of the machine's memory (`60%`). Units
+/// are powers of 1024, as DuckDB and DataFusion read them.
+pub fn parse_size(text: &str) -> Result<u64, String> {
+    let t = text.trim().trim_matches('\'').trim();
+    let bad = || format!("'{text}' is not a size: write e.g. 4G, 512MB, 1.5GiB, 60% (of the machine's memory) or a number of bytes");
+    if let Some(pct) = t.strip_suffix('%') {
+        let p: f64 = pct.trim().parse().map_err(|_| bad())?;
+        if !(p > 0.0 && p <= 100.0) {
+            return Err(format!("'{text}': a share of memory must be above 0% and at most 100%"));
+        }
+        return Ok((blobhouse_io::manager::physical_memory() as f64 * p / 100.0) as u64);
+    }
+    let split = t.find(|c: char| !(c.is_ascii_digit() || c == '.')).unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: f64 = number.parse().map_err(|_| bad())?;
+    let shift = match unit.trim().to_ascii_lowercase().as_str() {
+        "" | "b" => 0,
+        "k" | "kb" | "kib" => 10,
+        "m" | "mb" | "mib" => 20,
+        "g" | "gb" | "gib" => 30,
+        "t" | "tb" | "tib" => 40,
+        _ => return Err(bad()),
+    };
+    let bytes = n * (1u64 << shift) as f64;
+    if !bytes.is_finite() || bytes < 1.0 {
+        return Err(format!("'{text}': a size must be at least one byte"));
+    }
+    Ok(bytes as u64)
+}
+
+/// Bytes for people: `512 B`, `3.2 MiB`, `4.0 GiB`.
+pub fn format_bytes(bytes: u64) -> String {
+    const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
+    let mut v = bytes as f64;
+    let mut unit = 0;
+    while v >= 1024.0 && unit + 1 < UNITS.len() {
+        v /= 1024.0;
+        unit += 1;
+    }
+    if unit == 0 { format!("{bytes} B") } else { format!("{v:.1} {}", UNITS[unit]) }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::execution::memory_pool::MemoryConsumer;
+
+    #[test]
+    fn sizes_parse_like_duckdb_and_datafusion_write_them() {
+        assert_eq!(parse_size("4G"), Ok(4 << 30));
+        assert_eq!(parse_size("'4GB'"), Ok(4 << 30));
+        assert_eq!(parse_size("4 GiB"), Ok(4 << 30));
+        assert_eq!(parse_size("1.5g"), Ok(3 << 29));
+        assert_eq!(parse_size("512MB"), Ok(512 << 20));
+        assert_eq!(parse_size("1000"), Ok(1000));
+        assert!(parse_size("50%").unwrap() > 0);
+        for bad in ["", "G", "4X", "-1G", "0", "0%", "150%", "four"] {
+            let e = parse_size(bad).unwrap_err();
+            assert!(e.contains(bad) || e.contains("at least") || e.contains("share"), "{bad}: {e}");
+        }
+    }
+
+    #[test]
+    fn the_budget_refuses_beyond_its_limit_names_the_consumer_and_follows_a_new_limit() {
+        let budget = MemoryBudget::new(Some(1000));
+        let pool = budget.pool();
+        let a = MemoryConsumer::new("HashJoinInput[0]").register(&pool);
+        a.try_grow(600).unwrap();
+        let b = MemoryConsumer::new("BlobScan[lineitem]").register(&pool);
+        let e = b.try_grow(500).unwrap_err().to_string();
+        assert!(e.contains("Resources exhausted"), "{e}");
+        assert!(e.contains("BlobScan[lineitem]") && e.contains("HashJoinInput[0]"), "names the asking and the largest consumers: {e}");
+        assert!(e.contains("1000 B") && e.contains("memory_limit"), "names the limit and how to raise it: {e}");
+        assert_eq!(budget.reserved(), 600, "a refused request reserves nothing");
+        budget.set_limit(Some(2000));
+        b.try_grow(500).unwrap();
+        assert_eq!(budget.peak(), 1100);
+        a.shrink(600);
+        budget.reset_peak();
+        assert_eq!(budget.peak(), 500, "a new mark starts from what is held");
+        budget.set_limit(Some(100));
+        assert!(a.try_grow(1).is_err(), "a limit below what is held refuses every request");
+        budget.set_limit(None);
+        a.try_grow(1 << 40).unwrap();
+        assert_eq!(budget.limit(), None);
+    }
+
+    #[test]
+    fn spilling_consumers_get_fair_shares_of_what_the_others_leave() {
+        let budget = MemoryBudget::new(Some(1000));
+        let pool = budget.pool();
+        let join = MemoryConsumer::new("HashJoinInput[0]").register(&pool);
+        join.try_grow(200).unwrap();
+        let sort_a = MemoryConsumer::new("ExternalSorter[0]").with_can_spill(true).register(&pool);
+        let sort_b = MemoryConsumer::new("ExternalSorter[1]").with_can_spill(true).register(&pool);
+        // 550 left by the join of three quarters, two sorts: 275 each.
+        sort_a.try_grow(275).unwrap();
+        let e = sort_a.try_grow(1).unwrap_err().to_string();
+        assert!(e.contains("fair share") && e.contains("ExternalSorter[0]"), "{e}");
+        sort_b.try_grow(275).unwrap();
+        assert_eq!(budget.reserved(), 750);
+        // What the sorts leave is for operators that cannot spill.
+        join.try_grow(250).unwrap();
+        assert!(join.try_grow(1).is_err(), "the limit holds for everyone");
+        join.shrink(250);
+        drop(sort_b);
+        // One sort left: it may have all that the join leaves of three quarters.
+        sort_a.try_grow(275).unwrap();
+        assert!(sort_a.try_grow(1).is_err());
+        assert_eq!(budget.reserved(), 750);
+        assert_eq!(budget.peak(), 1000);
+    }
+
+    #[test]
+    fn repartition_queues_are_counted_but_never_refused() {
+        let budget = MemoryBudget::new(Some(100));
+        let pool = budget.pool();
+        let queue = MemoryConsumer::new("RepartitionExec[0]").with_can_spill(true).register(&pool);
+        queue.try_grow(150).unwrap();
+        assert_eq!(budget.reserved(), 150);
+        let sort = MemoryConsumer::new("ExternalSorter[0]").with_can_spill(true).register(&pool);
+        assert!(sort.try_grow(1).is_err(), "the others see the budget spent");
+        queue.shrink(150);
+        sort.try_grow(75).unwrap();
+        assert!(sort.try_grow(1).is_err(), "the queue takes no share: the sort alone has three quarters");
+    }
+
+    #[test]
+    fn the_kernel_reports_the_resident_set_and_its_peak_resets() {
+        let Some(before) = process_memory() else { return };
+        assert!(before.rss > 0 && before.peak_rss >= before.rss);
+        // Touch 64 MiB, free it, reset: the peak comes back down.
+        let big = vec![1u8; 64 << 20];
+        std::hint::black_box(&big);
+        let touched = process_memory().unwrap();
+        assert!(touched.peak_rss >= before.rss + (60 << 20), "{before:?} {touched:?}");
+        drop(big);
+        if reset_peak_rss() {
+            let after = process_memory().unwrap();
+            assert!(after.peak_rss < touched.peak_rss, "{touched:?} {after:?}");
+        }
+    }
+}
