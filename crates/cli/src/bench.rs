@@ -8,7 +8,7 @@ use clap::Subcommand;
 
 use blobhouse_bench::calibrate::{CalibrateOptions, calibrate};
 use blobhouse_bench::io_bench::{self, IoBenchOptions};
-use blobhouse_bench::tpch_bench::{self, TpchBenchOptions};
+use blobhouse_bench::tpch_bench::{self, BenchStore, TpchBenchOptions};
 use blobhouse_testbed::{Lifetime, Profile, Testbed, default_dir};
 
 #[derive(Subcommand)]
@@ -84,7 +84,7 @@ pub enum BenchCommand {
         /// Scale factor.
         #[arg(long, default_value_t = 1.0)]
         sf: f64,
-        /// Testbed profile: lan, s3, s3-scaled, throttled.
+        /// Testbed profile: lan, s3, s3-scaled, throttled; or local (a local directory, no testbed).
         #[arg(long, default_value = "s3-scaled")]
         profile: String,
         /// Queries to run.
@@ -119,6 +119,20 @@ pub enum BenchCommand {
         /// Also write each query's EXPLAIN ANALYZE (remote) to <out>/explain/qNN.txt.
         #[arg(long)]
         explain: bool,
+        /// The engine's memory limit in the measured runs (e.g. 4G), also DuckDB's memory_limit and
+        /// DataFusion-Python's. Implies --no-preloaded and --no-arrow: their copies of the database
+        /// would sit in this process's resident set, which the RSS columns measure.
+        #[arg(long, value_name = "SIZE")]
+        memory_limit: Option<String>,
+        /// Skip the preloaded (objects in memory) runs.
+        #[arg(long)]
+        no_preloaded: bool,
+        /// Peers to run with --peers (each in its own process): duckdb, datafusion.
+        #[arg(long, value_delimiter = ',', default_value = "duckdb,datafusion")]
+        peer_engines: Vec<String>,
+        /// With --profile local: the directory that holds the databases (one per scale factor and layout).
+        #[arg(long, default_value = "bench-results/tpch-data")]
+        data_dir: PathBuf,
         /// The link's throughput, MiB/s (default: the peak of docs/testbed/<profile>/throughput.csv if present).
         #[arg(long)]
         link_mib_s: Option<f64>,
@@ -229,17 +243,50 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             println!("{}", io_bench::report(profile.name(), &opts, &runs));
             println!("wrote {}/{{report.txt,io.csv,cpu-throughput.png,throughput-concurrency.png}}", out.display());
         }
-        BenchCommand::Tpch { sf, profile, queries, repeats, peers, fixed, request_kib, chunk_kib, arrow, no_arrow, explain, link_mib_s, out, dir } => {
+        BenchCommand::Tpch {
+            sf,
+            profile,
+            queries,
+            repeats,
+            peers,
+            fixed,
+            request_kib,
+            chunk_kib,
+            arrow,
+            no_arrow,
+            explain,
+            memory_limit,
+            no_preloaded,
+            peer_engines,
+            data_dir,
+            link_mib_s,
+            out,
+            dir,
+        } => {
             anyhow::ensure!(sf > 0.0 && sf.is_finite(), "--sf must be a positive number");
             anyhow::ensure!(queries.iter().all(|q| (1..=22).contains(q)), "--queries are TPC-H query numbers, 1 to 22");
-            let bench = BenchTestbed::up(&profile, dir)?;
-            let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/tpch-{}-sf{sf}", bench.profile.name())));
-            let link = link_mib_s.or_else(|| calibrated_peak(&PathBuf::from(format!("docs/testbed/{}/throughput.csv", bench.profile.name())))).map(|m| m * (1u64 << 20) as f64);
-            let request_kib = request_kib.unwrap_or(if bench.profile.name() == "s3-scaled" { 1024 } else { 16384 });
+            if let Some(p) = peer_engines.iter().find(|p| !["duckdb", "datafusion"].contains(&p.as_str())) {
+                anyhow::bail!("--peer-engines: unknown peer '{p}' (duckdb, datafusion)");
+            }
+            let memory_limit = match &memory_limit {
+                Some(m) => Some(blobhouse_engine::memory::parse_size(m).map_err(|e| anyhow::anyhow!("--memory-limit: {e}"))? as usize),
+                None => None,
+            };
+            let local = profile == "local";
+            let bench = if local { None } else { Some(BenchTestbed::up(&profile, dir)?) };
+            let profile_name = bench.as_ref().map_or("local", |b| b.profile.name());
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/tpch-{profile_name}-sf{sf}")));
+            let link = if local { None } else { link_mib_s.or_else(|| calibrated_peak(&PathBuf::from(format!("docs/testbed/{profile_name}/throughput.csv")))).map(|m| m * (1u64 << 20) as f64) };
+            let request_kib = request_kib.unwrap_or(if profile_name == "s3-scaled" { 1024 } else { 16384 });
             anyhow::ensure!(request_kib >= 64, "--request-kib must be at least 64");
-            let chunk_kib = chunk_kib.unwrap_or(request_kib * 3 / 4);
+            // Local data is laid out as the demo's (the writer's default chunks) unless asked otherwise.
+            let chunk_kib = chunk_kib.unwrap_or(if local { (blobhouse_storage::WriteOptions::default().target_chunk_bytes >> 10) as u64 } else { request_kib * 3 / 4 });
             anyhow::ensure!((64..=1 << 20).contains(&chunk_kib), "--chunk-kib must be between 64 and 1048576");
-            let arrow = arrow || (!no_arrow && sf <= 5.0);
+            if memory_limit.is_some() && (arrow || (!no_preloaded && !no_arrow)) {
+                eprintln!("bench tpch: --memory-limit measures peak memory, so the preloaded and arrow runs (whole-database copies in this process) are skipped");
+            }
+            let arrow = memory_limit.is_none() && (arrow || (!no_arrow && sf <= 5.0));
+            let preloaded = memory_limit.is_none() && !no_preloaded;
             let opts = TpchBenchOptions {
                 sf,
                 queries,
@@ -251,16 +298,23 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
                 explain,
                 chunk_bytes: (chunk_kib << 10) as usize,
                 arrow,
+                preloaded,
+                memory_limit,
+                peer_engines,
                 out: out.clone(),
             };
-            let result = tpch_bench::run(&bench.tb, &opts, &|step| eprintln!("bench tpch: {step}")).await;
-            let profile = bench.profile;
-            bench.down()?;
+            let result = match &bench {
+                Some(b) => tpch_bench::run(&BenchStore::Testbed(&b.tb), &opts, &|step| eprintln!("bench tpch: {step}")).await,
+                None => tpch_bench::run(&BenchStore::Local(data_dir), &opts, &|step| eprintln!("bench tpch: {step}")).await,
+            };
+            if let Some(b) = bench {
+                b.down()?;
+            }
             let (figures, failed) = result.map_err(anyhow::Error::msg)?;
-            let text = tpch_bench::report(profile.name(), &opts, &figures, &failed);
+            let text = tpch_bench::report(profile_name, &opts, &figures, &failed);
             std::fs::write(out.join("report.txt"), &text)?;
             println!("{text}");
-            println!("wrote {}/{{report.txt,tpch.csv,tpch.png,scheduler.png}}", out.display());
+            println!("wrote {}/{{report.txt,tpch.csv,tpch.png,memory.png,scheduler.png}}", out.display());
             anyhow::ensure!(failed.is_empty(), "{} of the queries failed (see the report)", failed.len());
         }
         BenchCommand::Hedge { profile, requests, size_kib, in_flight, out, dir } => {

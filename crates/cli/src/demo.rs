@@ -26,6 +26,8 @@ pub struct DemoArgs {
     /// Run only these queries, e.g. "1,6,19".
     #[arg(long, value_delimiter = ',')]
     queries: Vec<usize>,
+    #[command(flatten)]
+    engine: crate::EngineArgs,
 }
 
 pub async fn run(args: DemoArgs) -> Result<ExitCode> {
@@ -34,7 +36,9 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
         std::fs::remove_dir_all(&path).with_context(|| format!("cannot remove {}", path.display()))?;
     }
     let url = path.to_string_lossy().to_string();
-    let engine = Engine::open(&url, &StoreOptions::default(), EngineOptions::default()).await.with_context(|| format!("cannot open {url}"))?;
+    let mut options = EngineOptions::default();
+    args.engine.apply(&mut options)?;
+    let engine = Engine::open(&url, &StoreOptions::default(), options).await.with_context(|| format!("cannot open {url}"))?;
     let current = engine.database().refresh().await?;
     let present = TABLES.iter().filter(|t| current.tables.contains_key(**t)).count();
     if present == TABLES.len() {

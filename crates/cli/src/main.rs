@@ -13,6 +13,12 @@ use clap::{Args, Parser, Subcommand};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use blobhouse_engine::{Engine, EngineOptions};
+
+/// mimalloc instead of the system allocator, when built with the feature
+/// (measured against it in docs/memory.md).
+#[cfg(feature = "mimalloc")]
+#[global_allocator]
+static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use blobhouse_storage::StoreOptions;
 
 #[derive(Parser)]
@@ -29,7 +35,7 @@ enum Command {
     #[command(after_help = "Examples:\n  blobhouse demo\n  blobhouse demo --sf 0.1 --dir /tmp/bh-demo\n  blobhouse demo --fresh        # reload the data instead of reusing it")]
     Demo(demo::DemoArgs),
     /// Run SQL against a database: an interactive shell, or -c / -f for scripts.
-    #[command(after_help = "Examples:\n  blobhouse sql --db ./mydb\n  blobhouse sql --db ./mydb -c \"CREATE TABLE t AS SELECT 1 AS x; SELECT * FROM t\"\n  blobhouse sql --db s3://bucket/db -f queries.sql\n\nStatements: SELECT (all of DataFusion's SQL), EXPLAIN [ANALYZE], CREATE TABLE [AS SELECT],\nINSERT INTO … VALUES / SELECT, COPY t FROM 'file.csv|file.parquet' [WITH (FORMAT csv, HEADER true, DELIMITER '|')],\nDROP TABLE, SHOW TABLES, DESCRIBE t.")]
+    #[command(after_help = "Examples:\n  blobhouse sql --db ./mydb\n  blobhouse sql --db ./mydb -c \"CREATE TABLE t AS SELECT 1 AS x; SELECT * FROM t\"\n  blobhouse sql --db s3://bucket/db -f queries.sql\n  blobhouse sql --db ./mydb --memory-limit 4G --spill-dir /mnt/ssd/spill\n\nStatements: SELECT (all of DataFusion's SQL), EXPLAIN [ANALYZE], CREATE TABLE [AS SELECT],\nINSERT INTO … VALUES / SELECT, COPY t FROM 'file.csv|file.parquet' [WITH (FORMAT csv, HEADER true, DELIMITER '|')],\nDROP TABLE, SHOW TABLES, DESCRIBE t, SET memory_limit = '4G' | 'none', SHOW memory_limit.")]
     Sql(SqlArgs),
     /// Load a benchmark data set into a database.
     #[command(subcommand)]
@@ -66,6 +72,42 @@ pub struct DbArgs {
     /// Target average size of a column chunk in MiB when writing (default 12).
     #[arg(long, value_name = "MIB")]
     chunk_mib: Option<usize>,
+    #[command(flatten)]
+    engine: EngineArgs,
+}
+
+/// The engine's memory and spilling.
+#[derive(Args, Clone, Default)]
+pub struct EngineArgs {
+    /// Memory for everything the engine holds (operators, scan buffers, caches): 4G, 512MB, 60%, or none.
+    /// Beyond it operators spill, or the query fails with "Resources exhausted". Default: half the machine's memory.
+    #[arg(long, value_name = "SIZE", env = "BLOBHOUSE_MEMORY_LIMIT")]
+    memory_limit: Option<String>,
+    /// Directory for spill files of sorts, aggregations and sort-merge joins (default: the system's temporary directory).
+    #[arg(long, value_name = "DIR", env = "BLOBHOUSE_SPILL_DIR")]
+    spill_dir: Option<std::path::PathBuf>,
+    /// Most disk space spill files may take at once, e.g. 50G (default 100G).
+    #[arg(long, value_name = "SIZE")]
+    spill_limit: Option<String>,
+}
+
+impl EngineArgs {
+    /// Applies the flags to `options`.
+    pub fn apply(&self, options: &mut EngineOptions) -> Result<()> {
+        if let Some(limit) = &self.memory_limit {
+            options.memory_limit = match limit.trim().to_ascii_lowercase().as_str() {
+                "none" | "unlimited" => None,
+                _ => Some(blobhouse_engine::memory::parse_size(limit).map_err(|e| anyhow::anyhow!("--memory-limit: {e}"))? as usize),
+            };
+        }
+        if let Some(dir) = &self.spill_dir {
+            options.spill.dir = Some(dir.clone());
+        }
+        if let Some(limit) = &self.spill_limit {
+            options.spill.max_bytes = blobhouse_engine::memory::parse_size(limit).map_err(|e| anyhow::anyhow!("--spill-limit: {e}"))?;
+        }
+        Ok(())
+    }
 }
 
 /// Overrides of the AWS_* environment for S3 and S3-compatible stores.
@@ -122,6 +164,7 @@ async fn open(db: &DbArgs) -> Result<Engine> {
         anyhow::ensure!(mib > 0, "--chunk-mib must be at least 1");
         options.write.target_chunk_bytes = mib << 20;
     }
+    db.engine.apply(&mut options)?;
     Engine::open(&db.db, &db.store.options(), options).await.with_context(|| format!("cannot open database {}", db.db))
 }
 

@@ -24,7 +24,16 @@ fn print_result(r: &QueryResult) {
         r.scan.get_requests,
         if r.scan.get_requests == 1 { "" } else { "s" },
     );
+    // Memory only when it is worth a look: a large peak, or spilling.
+    let large = r.memory.rss_peak.is_some_and(|b| b >= LARGE_RSS) || r.memory.pool_peak >= LARGE_POOL || r.memory.spills > 0;
+    if large {
+        eprintln!("memory: {}", r.memory.describe());
+    }
 }
+
+/// A statement's memory is printed from these peaks on.
+const LARGE_RSS: u64 = 1 << 30;
+const LARGE_POOL: u64 = 256 << 20;
 
 /// Runs each statement; stops at the first error and returns it.
 pub async fn run_script(engine: &Engine, sql: &str) -> Result<()> {
