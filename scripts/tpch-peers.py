@@ -18,6 +18,8 @@ blobhouse's remote-only runs do.
 SPEC.json:
 
     {"endpoint": "http://127.0.0.1:9000", "bucket": "bh", "region": "us-east-1",
+     "local": false,           # true: the keys are local file paths, no endpoint
+     "memory_limit_bytes": 4294967296,   # optional: each engine's memory limit
      "access_key": "...", "secret_key": "...",
      "queries_dir": ".../crates/bench/tpch/queries",   # q01.sql ... q22.sql
      "engines": ["duckdb", "datafusion"],
@@ -33,10 +35,18 @@ to stderr):
                                               (the others still are)
     runner:  READY                            setup finished
     bench:   RUN <engine> <n>                 run query n (1-22) on engine
-    runner:  OK <engine> <n> <seconds> <rows> seconds with 6 decimals: the
+    runner:  OK <engine> <n> <seconds> <rows> <peak_rss>
+                                              seconds with 6 decimals: the
                                               whole query file, from sending
                                               the SQL to having fetched every
-                                              result row into Arrow
+                                              result row into Arrow; peak_rss:
+                                              this process's peak resident set
+                                              during it, in bytes (the kernel's
+                                              VmHWM, reset before the query
+                                              through /proc/self/clear_refs; 0
+                                              where that is not available).
+                                              Run one engine per process for a
+                                              peak that is that engine's alone.
     runner:  ERR <engine> <n> <message>       the query failed (message on
                                               one line)
     bench:   QUIT  (or end of input)          the runner exits 0
@@ -46,6 +56,12 @@ several statements (e.g. CREATE VIEW; SELECT; DROP VIEW): they run in order,
 the whole file is timed, and the rows counted are those of the last query
 (SELECT/WITH/VALUES) statement. If such a file fails, its DROP statements are
 still tried, so the next run starts clean.
+
+With "local": true the keys are paths of local Parquet files (and each
+prefix a local directory): DuckDB reads them with read_parquet() without
+httpfs, DataFusion registers each prefix as a listing table; endpoint,
+bucket and keys' credentials are then not used. "memory_limit_bytes" sets
+DuckDB's memory_limit and DataFusion's datafusion.runtime.memory_limit.
 
 Engines:
 
@@ -167,23 +183,56 @@ def is_query(stmt):
     return first_word(stmt) in ("SELECT", "WITH", "VALUES", "FROM", "TABLE")
 
 
+def reset_peak_rss():
+    """Starts a new peak resident set (Linux: "5" to clear_refs resets VmHWM)."""
+    try:
+        with open("/proc/self/clear_refs", "w") as f:
+            f.write("5")
+        return True
+    except OSError:
+        return False
+
+
+def peak_rss():
+    """This process's peak resident set in bytes (VmHWM), 0 if unknown."""
+    try:
+        with open("/proc/self/status") as f:
+            for line in f:
+                if line.startswith("VmHWM:"):
+                    return int(line.split()[1]) * 1024
+    except OSError:
+        pass
+    return 0
+
+
 class DuckDB:
     name = "duckdb"
 
     def __init__(self, spec):
-        import glob
         import duckdb
+
+        self.con = duckdb.connect(config={
+            "autoinstall_known_extensions": False,
+            "autoload_known_extensions": False,
+        })
+        con = self.con
+        con.execute(f"SET threads = {int(spec['threads'])}")
+        con.execute("SET enable_progress_bar = false")
+        if spec.get("memory_limit_bytes"):
+            con.execute(f"SET memory_limit = '{int(spec['memory_limit_bytes']) >> 20}MiB'")
+        if spec.get("local"):
+            # The same Parquet files blobhouse reads, from the local disk.
+            for table, entry in spec["tables"].items():
+                files = ", ".join(sql_str(k) for k in entry["keys"])
+                con.execute(f'CREATE VIEW "{table}" AS SELECT * FROM read_parquet([{files}])')
+            return
+        import glob
         import duckdb_extension_httpfs
 
         ext_dir = os.path.dirname(duckdb_extension_httpfs.__file__)
         found = sorted(glob.glob(os.path.join(ext_dir, "extensions", "*", "httpfs.duckdb_extension")))
         if not found:
             raise RuntimeError(f"no httpfs.duckdb_extension under {ext_dir}/extensions")
-        self.con = duckdb.connect(config={
-            "autoinstall_known_extensions": False,
-            "autoload_known_extensions": False,
-        })
-        con = self.con
         con.execute(f"LOAD {sql_str(found[-1])}")
         ep = urllib.parse.urlsplit(spec["endpoint"])
         if ep.scheme not in ("http", "https") or not ep.netloc:
@@ -197,12 +246,10 @@ class DuckDB:
             ", URL_STYLE 'path'"
             f", USE_SSL {'true' if ep.scheme == 'https' else 'false'})"
         )
-        con.execute(f"SET threads = {int(spec['threads'])}")
         # Remote-only: no cache of remote data or metadata across queries.
         con.execute("SET enable_external_file_cache = false")
         con.execute("SET enable_http_metadata_cache = false")
         con.execute("SET parquet_metadata_cache = false")
-        con.execute("SET enable_progress_bar = false")
         bucket = spec["bucket"]
         for table, entry in spec["tables"].items():
             keys = entry.get("keys") or []
@@ -236,6 +283,13 @@ class DataFusion:
         # Remote-only: no cache of listings, footers or statistics across queries.
         for key in ("metadata_cache_limit", "list_files_cache_limit", "file_statistics_cache_limit"):
             ctx.sql(f"SET datafusion.runtime.{key} = '0'").collect()
+        if spec.get("memory_limit_bytes"):
+            limit = f"{int(spec['memory_limit_bytes']) >> 20}M"
+            ctx.sql(f"SET datafusion.runtime.memory_limit = {sql_str(limit)}").collect()
+        if spec.get("local"):
+            for table, entry in spec["tables"].items():
+                ctx.register_listing_table(table, entry["prefix"], file_extension=".parquet")
+            return
         ep = urllib.parse.urlsplit(spec["endpoint"])
         if ep.scheme not in ("http", "https") or not ep.netloc:
             raise ValueError(f"endpoint {spec['endpoint']!r} is not an http(s) URL")
@@ -349,13 +403,15 @@ def main():
                 if name in setup_errors:
                     raise RuntimeError(f"engine {name} failed setup: {setup_errors[name]}")
                 raise RuntimeError(f"engine {name} is not in the spec's engines")
+            reset_peak_rss()
             secs, rows = run_file(engines[name], queries[n])
+            rss = peak_rss()
         except Exception as e:
             log(f"{name} q{num} failed")
             traceback.print_exc(file=sys.stderr)
             say(f"ERR {name} {num} {one_line(e)}")
             continue
-        say(f"OK {name} {n} {secs:.6f} {rows}")
+        say(f"OK {name} {n} {secs:.6f} {rows} {rss}")
     return 0
 
 

@@ -67,7 +67,26 @@ pub struct TpchBenchOptions {
     /// Also decode every table into MemTables for the *arrow* column (needs
     /// memory for the whole decoded database).
     pub arrow: bool,
+    /// Also run each query on the objects preloaded into memory (the
+    /// *preloaded* column; holds the whole database in this process).
+    pub preloaded: bool,
+    /// The engine's memory limit in the measured runs, also given to the
+    /// peers (DuckDB's memory_limit, DataFusion's runtime memory limit).
+    pub memory_limit: Option<usize>,
+    /// Which peers run with `peers`: duckdb, datafusion.
+    pub peer_engines: Vec<String>,
     pub out: PathBuf,
+}
+
+/// Where the benchmark's database lives and how the measured runs read it.
+pub enum BenchStore<'a> {
+    /// The testbed's MinIO: loaded over the direct endpoint, read through
+    /// the profile's shaped one by the download manager.
+    Testbed(&'a Testbed),
+    /// A local directory (one database per scale factor and layout under
+    /// it), read through object_store: no network at all. The peers read
+    /// the same Parquet files, hard-linked under `<dir>/peers/`.
+    Local(PathBuf),
 }
 
 /// One query's figures.
@@ -76,9 +95,15 @@ pub struct QueryFigures {
     pub query: usize,
     /// Decoded Arrow tables (MemTables), when run.
     pub arrow: Option<Duration>,
-    /// Parquet objects preloaded into memory, read by the same scan.
-    pub memory: Duration,
+    /// Parquet objects preloaded into memory, read by the same scan (when run).
+    pub memory: Option<Duration>,
     pub remote: Duration,
+    /// The remote runs' peaks (the highest over repeats): the engine's
+    /// memory budget, and this process's resident set (0 if unknown).
+    pub pool_peak: u64,
+    pub rss_peak: u64,
+    /// Bytes the remote run spilled.
+    pub spilled: u64,
     pub bytes: u64,
     pub gets: u64,
     pub verdict: String,
@@ -86,6 +111,9 @@ pub struct QueryFigures {
     pub query_wait: Duration,
     /// Peer engine → its time (or the error).
     pub peers: BTreeMap<String, Result<Duration, String>>,
+    /// Peer engine → its process's peak resident set in the query (the
+    /// highest over repeats; one process per peer engine).
+    pub peer_rss: BTreeMap<String, u64>,
     /// The scheduler's decisions in the remote run's largest scan.
     pub timeline: Vec<Decision>,
     /// CPU seconds (user + system) of this process in the fastest
@@ -103,8 +131,9 @@ pub struct QueryFigures {
 }
 
 impl QueryFigures {
+    /// Remote / preloaded time (NaN without a preloaded run).
     pub fn factor(&self) -> f64 {
-        self.remote.as_secs_f64() / self.memory.as_secs_f64().max(1e-9)
+        self.memory.map_or(f64::NAN, |m| self.remote.as_secs_f64() / m.as_secs_f64().max(1e-9))
     }
     pub fn retrieval(&self) -> f64 {
         self.bytes as f64 / self.remote.as_secs_f64().max(1e-9)
@@ -113,7 +142,7 @@ impl QueryFigures {
     /// could draw from the link, were download free and perfectly
     /// overlapped (retrieval cannot outrun the query that consumes it).
     pub fn consumption(&self) -> f64 {
-        self.bytes as f64 / self.memory.as_secs_f64().max(1e-9)
+        self.memory.map_or(f64::NAN, |m| self.bytes as f64 / m.as_secs_f64().max(1e-9))
     }
     /// The shortest the remote run could be on `cores` cores given the CPU
     /// it and the servers used: their CPU time spread over every core.
@@ -123,7 +152,8 @@ impl QueryFigures {
     }
 }
 
-/// The peer engines: a long-lived `scripts/tpch-peers.py` driven line by line.
+/// A peer engine: a long-lived `scripts/tpch-peers.py` driven line by line,
+/// one process per engine so that its peak resident set is its own.
 struct Peers {
     child: Child,
     stdin: ChildStdin,
@@ -132,11 +162,15 @@ struct Peers {
 }
 
 impl Peers {
-    fn start(spec: &Path, engines: Vec<String>, progress: &dyn Fn(&str)) -> Result<Peers, String> {
+    fn start(spec: &serde_json::Value, out: &Path, engines: Vec<String>, progress: &dyn Fn(&str)) -> Result<Peers, String> {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/tpch-peers.py");
+        let mut spec = spec.clone();
+        spec["engines"] = serde_json::json!(engines);
+        let spec_path = out.join(format!("peers-spec-{}.json", engines.join("-")));
+        std::fs::write(&spec_path, serde_json::to_string_pretty(&spec).expect("json")).map_err(|e| format!("{}: {e}", spec_path.display()))?;
         let mut child = Command::new("python3")
             .arg(&script)
-            .arg(spec)
+            .arg(&spec_path)
             .stdin(Stdio::piped())
             .stdout(Stdio::piped())
             .stderr(Stdio::inherit())
@@ -163,13 +197,17 @@ impl Peers {
         Ok(Peers { child, stdin, stdout, engines })
     }
 
-    fn run(&mut self, engine: &str, q: usize) -> Result<Duration, String> {
+    /// The query's time and the process's peak resident set in it.
+    fn run(&mut self, engine: &str, q: usize) -> Result<(Duration, u64), String> {
         writeln!(self.stdin, "RUN {engine} {q}").and_then(|()| self.stdin.flush()).map_err(|e| format!("tpch-peers.py: {e}"))?;
         let mut line = String::new();
         self.stdout.read_line(&mut line).map_err(|e| e.to_string())?;
         let parts: Vec<&str> = line.split_whitespace().collect();
         match parts.as_slice() {
-            ["OK", _, _, secs, ..] => secs.parse::<f64>().map(Duration::from_secs_f64).map_err(|e| e.to_string()),
+            ["OK", _, _, secs, rest @ ..] => {
+                let rss = rest.get(1).and_then(|r| r.parse::<u64>().ok()).unwrap_or(0);
+                secs.parse::<f64>().map(|s| (Duration::from_secs_f64(s), rss)).map_err(|e| e.to_string())
+            }
             ["ERR", ..] => Err(line.trim().to_string()),
             _ => Err(format!("tpch-peers.py answered '{}'", line.trim())),
         }
@@ -188,22 +226,29 @@ fn err(what: &str) -> impl Fn(blobhouse_engine::EngineError) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
-/// Runs the benchmark on `tb` (already shaped to its profile).
-/// Returns the figures of the queries that ran and the errors of those that failed.
-pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str)) -> Result<(Vec<QueryFigures>, Vec<(usize, String)>), String> {
+/// Runs the benchmark on `store` (a testbed already shaped to its profile,
+/// or a local directory). Returns the figures of the queries that ran and
+/// the errors of those that failed.
+pub async fn run(store: &BenchStore<'_>, opts: &TpchBenchOptions, progress: &dyn Fn(&str)) -> Result<(Vec<QueryFigures>, Vec<(usize, String)>), String> {
     std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
-    let endpoints = tb.endpoints();
-    let store = |endpoint: &str| StoreOptions {
+    let s3 = |endpoint: &str| StoreOptions {
         endpoint: Some(endpoint.to_string()),
         access_key_id: Some(ACCESS_KEY.into()),
         secret_access_key: Some(SECRET_KEY.into()),
         region: Some("us-east-1".into()),
         ..Default::default()
     };
-    let url = format!("s3://{BUCKET}/{}", data_prefix(opts));
-    let direct = store(&endpoints.s3_direct);
+    // Where the data is, and the store options to load it (unshaped).
+    let (url, direct) = match store {
+        BenchStore::Testbed(tb) => (format!("s3://{BUCKET}/{}", data_prefix(opts)), s3(&tb.endpoints().s3_direct)),
+        BenchStore::Local(dir) => {
+            std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
+            let dir = dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()))?;
+            (dir.join(data_prefix(opts)).to_string_lossy().to_string(), StoreOptions::default())
+        }
+    };
 
-    // Load what is missing, over the unshaped endpoint.
+    // Load what is missing.
     let mut load_options = EngineOptions::default();
     load_options.write.target_chunk_bytes = opts.chunk_bytes;
     let loader = Engine::open(&url, &direct, load_options).await.map_err(err("open the benchmark database"))?;
@@ -235,40 +280,43 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
     }
 
     // The same database, every object copied into an in-memory store.
-    let preloaded_store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-    let source = loader.database().location().clone();
-    let mut listing = source.store.list(Some(&source.prefix));
-    let mut copied = 0u64;
-    while let Some(meta) = futures::StreamExt::next(&mut listing).await {
-        let meta = meta.map_err(|e| format!("list {url}: {e}"))?;
-        let bytes = source.store.get(&meta.location).await.map_err(|e| format!("read {}: {e}", meta.location))?.bytes().await.map_err(|e| e.to_string())?;
-        copied += bytes.len() as u64;
-        preloaded_store.put(&meta.location, bytes.into()).await.map_err(|e| e.to_string())?;
+    let preloaded = if opts.preloaded { Some(preload(&loader, &url, &direct, progress).await?) } else { None };
+
+    // Peers read the same Parquet objects: copies (S3) or hard links (local)
+    // under one prefix per table, which is what a listing table wants.
+    let mut peers = Vec::new();
+    if opts.peers {
+        let spec = peers_spec(store, &loader, &url, &direct, opts).await?;
+        progress(&format!("starting {} (scripts/tpch-peers.py, one process each)", opts.peer_engines.join(" and ")));
+        for engine in &opts.peer_engines {
+            peers.push(Peers::start(&spec, &opts.out, vec![engine.clone()], progress)?);
+        }
     }
-    let preloaded = Engine::open_location(
-        blobhouse_storage::Location::from_store(preloaded_store, source.prefix.clone(), format!("{url} (preloaded in memory)")),
-        direct.clone(),
-        EngineOptions::default(),
-    )
-    .await
-    .map_err(err("open the preloaded engine"))?;
-    progress(&format!("{:.0} MiB of objects preloaded into memory", copied as f64 / (1u64 << 20) as f64));
 
-    // Peers read copies of the same objects, one prefix per table (what a
-    // listing table wants), through the same shaped endpoint.
-    let mut peers = if opts.peers { Some(start_peers(&url, &direct, &endpoints.s3, opts, progress).await?) } else { None };
-
-    // blobhouse remote-only: data through the shaped endpoint.
-    let shaped = open_location(&url, &store(&endpoints.s3)).map_err(|e| e.to_string())?;
-    let direct_location = open_location(&url, &direct).map_err(|e| e.to_string())?;
+    // The measured engine: remote-only through the shaped endpoint, or the local files.
     let mut remote_options = EngineOptions::default();
+    remote_options.memory_limit = opts.memory_limit.or(remote_options.memory_limit);
     remote_options.scan.adaptive = opts.adaptive;
     remote_options.scan.link_bytes_per_sec = opts.link;
     remote_options.requests.max_request_bytes = opts.request_bytes;
     remote_options.requests.min_request_bytes = opts.request_bytes / 2;
     remote_options.requests.coalesce_gap = remote_options.requests.coalesce_gap.min(opts.request_bytes / 16);
-    let remote = Engine::open_location(direct_location.with_signer(shaped.signer), direct.clone(), remote_options).await.map_err(err("open the remote engine"))?;
+    let remote = match store {
+        BenchStore::Testbed(tb) => {
+            let shaped = open_location(&url, &s3(&tb.endpoints().s3)).map_err(|e| e.to_string())?;
+            let direct_location = open_location(&url, &direct).map_err(|e| e.to_string())?;
+            Engine::open_location(direct_location.with_signer(shaped.signer), direct.clone(), remote_options).await.map_err(err("open the remote engine"))?
+        }
+        BenchStore::Local(_) => Engine::open(&url, &direct, remote_options).await.map_err(err("open the local engine"))?,
+    };
+    let server_pids = match store {
+        BenchStore::Testbed(tb) => tb.state().pids.clone(),
+        BenchStore::Local(_) => Vec::new(),
+    };
     drop(loader);
+    // What loading and decoding left in the allocator's free lists is not
+    // the queries' memory: give it back before measuring peaks.
+    release_free_memory();
 
     let (mut figures, mut failed) = (Vec::new(), Vec::new());
     for &q in &opts.queries {
@@ -276,9 +324,11 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
         // and the benchmark goes on with the next.
         let one: Result<QueryFigures, String> = async {
             let sql = tpch::query(q);
-            let (mut best_arrow, mut best_mem, mut best_remote) = (None::<Duration>, Duration::MAX, None::<blobhouse_engine::QueryResult>);
+            let (mut best_arrow, mut best_mem, mut best_remote) = (None::<Duration>, None::<Duration>, None::<blobhouse_engine::QueryResult>);
             let (mut cpu_preloaded, mut cpu_remote, mut cpu_servers) = (0.0, 0.0, 0.0);
+            let (mut pool_peak, mut rss_peak) = (0u64, 0u64);
             let mut peer_best: BTreeMap<String, Result<Duration, String>> = BTreeMap::new();
+            let mut peer_rss: BTreeMap<String, u64> = BTreeMap::new();
             let dm_before = remote.download_manager().map(|d| d.stats().loops).unwrap_or_default();
             for _ in 0..opts.repeats.max(1) {
                 if opts.arrow {
@@ -286,22 +336,31 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
                     memory.sql(sql).await.map_err(|e| format!("Q{q} in memory: {e}"))?.collect().await.map_err(|e| format!("Q{q} in memory: {e}"))?;
                     best_arrow = Some(best_arrow.map_or(t.elapsed(), |b| b.min(t.elapsed())));
                 }
-                let cpu = cpu_seconds();
-                let r = preloaded.execute(sql).await.map_err(err(&format!("Q{q} preloaded")))?;
-                if r.elapsed < best_mem {
-                    best_mem = r.elapsed;
-                    cpu_preloaded = cpu_seconds() - cpu;
+                if let Some(preloaded) = &preloaded {
+                    let cpu = cpu_seconds();
+                    let r = preloaded.execute(sql).await.map_err(err(&format!("Q{q} preloaded")))?;
+                    if best_mem.is_none_or(|b| r.elapsed < b) {
+                        best_mem = Some(r.elapsed);
+                        cpu_preloaded = cpu_seconds() - cpu;
+                    }
                 }
-                let (cpu, servers) = (cpu_seconds(), servers_cpu_seconds(&tb.state().pids));
+                let (cpu, servers) = (cpu_seconds(), servers_cpu_seconds(&server_pids));
                 let r = remote.execute(sql).await.map_err(err(&format!("Q{q} remote")))?;
+                pool_peak = pool_peak.max(r.memory.pool_peak);
+                rss_peak = rss_peak.max(r.memory.rss_peak.unwrap_or(0));
                 if best_remote.as_ref().is_none_or(|b| r.elapsed < b.elapsed) {
                     best_remote = Some(r);
                     cpu_remote = cpu_seconds() - cpu;
-                    cpu_servers = servers_cpu_seconds(&tb.state().pids) - servers;
+                    cpu_servers = servers_cpu_seconds(&server_pids) - servers;
                 }
-                if let Some(p) = peers.as_mut() {
+                for p in peers.iter_mut() {
                     for engine in p.engines.clone() {
                         let got = p.run(&engine, q);
+                        if let Ok((_, rss)) = &got {
+                            let e = peer_rss.entry(engine.clone()).or_default();
+                            *e = (*e).max(*rss);
+                        }
+                        let got = got.map(|(d, _)| d);
                         let entry = peer_best.entry(engine).or_insert_with(|| got.clone());
                         if let (Ok(new), Ok(old)) = (&got, &*entry)
                             && new < old
@@ -331,11 +390,15 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
                 arrow: best_arrow,
                 memory: best_mem,
                 remote: r.elapsed,
+                pool_peak,
+                rss_peak,
+                spilled: r.memory.spilled_bytes,
                 bytes: r.scan.bytes_fetched,
                 gets: r.scan.get_requests,
                 verdict,
                 query_wait: Duration::from_nanos(r.scan.query_wait),
                 peers: peer_best,
+                peer_rss,
                 timeline,
                 cpu_preloaded,
                 cpu_remote,
@@ -345,7 +408,14 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
                 retries: dm_after.retries - dm_before.retries,
             };
             let arrow = f.arrow.map_or(String::new(), |a| format!("arrow {:.3} s, ", a.as_secs_f64()));
-            progress(&format!("Q{q}: {arrow}preloaded {:.3} s, remote {:.3} s ({:.2}x)", f.memory.as_secs_f64(), f.remote.as_secs_f64(), f.factor()));
+            let pre = f.memory.map_or(String::new(), |m| format!("preloaded {:.3} s, ", m.as_secs_f64()));
+            let peers: String = f.peers.iter().map(|(p, t)| format!(", {p} {}", t.as_ref().map_or("failed".to_string(), |d| format!("{:.3} s", d.as_secs_f64())))).collect();
+            progress(&format!(
+                "Q{q}: {arrow}{pre}{} {:.3} s (peak RSS {:.0} MiB){peers}",
+                run_label(store),
+                f.remote.as_secs_f64(),
+                f.rss_peak as f64 / (1u64 << 20) as f64
+            ));
             Ok(f)
         }
         .await;
@@ -356,8 +426,9 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
                 failed.push((q, e));
             }
         }
+        release_free_memory();
     }
-    drop(peers.take());
+    drop(peers);
     if let Some(dm) = remote.download_manager() {
         let s = dm.stats().loops;
         progress(&format!(
@@ -369,44 +440,106 @@ pub async fn run(tb: &Testbed, opts: &TpchBenchOptions, progress: &dyn Fn(&str))
     Ok((figures, failed))
 }
 
-async fn start_peers(url: &str, direct: &StoreOptions, shaped_endpoint: &str, opts: &TpchBenchOptions, progress: &dyn Fn(&str)) -> Result<Peers, String> {
-    let location = open_location(url, direct).map_err(|e| e.to_string())?;
-    let engine = Engine::open_location(location.clone(), direct.clone(), EngineOptions::default()).await.map_err(|e| e.to_string())?;
-    let version = engine.database().refresh().await.map_err(|e| e.to_string())?;
-    // Outside the database's prefix, in the same bucket: the store root is the bucket.
-    let root = open_location(&format!("s3://{BUCKET}"), direct).map_err(|e| e.to_string())?;
+/// What the measured runs are called in the report: remote (testbed) or local.
+pub fn run_label(store: &BenchStore<'_>) -> &'static str {
+    match store {
+        BenchStore::Testbed(_) => "remote",
+        BenchStore::Local(_) => "local",
+    }
+}
+
+/// Returns the allocator's free memory to the kernel (glibc keeps freed
+/// memory in its arenas), so a query's peak resident set is not the
+/// leftovers of loading or of the query before.
+fn release_free_memory() {
+    #[cfg(all(target_os = "linux", target_env = "gnu"))]
+    // SAFETY: malloc_trim only returns free pages of the heap to the kernel.
+    unsafe {
+        libc::malloc_trim(0);
+    }
+}
+
+/// Every object of the database copied into an in-memory store, opened as
+/// an engine.
+async fn preload(loader: &Engine, url: &str, direct: &StoreOptions, progress: &dyn Fn(&str)) -> Result<Engine, String> {
+    let preloaded_store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
+    let source = loader.database().location().clone();
+    let mut listing = source.store.list(Some(&source.prefix));
+    let mut copied = 0u64;
+    while let Some(meta) = futures::StreamExt::next(&mut listing).await {
+        let meta = meta.map_err(|e| format!("list {url}: {e}"))?;
+        let bytes = source.store.get(&meta.location).await.map_err(|e| format!("read {}: {e}", meta.location))?.bytes().await.map_err(|e| e.to_string())?;
+        copied += bytes.len() as u64;
+        preloaded_store.put(&meta.location, bytes.into()).await.map_err(|e| e.to_string())?;
+    }
+    let engine = Engine::open_location(
+        blobhouse_storage::Location::from_store(preloaded_store, source.prefix.clone(), format!("{url} (preloaded in memory)")),
+        direct.clone(),
+        EngineOptions::default(),
+    )
+    .await
+    .map_err(err("open the preloaded engine"))?;
+    progress(&format!("{:.0} MiB of objects preloaded into memory", copied as f64 / (1u64 << 20) as f64));
+    Ok(engine)
+}
+
+/// The peers' spec (scripts/tpch-peers.py): the same objects as the
+/// database's, one prefix per table — copies in the testbed's bucket, hard
+/// links on a local disk.
+async fn peers_spec(store: &BenchStore<'_>, loader: &Engine, url: &str, direct: &StoreOptions, opts: &TpchBenchOptions) -> Result<serde_json::Value, String> {
+    let version = loader.database().refresh().await.map_err(|e| e.to_string())?;
+    let location = loader.database().location().clone();
     let mut tables = serde_json::Map::new();
+    // Outside the database's prefix, in the same bucket: the store root is the bucket.
+    let root = match store {
+        BenchStore::Testbed(_) => Some(open_location(&format!("s3://{BUCKET}"), direct).map_err(|e| e.to_string())?),
+        BenchStore::Local(_) => None,
+    };
     for t in tpch::TABLES {
-        let manifest = engine.database().manifest(&version.tables[t]).await.map_err(|e| e.to_string())?;
-        let prefix = format!("peers/{}/{t}/", data_prefix(opts));
+        let manifest = loader.database().manifest(&version.tables[t]).await.map_err(|e| e.to_string())?;
         let mut keys = Vec::new();
+        let prefix = match store {
+            BenchStore::Testbed(_) => format!("peers/{}/{t}/", data_prefix(opts)),
+            BenchStore::Local(dir) => dir.canonicalize().map_err(|e| e.to_string())?.join("peers").join(data_prefix(opts)).join(t).to_string_lossy().to_string() + "/",
+        };
         for (i, o) in manifest.objects.iter().enumerate() {
             let key = format!("{prefix}{i}.parquet");
-            let target = ObjectPath::from(key.as_str());
-            if root.store.head(&target).await.is_err() {
-                let source = location.child(&o.path);
-                root.store.copy(&source, &target).await.map_err(|e| format!("copy {source} for the peers: {e}"))?;
+            match &root {
+                Some(root) => {
+                    let target = ObjectPath::from(key.as_str());
+                    if root.store.head(&target).await.is_err() {
+                        let source = location.child(&o.path);
+                        root.store.copy(&source, &target).await.map_err(|e| format!("copy {source} for the peers: {e}"))?;
+                    }
+                }
+                None => {
+                    let source = Path::new(url).join(&o.path);
+                    std::fs::create_dir_all(&prefix).map_err(|e| format!("{prefix}: {e}"))?;
+                    if !Path::new(&key).exists() {
+                        std::fs::hard_link(&source, &key).or_else(|_| std::fs::copy(&source, &key).map(|_| ())).map_err(|e| format!("link {} for the peers: {e}", source.display()))?;
+                    }
+                }
             }
             keys.push(serde_json::Value::String(key));
         }
         tables.insert(t.to_string(), serde_json::json!({ "prefix": prefix, "keys": keys }));
     }
-    let engines = vec!["duckdb".to_string(), "datafusion".to_string()];
-    let spec = serde_json::json!({
-        "endpoint": shaped_endpoint,
+    let endpoint = match store {
+        BenchStore::Testbed(tb) => tb.endpoints().s3.clone(),
+        BenchStore::Local(_) => String::new(),
+    };
+    Ok(serde_json::json!({
+        "local": matches!(store, BenchStore::Local(_)),
+        "endpoint": endpoint,
         "bucket": BUCKET,
         "region": "us-east-1",
         "access_key": ACCESS_KEY,
         "secret_key": SECRET_KEY,
         "queries_dir": Path::new(env!("CARGO_MANIFEST_DIR")).join("tpch/queries"),
-        "engines": engines,
         "threads": EngineOptions::default().target_partitions,
+        "memory_limit_bytes": opts.memory_limit,
         "tables": tables,
-    });
-    let spec_path = opts.out.join("peers-spec.json");
-    std::fs::write(&spec_path, serde_json::to_string_pretty(&spec).expect("json")).map_err(|e| e.to_string())?;
-    progress("starting DuckDB and DataFusion-Python (scripts/tpch-peers.py)");
-    Peers::start(&spec_path, engines, progress)
+    }))
 }
 
 /// CPU seconds (user + system) the processes `pids` have used so far, from
@@ -445,55 +578,82 @@ fn geomean(xs: impl Iterator<Item = f64>) -> f64 {
 /// The report: per query and geometric means.
 pub fn report(profile: &str, opts: &TpchBenchOptions, figures: &[QueryFigures], failed: &[(usize, String)]) -> String {
     let mib = (1u64 << 20) as f64;
+    let local = profile == "local";
+    let ours = if local { "local" } else { "remote" };
     let peers: Vec<String> = figures.iter().flat_map(|f| f.peers.keys().cloned()).collect::<std::collections::BTreeSet<_>>().into_iter().collect();
-    let mut out = format!(
-        "TPC-H SF {} on the {profile} profile: preloaded (objects in memory, same scan) vs remote-only (no cache), column chunks of ~{} KiB, requests of {}-{} KiB, scheduler {}; link {}\n(arrow: decoded tables in DataFusion MemTables; factor: remote / preloaded; retr: bytes / remote time; bound: bytes / preloaded time, the most a remote run can draw; CPU: this process in the preloaded and remote runs, and the testbed servers in the remote run; floor: (remote + servers CPU) / cores; ratio: peer / blobhouse remote)\n",
-        opts.sf,
-        opts.chunk_bytes >> 10,
-        opts.request_bytes / 2 >> 10,
-        opts.request_bytes >> 10,
-        if opts.adaptive { "adaptive" } else { "fixed one-ahead" },
-        opts.link.map_or("unknown".to_string(), |l| format!("{:.1} MiB/s (calibrated)", l / mib))
-    );
-    out += &format!(
-        "{:>4} {:>8} {:>9} {:>9} {:>7} {:>10} {:>7} {:>11} {:>7} {:>6} {:>8} {:>8} {:>6} {:>5} {:>17} {:>7} {:>6}",
-        "q", "arrow s", "preload s", "remote s", "factor", "retr MiB/s", "of link", "bound MiB/s", "of link", "GETs", "cost ¢", "waited s", "hedges", "t/o", "CPU s pre/rem/srv", "floor s", "÷floor"
-    );
+    let limit = opts.memory_limit.map_or("the default memory limit (half the machine's memory)".to_string(), |l| format!("a memory limit of {} MiB (peers too)", l >> 20));
+    let mut out = if local {
+        format!(
+            "TPC-H SF {} on a local directory (object_store, no network), column chunks of ~{} KiB, {limit}, {} threads\n(preloaded: objects in memory, same scan; pool: peak of the engine's memory budget; RSS: peak resident set of the process in the query; ratio: peer / blobhouse local)\n",
+            opts.sf,
+            opts.chunk_bytes >> 10,
+            EngineOptions::default().target_partitions
+        )
+    } else {
+        format!(
+            "TPC-H SF {} on the {profile} profile: preloaded (objects in memory, same scan) vs remote-only (no cache), column chunks of ~{} KiB, requests of {}-{} KiB, scheduler {}; link {}; {limit}\n(arrow: decoded tables in DataFusion MemTables; factor: remote / preloaded; retr: bytes / remote time; bound: bytes / preloaded time, the most a remote run can draw; CPU: this process in the preloaded and remote runs, and the testbed servers in the remote run; floor: (remote + servers CPU) / cores; pool: peak of the engine's memory budget; RSS: peak resident set of the process in the query; ratio: peer / blobhouse remote)\n",
+            opts.sf,
+            opts.chunk_bytes >> 10,
+            opts.request_bytes / 2 >> 10,
+            opts.request_bytes >> 10,
+            if opts.adaptive { "adaptive" } else { "fixed one-ahead" },
+            opts.link.map_or("unknown".to_string(), |l| format!("{:.1} MiB/s (calibrated)", l / mib))
+        )
+    };
+    let secs = |d: Option<Duration>| d.map_or("-".to_string(), |d| format!("{:.3}", d.as_secs_f64()));
+    let num = |x: f64, prec: usize| if x.is_nan() { "-".to_string() } else { format!("{x:.prec$}") };
+    out += &format!("{:>4} {:>8} {:>9} {:>9} {:>7}", "q", "arrow s", "preload s", format!("{ours} s"), "factor");
+    if !local {
+        out += &format!(
+            " {:>10} {:>7} {:>11} {:>7} {:>6} {:>8} {:>8} {:>6} {:>5} {:>17} {:>7} {:>6}",
+            "retr MiB/s", "of link", "bound MiB/s", "of link", "GETs", "cost ¢", "waited s", "hedges", "t/o", "CPU s pre/rem/srv", "floor s", "÷floor"
+        );
+    }
+    out += &format!(" {:>8} {:>8} {:>9}", "pool MiB", "RSS MiB", "spill MiB");
     for p in &peers {
-        out += &format!(" {:>10} {:>7}", format!("{p} s"), "ratio");
+        out += &format!(" {:>10} {:>7} {:>8} {:>7}", format!("{p} s"), "ratio", "RSS MiB", "ratio");
     }
     out += "  answer\n";
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get()) as f64;
     for f in figures {
-        let of_link = |rate: f64| opts.link.map_or("-".to_string(), |l| format!("{:.0}%", 100.0 * rate / l));
+        let of_link = |rate: f64| opts.link.filter(|_| !rate.is_nan()).map_or("-".to_string(), |l| format!("{:.0}%", 100.0 * rate / l));
         out += &format!(
-            "{:>4} {:>8} {:>9.3} {:>9.3} {:>7.2} {:>10.1} {:>7} {:>11.1} {:>7} {:>6} {:>8.4} {:>8.2} {:>6} {:>5} {:>17} {:>7.3} {:>6.2}",
+            "{:>4} {:>8} {:>9} {:>9.3} {:>7}",
             format!("Q{}", f.query),
-            f.arrow.map_or("-".to_string(), |a| format!("{:.3}", a.as_secs_f64())),
-            f.memory.as_secs_f64(),
+            secs(f.arrow),
+            secs(f.memory),
             f.remote.as_secs_f64(),
-            f.factor(),
-            f.retrieval() / mib,
-            of_link(f.retrieval()),
-            f.consumption() / mib,
-            of_link(f.consumption()),
-            f.gets,
-            f.gets as f64 * S3_GET_CENTS,
-            f.query_wait.as_secs_f64(),
-            f.hedges,
-            f.timeouts,
-            format!("{:.1}/{:.1}/{:.1}", f.cpu_preloaded, f.cpu_remote, f.cpu_servers),
-            f.cpu_floor(cores),
-            f.remote.as_secs_f64() / f.cpu_floor(cores).max(1e-9)
+            num(f.factor(), 2)
         );
+        if !local {
+            out += &format!(
+                " {:>10.1} {:>7} {:>11} {:>7} {:>6} {:>8.4} {:>8.2} {:>6} {:>5} {:>17} {:>7.3} {:>6.2}",
+                f.retrieval() / mib,
+                of_link(f.retrieval()),
+                num(f.consumption() / mib, 1),
+                of_link(f.consumption()),
+                f.gets,
+                f.gets as f64 * S3_GET_CENTS,
+                f.query_wait.as_secs_f64(),
+                f.hedges,
+                f.timeouts,
+                format!("{:.1}/{:.1}/{:.1}", f.cpu_preloaded, f.cpu_remote, f.cpu_servers),
+                f.cpu_floor(cores),
+                f.remote.as_secs_f64() / f.cpu_floor(cores).max(1e-9)
+            );
+        }
+        out += &format!(" {:>8.0} {:>8.0} {:>9.0}", f.pool_peak as f64 / mib, f.rss_peak as f64 / mib, f.spilled as f64 / mib);
         for p in &peers {
+            let rss = f.peer_rss.get(p).copied().unwrap_or(0);
+            let rss_ratio = if rss == 0 || f.rss_peak == 0 { "-".to_string() } else { format!("{:.2}", f.rss_peak as f64 / rss as f64) };
             match f.peers.get(p) {
-                Some(Ok(d)) => out += &format!(" {:>10.3} {:>7.2}", d.as_secs_f64(), d.as_secs_f64() / f.remote.as_secs_f64().max(1e-9)),
-                _ => out += &format!(" {:>10} {:>7}", "failed", "-"),
+                Some(Ok(d)) => out += &format!(" {:>10.3} {:>7.2} {:>8.0} {:>7}", d.as_secs_f64(), d.as_secs_f64() / f.remote.as_secs_f64().max(1e-9), rss as f64 / mib, rss_ratio),
+                _ => out += &format!(" {:>10} {:>7} {:>8} {:>7}", "failed", "-", "-", "-"),
             }
         }
         out += &format!("  {}\n", f.verdict);
     }
+    out += &format!("(peer ratio columns: time is peer / blobhouse, so above 1 blobhouse is faster; RSS is blobhouse / peer, so above 1 blobhouse holds more)\n");
     for (q, e) in failed {
         out += &format!("{:>4} FAILED: {e}\n", format!("Q{q}"));
     }
@@ -501,30 +661,50 @@ pub fn report(profile: &str, opts: &TpchBenchOptions, figures: &[QueryFigures], 
         out += &format!("({} of {} queries failed; the means below are over the rest)\n", failed.len(), failed.len() + figures.len());
     }
     let gm_arrow = geomean(figures.iter().filter_map(|f| f.arrow.map(|a| a.as_secs_f64())));
-    let gm_mem = geomean(figures.iter().map(|f| f.memory.as_secs_f64()));
+    let gm_mem = geomean(figures.iter().filter_map(|f| f.memory.map(|m| m.as_secs_f64())));
     let gm_remote = geomean(figures.iter().map(|f| f.remote.as_secs_f64()));
     let arrow = if gm_arrow.is_nan() { String::new() } else { format!("arrow {gm_arrow:.3} s, ") };
-    out += &format!("geomean: {arrow}preloaded {gm_mem:.3} s, remote {gm_remote:.3} s, factor {:.2}x", gm_remote / gm_mem);
-    let total_gets: u64 = figures.iter().map(|f| f.gets).sum();
-    out += &format!("; {total_gets} GETs = {:.4} ¢\n", total_gets as f64 * S3_GET_CENTS);
-    let sum = |get: &dyn Fn(&QueryFigures) -> f64| figures.iter().map(get).sum::<f64>();
-    let (remote_s, cpu_remote, cpu_servers) = (sum(&|f| f.remote.as_secs_f64()), sum(&|f| f.cpu_remote), sum(&|f| f.cpu_servers));
-    let gm_floor = geomean(figures.iter().map(|f| f.remote.as_secs_f64() / f.cpu_floor(cores).max(1e-9)));
-    out += &format!(
-        "CPU over the remote runs: blobhouse {cpu_remote:.1} s, testbed servers {cpu_servers:.1} s, in {remote_s:.1} s on {cores} cores ({:.0}% of the machine busy, {:.0}% of it the servers); remote time / CPU floor: geomean {gm_floor:.2}\n",
-        100.0 * (cpu_remote + cpu_servers) / (remote_s * cores).max(1e-9),
-        100.0 * cpu_servers / (remote_s * cores).max(1e-9)
-    );
+    let pre = if gm_mem.is_nan() { String::new() } else { format!("preloaded {gm_mem:.3} s, ") };
+    out += &format!("geomean: {arrow}{pre}{ours} {gm_remote:.3} s");
+    if !gm_mem.is_nan() {
+        out += &format!(", factor {:.2}x", gm_remote / gm_mem);
+    }
+    let max_rss = figures.iter().map(|f| f.rss_peak).max().unwrap_or(0);
+    out += &format!("; highest peak RSS {:.0} MiB", max_rss as f64 / mib);
+    if let Some(l) = opts.memory_limit {
+        let over: Vec<String> = figures.iter().filter(|f| f.rss_peak > l as u64 + (1 << 30)).map(|f| format!("Q{}", f.query)).collect();
+        out += &format!(" ({} above the limit + 1 GiB{})", over.len(), if over.is_empty() { String::new() } else { format!(": {}", over.join(", ")) });
+    }
+    if !local {
+        let total_gets: u64 = figures.iter().map(|f| f.gets).sum();
+        out += &format!("; {total_gets} GETs = {:.4} ¢\n", total_gets as f64 * S3_GET_CENTS);
+        let sum = |get: &dyn Fn(&QueryFigures) -> f64| figures.iter().map(get).sum::<f64>();
+        let (remote_s, cpu_remote, cpu_servers) = (sum(&|f| f.remote.as_secs_f64()), sum(&|f| f.cpu_remote), sum(&|f| f.cpu_servers));
+        let gm_floor = geomean(figures.iter().map(|f| f.remote.as_secs_f64() / f.cpu_floor(cores).max(1e-9)));
+        out += &format!(
+            "CPU over the remote runs: blobhouse {cpu_remote:.1} s, testbed servers {cpu_servers:.1} s, in {remote_s:.1} s on {cores} cores ({:.0}% of the machine busy, {:.0}% of it the servers); remote time / CPU floor: geomean {gm_floor:.2}\n",
+            100.0 * (cpu_remote + cpu_servers) / (remote_s * cores).max(1e-9),
+            100.0 * cpu_servers / (remote_s * cores).max(1e-9)
+        );
+    } else {
+        out += "\n";
+    }
     for p in &peers {
         // Over the queries both finished, so a failure does not flatter anyone.
         let both: Vec<(f64, f64)> = figures.iter().filter_map(|f| f.peers.get(p)?.as_ref().ok().map(|d| (d.as_secs_f64(), f.remote.as_secs_f64()))).collect();
         let failed = figures.len() - both.len();
         let gm_peer = geomean(both.iter().map(|b| b.0));
         let gm_ours = geomean(both.iter().map(|b| b.1));
+        let worst = figures
+            .iter()
+            .filter_map(|f| Some((f.query, f.remote.as_secs_f64() / f.peers.get(p)?.as_ref().ok()?.as_secs_f64().max(1e-9))))
+            .max_by(|a, b| a.1.total_cmp(&b.1));
         out += &format!(
-            "geomean vs {p}: {p} {gm_peer:.3} s, blobhouse {gm_ours:.3} s over {} queries → blobhouse {:.2}x faster{}\n",
+            "geomean vs {p}: {p} {gm_peer:.3} s, blobhouse {gm_ours:.3} s over {} queries → blobhouse {:.2}x faster ({:.2}x the time){}{}\n",
             both.len(),
             gm_peer / gm_ours,
+            gm_ours / gm_peer,
+            worst.map_or(String::new(), |(q, r)| format!("; slowest relative to {p}: Q{q} at {r:.2}x its time")),
             if failed > 0 { format!(" ({failed} failed in {p})") } else { String::new() }
         );
     }
@@ -532,13 +712,13 @@ pub fn report(profile: &str, opts: &TpchBenchOptions, figures: &[QueryFigures], 
 }
 
 fn write_outputs(opts: &TpchBenchOptions, figures: &[QueryFigures]) -> Result<(), String> {
-    let mut csv = String::from("query,arrow_s,preloaded_s,remote_s,factor,bytes,retrieval_mib_s,gets,cost_cents,query_wait_s,cpu_preloaded_s,cpu_remote_s,cpu_servers_s,peer,peer_s\n");
+    let mut csv = String::from("query,arrow_s,preloaded_s,remote_s,factor,bytes,retrieval_mib_s,gets,cost_cents,query_wait_s,cpu_preloaded_s,cpu_remote_s,cpu_servers_s,pool_peak_bytes,rss_peak_bytes,spilled_bytes,peer,peer_s,peer_rss_peak_bytes\n");
     for f in figures {
         let base = format!(
-            "{},{},{:.6},{:.6},{:.4},{},{:.1},{},{:.6},{:.4},{:.2},{:.2},{:.2}",
+            "{},{},{},{:.6},{:.4},{},{:.1},{},{:.6},{:.4},{:.2},{:.2},{:.2},{},{},{}",
             f.query,
             f.arrow.map_or(String::new(), |a| format!("{:.6}", a.as_secs_f64())),
-            f.memory.as_secs_f64(),
+            f.memory.map_or(String::new(), |m| format!("{:.6}", m.as_secs_f64())),
             f.remote.as_secs_f64(),
             f.factor(),
             f.bytes,
@@ -548,25 +728,29 @@ fn write_outputs(opts: &TpchBenchOptions, figures: &[QueryFigures]) -> Result<()
             f.query_wait.as_secs_f64(),
             f.cpu_preloaded,
             f.cpu_remote,
-            f.cpu_servers
+            f.cpu_servers,
+            f.pool_peak,
+            f.rss_peak,
+            f.spilled
         );
         if f.peers.is_empty() {
-            csv += &format!("{base},,\n");
+            csv += &format!("{base},,,\n");
         }
         for (p, t) in &f.peers {
-            csv += &format!("{base},{p},{}\n", t.as_ref().map_or(String::new(), |d| format!("{:.6}", d.as_secs_f64())));
+            let rss = f.peer_rss.get(p).copied().unwrap_or(0);
+            csv += &format!("{base},{p},{},{rss}\n", t.as_ref().map_or(String::new(), |d| format!("{:.6}", d.as_secs_f64())));
         }
     }
     std::fs::write(opts.out.join("tpch.csv"), csv).map_err(|e| e.to_string())?;
     let points = |get: &dyn Fn(&QueryFigures) -> Option<f64>| figures.iter().filter_map(|f| Some((f.query as f64, get(f)?))).collect::<Vec<_>>();
     let mut series = vec![
         Series { label: "arrow (decoded, DataFusion MemTables)".into(), points: points(&|f| f.arrow.map(|a| a.as_secs_f64())), markers: true },
-        Series { label: "preloaded (objects in memory, same scan)".into(), points: points(&|f| Some(f.memory.as_secs_f64())), markers: true },
+        Series { label: "preloaded (objects in memory, same scan)".into(), points: points(&|f| f.memory.map(|m| m.as_secs_f64())), markers: true },
         Series { label: "remote-only (blobhouse)".into(), points: points(&|f| Some(f.remote.as_secs_f64())), markers: true },
     ];
     let peers: std::collections::BTreeSet<String> = figures.iter().flat_map(|f| f.peers.keys().cloned()).collect();
-    for p in peers {
-        series.push(Series { label: format!("remote-only ({p})"), points: points(&|f| f.peers.get(&p)?.as_ref().ok().map(Duration::as_secs_f64)), markers: true });
+    for p in &peers {
+        series.push(Series { label: format!("same objects ({p})"), points: points(&|f| f.peers.get(p)?.as_ref().ok().map(Duration::as_secs_f64)), markers: true });
     }
     let axes = Axes { title: format!("TPC-H SF {}: time per query", opts.sf), x_label: "query".into(), y_label: "seconds".into(), log_x: false, legend_lower_right: false };
     series.retain(|s| !s.points.is_empty());
@@ -583,6 +767,20 @@ fn write_outputs(opts: &TpchBenchOptions, figures: &[QueryFigures]) -> Result<()
     if !timeline.is_empty() {
         let axes = Axes { title: "Object scheduler: bytes in flight over a scan".into(), x_label: "seconds since the scan started".into(), y_label: "MiB".into(), log_x: false, legend_lower_right: false };
         plot::line_chart(&opts.out.join("scheduler.png"), &axes, &timeline)?;
+    }
+    // Peak resident set per query, blobhouse against the peers.
+    let gib = (1u64 << 30) as f64;
+    let mut rss = vec![Series { label: "blobhouse peak RSS".into(), points: points(&|f| (f.rss_peak > 0).then(|| f.rss_peak as f64 / gib)), markers: true }];
+    for p in &peers {
+        rss.push(Series { label: format!("{p} peak RSS"), points: points(&|f| f.peer_rss.get(p).filter(|r| **r > 0).map(|r| *r as f64 / gib)), markers: true });
+    }
+    if let Some(l) = opts.memory_limit {
+        rss.push(Series { label: "memory limit".into(), points: figures.iter().map(|f| (f.query as f64, l as f64 / gib)).collect(), markers: false });
+    }
+    rss.retain(|s| !s.points.is_empty());
+    if !rss.is_empty() {
+        let axes = Axes { title: format!("TPC-H SF {}: peak resident memory per query", opts.sf), x_label: "query".into(), y_label: "GiB".into(), log_x: false, legend_lower_right: false };
+        plot::line_chart(&opts.out.join("memory.png"), &axes, &rss)?;
     }
     Ok(())
 }
