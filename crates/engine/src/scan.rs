@@ -16,10 +16,10 @@ use std::sync::{Arc, Mutex};
 use base64::Engine as _;
 use datafusion::arrow::array::{ArrayRef, StringArray, UInt64Array};
 use datafusion::arrow::compute::{CastOptions, cast_with_options};
-use datafusion::arrow::datatypes::{Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{Column, DFSchema, DataFusionError, Result, Statistics, pruning::PruningStatistics};
+use datafusion::common::{Column, ColumnStatistics, DFSchema, DataFusionError, Result, ScalarValue, Statistics, pruning::PruningStatistics};
 use datafusion::execution::TaskContext;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::logical_expr::Expr;
@@ -144,6 +144,9 @@ pub struct BlobScanExec {
     run: Arc<Mutex<Option<Run>>>,
     /// The download manager's CPU while this scan ran.
     download_cpu: Arc<CpuSpan>,
+    /// Per projected column, from the manifest's zone maps of the row
+    /// groups read: the optimizer's join and filter estimates.
+    column_stats: Vec<ColumnStatistics>,
 }
 
 /// An execution of the scan: its pipeline and which partitions started.
@@ -214,6 +217,8 @@ impl BlobScanExec {
             req.manifest.objects.iter().flat_map(|o| (0..o.row_groups.len()).map(move |i| (o, i))).collect();
         let keep = prune(state, &req.table_schema, req.filters, &all);
 
+        let kept: Vec<(&DataObject, usize)> = all.iter().zip(&keep).filter(|(_, k)| **k).map(|(rg, _)| *rg).collect();
+        let column_stats = projection.iter().map(|&c| zone_map_statistics(req.table_schema.field(c).data_type(), c, &kept)).collect();
         let mut summary = PlanSummary { row_groups_total: all.len(), ..Default::default() };
         let mut units = Vec::new();
         let mut objects: HashMap<&str, Arc<ScanObject>> = HashMap::new();
@@ -284,8 +289,44 @@ impl BlobScanExec {
             counters,
             run: Arc::default(),
             download_cpu: Arc::default(),
+            column_stats,
         })
     }
+}
+
+/// A column's statistics over row groups, from their zone maps: the
+/// smallest minimum, the largest maximum (inexact: bounds, not values seen)
+/// and the nulls. Without them DataFusion cannot tell that a join input is
+/// small: in TPC-H Q18 it built a hash table on six million joined rows
+/// (820 MB at SF 1) instead of on the 57 rows of the subquery.
+fn zone_map_statistics(data_type: &DataType, column: usize, row_groups: &[(&DataObject, usize)]) -> ColumnStatistics {
+    let mut stats = ColumnStatistics::new_unknown();
+    let chunks = || row_groups.iter().map(|(o, rg)| o.row_groups[*rg].columns.get(column));
+    let parse = |text: Option<&String>| text.and_then(|t| ScalarValue::try_from_string(t.clone(), data_type).ok()).filter(|v| !v.is_null());
+    let mut bounds: Option<(ScalarValue, ScalarValue)> = None;
+    let mut complete = true;
+    for chunk in chunks() {
+        let (Some(min), Some(max)) = (parse(chunk.and_then(|c| c.min.as_ref())), parse(chunk.and_then(|c| c.max.as_ref()))) else {
+            complete = false;
+            break;
+        };
+        bounds = Some(match bounds {
+            None => (min, max),
+            Some((lo, hi)) => (
+                if min.partial_cmp(&lo) == Some(std::cmp::Ordering::Less) { min } else { lo },
+                if max.partial_cmp(&hi) == Some(std::cmp::Ordering::Greater) { max } else { hi },
+            ),
+        });
+    }
+    if let (true, Some((lo, hi))) = (complete, bounds) {
+        stats.min_value = Precision::Inexact(lo);
+        stats.max_value = Precision::Inexact(hi);
+    }
+    let nulls: Option<u64> = chunks().map(|c| c.and_then(|c| c.nulls)).sum();
+    if let Some(n) = nulls {
+        stats.null_count = Precision::Exact(n as usize);
+    }
+    stats
 }
 
 /// Which row groups may hold rows matching `filters` (true = read it).
@@ -435,6 +476,7 @@ impl ExecutionPlan for BlobScanExec {
         if args.partition().is_none() {
             stats.num_rows = Precision::Exact(self.rows as usize);
             stats.total_byte_size = Precision::Inexact(self.summary.bytes_planned as usize);
+            stats.column_statistics = self.column_stats.clone();
         }
         Ok(Arc::new(stats))
     }
