@@ -34,14 +34,16 @@ use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryPool
 /// Consumers named in a "Resources exhausted" error.
 const TOP_CONSUMERS: usize = 5;
 
-/// Consumers the budget counts but never refuses. DataFusion 55's
-/// `RepartitionExec` spills its queues when refused, and that path can
-/// park every thread of a query for good (apache/datafusion#24883: "RepartitionExec
-/// deadlocks under a memory limit"; here a sort-merge join under 128 MiB hung).
-/// Its queues are batches in transit, normally a few per partition; counted,
-/// they make the operators that can spill do so, and those that cannot fail
-/// with "Resources exhausted" — never a hang.
+/// Consumers the budget counts but does not refuse while they are small.
+/// DataFusion 55's `RepartitionExec` spills its queues when refused, and that
+/// path can park every thread of a query for good (apache/datafusion#24883:
+/// "RepartitionExec deadlocks under a memory limit"; here a sort-merge join
+/// under 128 MiB hung). Its queues are batches in transit, normally a few per
+/// partition, so a queue is refused only beyond an eighth of the limit: a
+/// consumer slower than its producer (TPC-H Q18 at SF 10: 2.5 GB queued
+/// before the final aggregation) then spills instead of taking the budget.
 const NEVER_REFUSED: &str = "RepartitionExec";
+const QUEUE_DEN: usize = 8;
 
 fn never_refused(consumer: &MemoryConsumer) -> bool {
     consumer.name().starts_with(NEVER_REFUSED)
@@ -159,8 +161,9 @@ impl MemoryPool for BudgetPool {
         let used = s.spillable + s.unspillable;
         let free = limit.saturating_sub(used);
         let consumer = reservation.consumer();
-        if never_refused(consumer) {
-            // Counted (with the consumers that cannot spill), never refused.
+        if never_refused(consumer) && reservation.size() + additional <= limit / QUEUE_DEN {
+            // Counted (with the consumers that cannot spill), not refused
+            // while the queue is small: see NEVER_REFUSED.
             s.unspillable += additional;
             self.record(&s);
             return Ok(());
@@ -176,6 +179,15 @@ impl MemoryPool for BudgetPool {
         };
         if additional > free {
             return Err(refuse(format!("only {} of the memory limit of {} is free", format_bytes(free as u64), format_bytes(limit as u64))));
+        }
+        if never_refused(consumer) {
+            // A queue beyond its allowance spills (DataFusion 55 spills
+            // repartition queues when refused).
+            return Err(refuse(format!(
+                "a repartition queue may hold at most {} (an eighth of the memory limit of {}) before it spills",
+                format_bytes((limit / QUEUE_DEN) as u64),
+                format_bytes(limit as u64)
+            )));
         }
         if shares(consumer) {
             let share = (limit / SPILLERS_DEN * SPILLERS_NUM).saturating_sub(s.unspillable) / s.spillers.max(1);
@@ -416,17 +428,25 @@ mod tests {
     }
 
     #[test]
-    fn repartition_queues_are_counted_but_never_refused() {
-        let budget = MemoryBudget::new(Some(100));
+    fn repartition_queues_are_not_refused_until_an_eighth_of_the_limit() {
+        let budget = MemoryBudget::new(Some(800));
         let pool = budget.pool();
-        let queue = MemoryConsumer::new("RepartitionExec[0]").with_can_spill(true).register(&pool);
-        queue.try_grow(150).unwrap();
-        assert_eq!(budget.reserved(), 150);
         let sort = MemoryConsumer::new("ExternalSorter[0]").with_can_spill(true).register(&pool);
-        assert!(sort.try_grow(1).is_err(), "the others see the budget spent");
-        queue.shrink(150);
-        sort.try_grow(75).unwrap();
-        assert!(sort.try_grow(1).is_err(), "the queue takes no share: the sort alone has three quarters");
+        sort.try_grow(600).unwrap();
+        let queue = MemoryConsumer::new("RepartitionExec[0]").with_can_spill(true).register(&pool);
+        queue.try_grow(100).unwrap();
+        let e = queue.try_grow(1).unwrap_err().to_string();
+        assert!(e.contains("repartition queue") && e.contains("100 B"), "beyond its eighth the queue spills: {e}");
+        let join = MemoryConsumer::new("HashJoinInput[0]").register(&pool);
+        join.try_grow(100).unwrap();
+        // The budget is spent; a small queue still gets its bytes (no hang).
+        let other = MemoryConsumer::new("RepartitionExec[1]").with_can_spill(true).register(&pool);
+        other.try_grow(50).unwrap();
+        assert_eq!(budget.reserved(), 850);
+        assert!(join.try_grow(1).is_err(), "the others see the budget spent");
+        queue.shrink(100);
+        other.shrink(50);
+        assert_eq!(budget.reserved(), 700);
     }
 
     #[test]
