@@ -10,10 +10,12 @@
   dbgen draws the random text columns (addresses, comments) differently from
   the reference dbgen, so Q2, Q10, Q13, Q15 and Q20 differ on that data.
 
-Writes crates/bench/tpch/{queries,answers/sf<SF>}/ for SF 0.01, 0.1 and 1.
+Writes crates/bench/tpch/{queries,answers/sf<SF>}/ for SF 0.01, 0.1, 1 and 10
+(or only the scale factors given as arguments).
 Needs: pip install duckdb==1.5.5 duckdb-extension-tpch==1.5.5 tpchgen-cli==4.0.0
 
-    python3 scripts/export-tpch-reference.py
+    python3 scripts/export-tpch-reference.py          # all
+    python3 scripts/export-tpch-reference.py 10       # SF 10 only (~3 min, ~4 GB in a temporary directory)
 """
 import datetime
 import decimal
@@ -26,7 +28,7 @@ import tempfile
 import duckdb
 import duckdb_extension_tpch
 
-SCALE_FACTORS = ["0.01", "0.1", "1"]
+SCALE_FACTORS = ["0.01", "0.1", "1", "10"]
 TABLES = ["region", "nation", "supplier", "customer", "part", "partsupp", "orders", "lineitem"]
 root = pathlib.Path(__file__).resolve().parent.parent / "crates" / "bench" / "tpch"
 
@@ -58,7 +60,11 @@ def main():
     (root / "queries").mkdir(parents=True, exist_ok=True)
     for nr, text in queries.items():
         (root / "queries" / f"q{nr:02}.sql").write_text(text.strip() + "\n")
-    for sf in SCALE_FACTORS:
+    import sys
+    wanted = sys.argv[1:] or SCALE_FACTORS
+    for sf in wanted:
+        if sf not in SCALE_FACTORS:
+            raise SystemExit(f"no reference scale factor {sf} (known: {', '.join(SCALE_FACTORS)})")
         with tempfile.TemporaryDirectory() as tmp:
             subprocess.run(["tpchgen-cli", "parquet", "-s", sf, f"--output-dir={tmp}"], check=True)
             db = duckdb.connect()

@@ -39,11 +39,21 @@ impl Verdict {
 }
 
 /// Scale factors with reference answers.
-pub const REFERENCE_SCALE_FACTORS: [f64; 3] = [0.01, 0.1, 1.0];
+pub const REFERENCE_SCALE_FACTORS: [f64; 4] = [0.01, 0.1, 1.0, 10.0];
 
 /// The reference answer of query `n` at `sf`, as pipe-separated text with a header.
 pub fn reference(n: usize, sf: f64) -> Option<&'static str> {
-    let key = if (sf - 0.01).abs() < 1e-9 { "0.01" } else if (sf - 0.1).abs() < 1e-9 { "0.1" } else if (sf - 1.0).abs() < 1e-9 { "1" } else { return None };
+    let key = if (sf - 0.01).abs() < 1e-9 {
+        "0.01"
+    } else if (sf - 0.1).abs() < 1e-9 {
+        "0.1"
+    } else if (sf - 1.0).abs() < 1e-9 {
+        "1"
+    } else if (sf - 10.0).abs() < 1e-9 {
+        "10"
+    } else {
+        return None;
+    };
     Some(match (key, n) {
         ("0.01", 1) => include_str!("../tpch/answers/sf0.01/q01.csv"),
         ("0.01", 2) => include_str!("../tpch/answers/sf0.01/q02.csv"),
@@ -111,6 +121,28 @@ pub fn reference(n: usize, sf: f64) -> Option<&'static str> {
         ("1", 20) => include_str!("../tpch/answers/sf1/q20.csv"),
         ("1", 21) => include_str!("../tpch/answers/sf1/q21.csv"),
         ("1", 22) => include_str!("../tpch/answers/sf1/q22.csv"),
+        ("10", 1) => include_str!("../tpch/answers/sf10/q01.csv"),
+        ("10", 2) => include_str!("../tpch/answers/sf10/q02.csv"),
+        ("10", 3) => include_str!("../tpch/answers/sf10/q03.csv"),
+        ("10", 4) => include_str!("../tpch/answers/sf10/q04.csv"),
+        ("10", 5) => include_str!("../tpch/answers/sf10/q05.csv"),
+        ("10", 6) => include_str!("../tpch/answers/sf10/q06.csv"),
+        ("10", 7) => include_str!("../tpch/answers/sf10/q07.csv"),
+        ("10", 8) => include_str!("../tpch/answers/sf10/q08.csv"),
+        ("10", 9) => include_str!("../tpch/answers/sf10/q09.csv"),
+        ("10", 10) => include_str!("../tpch/answers/sf10/q10.csv"),
+        ("10", 11) => include_str!("../tpch/answers/sf10/q11.csv"),
+        ("10", 12) => include_str!("../tpch/answers/sf10/q12.csv"),
+        ("10", 13) => include_str!("../tpch/answers/sf10/q13.csv"),
+        ("10", 14) => include_str!("../tpch/answers/sf10/q14.csv"),
+        ("10", 15) => include_str!("../tpch/answers/sf10/q15.csv"),
+        ("10", 16) => include_str!("../tpch/answers/sf10/q16.csv"),
+        ("10", 17) => include_str!("../tpch/answers/sf10/q17.csv"),
+        ("10", 18) => include_str!("../tpch/answers/sf10/q18.csv"),
+        ("10", 19) => include_str!("../tpch/answers/sf10/q19.csv"),
+        ("10", 20) => include_str!("../tpch/answers/sf10/q20.csv"),
+        ("10", 21) => include_str!("../tpch/answers/sf10/q21.csv"),
+        ("10", 22) => include_str!("../tpch/answers/sf10/q22.csv"),
         _ => return None,
     })
 }

@@ -14,7 +14,7 @@ use blobhouse_storage::StoreOptions;
 
 #[derive(Args)]
 pub struct DemoArgs {
-    /// TPC-H scale factor. Reference answers exist for 0.01, 0.1 and 1.
+    /// TPC-H scale factor. Reference answers exist for 0.01, 0.1, 1 and 10.
     #[arg(long, default_value_t = 1.0)]
     sf: f64,
     /// Directory that holds the demo databases (one per scale factor).
