@@ -242,6 +242,7 @@ impl Engine {
             .with_disk_manager_builder(DiskManagerBuilder::default().with_mode(spill_mode).with_max_temp_directory_size(options.spill.max_bytes));
         let ctx = SessionContext::new_with_config_rt(config, runtime.build_arc()?);
         let footers = Arc::new(FooterCache::new(&memory.pool()));
+        db.account_caches_in(&memory.pool());
         let provider = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), footers, source.clone()));
         ctx.catalog("datafusion")
             .expect("DataFusion's default catalog exists")

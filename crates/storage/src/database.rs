@@ -18,6 +18,7 @@ use std::time::Duration;
 
 use bytes::Bytes;
 use datafusion::arrow::datatypes::Schema;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use futures::TryStreamExt;
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
@@ -93,6 +94,9 @@ pub struct Database {
     keys: KeyGenerator,
     current: RwLock<Arc<CatalogVersion>>,
     manifests: Mutex<HashMap<String, Arc<Manifest>>>,
+    /// The manifest cache's bytes in the engine's memory budget, once the
+    /// engine has given one ([`Database::account_caches_in`]).
+    manifest_bytes: std::sync::OnceLock<MemoryReservation>,
 }
 
 impl Database {
@@ -132,9 +136,45 @@ impl Database {
             loc,
             current: RwLock::new(Arc::new(CatalogVersion { format_version: FORMAT_VERSION, ..Default::default() })),
             manifests: Mutex::new(HashMap::new()),
+            manifest_bytes: std::sync::OnceLock::new(),
         });
         db.refresh().await?;
         Ok(db)
+    }
+
+    /// Holds the manifest cache in `pool` (as `ManifestCache`, by the
+    /// manifests' JSON size). When the pool refuses a manifest, the cache is
+    /// emptied and tried once more; a manifest that still does not fit is
+    /// used without being kept. Every table version's manifest would
+    /// otherwise stay in memory for the life of the handle. Only the first
+    /// pool given counts.
+    pub fn account_caches_in(&self, pool: &Arc<dyn MemoryPool>) {
+        let reservation = MemoryConsumer::new("ManifestCache").register(pool);
+        if self.manifest_bytes.set(reservation).is_ok() {
+            // What was cached before accounting started is not counted: drop it.
+            self.manifests.lock().expect("manifest cache").clear();
+        }
+    }
+
+    /// Keeps `manifest` (of `size` JSON bytes) in the cache if the budget
+    /// allows.
+    fn cache_manifest(&self, key: &str, manifest: &Arc<Manifest>, size: usize) {
+        let mut cache = self.manifests.lock().expect("manifest cache");
+        if let Some(r) = self.manifest_bytes.get() {
+            if r.try_grow(size).is_err() {
+                cache.clear();
+                r.free();
+                if r.try_grow(size).is_err() {
+                    return;
+                }
+            }
+            if cache.contains_key(key) {
+                // Two readers parsed the same manifest at once: one copy is kept.
+                r.shrink(size);
+                return;
+            }
+        }
+        cache.insert(key.to_string(), manifest.clone());
     }
 
     /// Where the database lives.
@@ -212,7 +252,7 @@ impl Database {
             });
         }
         let manifest = Arc::new(manifest);
-        self.manifests.lock().expect("manifest cache").insert(entry.manifest.clone(), manifest.clone());
+        self.cache_manifest(&entry.manifest, &manifest, bytes.len());
         Ok(manifest)
     }
 

@@ -214,3 +214,34 @@ async fn scans_hold_their_row_groups_in_the_budget_and_fetch_less_ahead_under_a_
     assert_eq!(rows(&held), rows(&free));
     assert!(held.memory.pool_peak <= (limit as u64) + per_group, "the scan stays within the limit of {limit} B: {:?}", held.memory);
 }
+
+/// The manifest cache lives across statements, so it is held in the budget
+/// too; a budget with no room for it leaves every manifest read, used and
+/// not kept (instead of every table version staying in memory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_manifest_cache_is_held_in_the_budget_and_not_kept_when_refused() {
+    use blobhouse_engine::MemoryBudget;
+    use blobhouse_storage::Database;
+    let db = TestDb::new(Backend::Local, "manifest-cache");
+    let e = db.engine(EngineOptions::default()).await;
+    run(&e, "CREATE TABLE t (v BIGINT)").await;
+    for i in 0..3 {
+        run(&e, &format!("INSERT INTO t VALUES ({i})")).await;
+    }
+    let roomy = MemoryBudget::new(Some(1 << 30));
+    let handle = Database::open(db.location.clone(), false).await.unwrap();
+    handle.account_caches_in(&roomy.pool());
+    let entry = handle.current().tables["t"].clone();
+    let first = handle.manifest(&entry).await.unwrap();
+    assert!(roomy.reserved() > 0, "the cached manifest is in the budget");
+    assert!(Arc::ptr_eq(&first, &handle.manifest(&entry).await.unwrap()), "and served from the cache");
+
+    let tight = MemoryBudget::new(Some(1));
+    let handle = Database::open(db.location.clone(), false).await.unwrap();
+    handle.account_caches_in(&tight.pool());
+    let a = handle.manifest(&entry).await.unwrap();
+    let b = handle.manifest(&entry).await.unwrap();
+    assert!(!Arc::ptr_eq(&a, &b), "refused by the budget: read again, not kept");
+    assert_eq!(a.objects.len(), 3);
+    assert_eq!(tight.reserved(), 0);
+}
