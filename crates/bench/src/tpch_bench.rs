@@ -495,12 +495,16 @@ async fn peers_spec(store: &BenchStore<'_>, loader: &Engine, url: &str, direct: 
         BenchStore::Testbed(_) => Some(open_location(&format!("s3://{BUCKET}"), direct).map_err(|e| e.to_string())?),
         BenchStore::Local(_) => None,
     };
+    let local_peers = match store {
+        BenchStore::Testbed(_) => None,
+        BenchStore::Local(dir) => Some(dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()))?.join("peers").join(data_prefix(opts))),
+    };
     for t in tpch::TABLES {
         let manifest = loader.database().manifest(&version.tables[t]).await.map_err(|e| e.to_string())?;
         let mut keys = Vec::new();
-        let prefix = match store {
-            BenchStore::Testbed(_) => format!("peers/{}/{t}/", data_prefix(opts)),
-            BenchStore::Local(dir) => dir.canonicalize().map_err(|e| e.to_string())?.join("peers").join(data_prefix(opts)).join(t).to_string_lossy().to_string() + "/",
+        let prefix = match &local_peers {
+            None => format!("peers/{}/{t}/", data_prefix(opts)),
+            Some(dir) => dir.join(t).to_string_lossy().to_string() + "/",
         };
         for (i, o) in manifest.objects.iter().enumerate() {
             let key = format!("{prefix}{i}.parquet");

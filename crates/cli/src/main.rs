@@ -95,10 +95,7 @@ impl EngineArgs {
     /// Applies the flags to `options`.
     pub fn apply(&self, options: &mut EngineOptions) -> Result<()> {
         if let Some(limit) = &self.memory_limit {
-            options.memory_limit = match limit.trim().to_ascii_lowercase().as_str() {
-                "none" | "unlimited" => None,
-                _ => Some(blobhouse_engine::memory::parse_size(limit).map_err(|e| anyhow::anyhow!("--memory-limit: {e}"))? as usize),
-            };
+            options.memory_limit = blobhouse_engine::memory::parse_limit(limit).map_err(|e| anyhow::anyhow!("--memory-limit: {e}"))?;
         }
         if let Some(dir) = &self.spill_dir {
             options.spill.dir = Some(dir.clone());

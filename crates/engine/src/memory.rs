@@ -344,6 +344,15 @@ pub fn parse_size(text: &str) -> Result<u64, String> {
     Ok(bytes as u64)
 }
 
+/// A memory limit as `SET memory_limit` and `--memory-limit` take it: a
+/// size or share of memory ([`parse_size`]), or `none` / `unlimited`.
+pub fn parse_limit(text: &str) -> Result<Option<usize>, String> {
+    match text.trim().trim_matches('\'').trim().to_ascii_lowercase().as_str() {
+        "none" | "unlimited" => Ok(None),
+        _ => parse_size(text).map(|b| Some(b as usize)),
+    }
+}
+
 /// Bytes for people: `512 B`, `3.2 MiB`, `4.0 GiB`.
 pub fn format_bytes(bytes: u64) -> String {
     const UNITS: [&str; 5] = ["B", "KiB", "MiB", "GiB", "TiB"];
@@ -369,6 +378,9 @@ mod tests {
         assert_eq!(parse_size("1.5g"), Ok(3 << 29));
         assert_eq!(parse_size("512MB"), Ok(512 << 20));
         assert_eq!(parse_size("1000"), Ok(1000));
+        assert_eq!(parse_limit("'none'"), Ok(None));
+        assert_eq!(parse_limit("Unlimited"), Ok(None));
+        assert_eq!(parse_limit("2G"), Ok(Some(2 << 30)));
         assert!(parse_size("50%").unwrap() > 0);
         for bad in ["", "G", "4X", "-1G", "0", "0%", "150%", "four"] {
             let e = parse_size(bad).unwrap_err();

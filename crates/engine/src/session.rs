@@ -26,7 +26,7 @@ use crate::scheduler::SchedulerOptions;
 use crate::source::DataSource;
 use blobhouse_io::{DownloadManager, ManagerOptions};
 use crate::copy::{CopyFormat, CopyFrom, parse_copy_from};
-use crate::memory::{self, MemoryBudget, format_bytes, parse_size};
+use crate::memory::{self, MemoryBudget, format_bytes, parse_limit};
 use crate::provider::{BlobSchemaProvider, write_stream};
 use crate::scan::{FooterCache, ScanMetrics, collect_scan_metrics, collect_scheduler_timelines};
 use crate::scheduler::Decision;
@@ -531,14 +531,6 @@ fn is_memory_limit(variable: &str) -> bool {
 fn is_show_memory_limit(sql: &str) -> bool {
     let words: Vec<String> = sql.trim().trim_end_matches(';').split_whitespace().map(str::to_ascii_lowercase).collect();
     words == ["show", "memory_limit"]
-}
-
-/// A limit as SET takes it: a size, a share of memory, or `none`.
-fn parse_limit(value: &str) -> Result<Option<usize>, String> {
-    match value.trim().to_ascii_lowercase().as_str() {
-        "none" | "unlimited" => Ok(None),
-        _ => parse_size(value).map(|b| Some(b as usize)),
-    }
 }
 
 fn setting_result(name: &str, value: &str, started: Instant) -> QueryResult {
