@@ -19,6 +19,7 @@ pub mod chunks;
 pub mod copy;
 pub mod memory;
 pub mod provider;
+pub mod runtime_filter;
 pub mod scan;
 pub mod scheduler;
 mod pipeline;

@@ -53,7 +53,8 @@ use tokio::sync::{Notify, mpsc};
 use blobhouse_storage::StorageError;
 
 use crate::chunks::FetchedChunks;
-use crate::scan::ScanUnit;
+use crate::runtime_filter::{RowFilter, RuntimeFilters};
+use crate::scan::{ScanUnit, ZoneMaps};
 use crate::scheduler::{Controller, Decision, EpochStats, SchedulerOptions};
 use crate::source::DataSource;
 
@@ -70,6 +71,10 @@ pub(crate) struct ScanCounters {
     /// Sum of the row groups' download times (submit to last byte).
     pub fetch_time: Time,
     pub decode_time: Time,
+    /// Rows the runtime filters dropped ([`crate::runtime_filter`]).
+    pub rows_filtered: Count,
+    /// Row groups not downloaded because a runtime filter excludes them.
+    pub row_groups_skipped: Count,
     /// Partitions waiting for a row group to arrive (the query waited on data).
     pub query_wait_time: Time,
     /// Row groups waiting for a partition to take them (data waited on the query).
@@ -104,6 +109,8 @@ impl ScanCounters {
             first_byte_time: time("first_byte_time"),
             fetch_time: time("fetch_time"),
             decode_time: time("decode_time"),
+            rows_filtered: count("runtime_filter_rows_dropped"),
+            row_groups_skipped: count("runtime_filter_row_groups_skipped"),
             query_wait_time: time("query_wait_time"),
             data_wait_time: time("data_wait_time"),
             download_cpu: managed.then(|| time("download_cpu")),
@@ -216,7 +223,19 @@ pub(crate) struct Pipeline {
 
 impl Pipeline {
     /// Starts downloading `units` (in plan order) for `partitions` consumers.
-    pub fn start(table: &str, units: Vec<ScanUnit>, partitions: usize, source: DataSource, opts: SchedulerOptions, counters: ScanCounters, cpu: Arc<CpuSpan>, pool: &Arc<dyn MemoryPool>) -> Pipeline {
+    /// With `runtime`, row groups the runtime filters exclude by their
+    /// zone maps are skipped when their turn to download comes.
+    pub fn start(
+        table: &str,
+        units: Vec<ScanUnit>,
+        partitions: usize,
+        source: DataSource,
+        opts: SchedulerOptions,
+        counters: ScanCounters,
+        cpu: Arc<CpuSpan>,
+        pool: &Arc<dyn MemoryPool>,
+        runtime: Option<(RuntimeFilters, Arc<ZoneMaps>)>,
+    ) -> Pipeline {
         let reservation = MemoryConsumer::new(format!("BlobScan[{table}]")).register(pool);
         let shared = Arc::new(Shared {
             opts,
@@ -232,13 +251,15 @@ impl Pipeline {
             reservation,
         });
         let (tx, rx) = mpsc::unbounded_channel();
-        let fetcher = SpawnedTask::spawn(fetch_all(units.into(), source, shared.clone(), tx, cpu));
+        let skipper = runtime.map(|(filters, zone_maps)| Skipper { filters, zone_maps, generation: None, keep: None });
+        let fetcher = SpawnedTask::spawn(fetch_all(units.into(), source, shared.clone(), tx, cpu, skipper));
         Pipeline { shared, ready: tokio::sync::Mutex::new(rx), _fetcher: fetcher }
     }
 
     /// The stream of partition `partition`, holding `guard` until dropped.
-    pub fn stream(self: &Arc<Self>, partition: usize, schema: SchemaRef, projection: Vec<usize>, batch_size: usize, guard: Box<dyn Send>) -> SendableRecordBatchStream {
+    pub fn stream(self: &Arc<Self>, partition: usize, schema: SchemaRef, projection: Vec<usize>, batch_size: usize, filter: Option<RowFilter>, guard: Box<dyn Send>) -> SendableRecordBatchStream {
         let consumer = Consumer {
+            filter,
             pipeline: self.clone(),
             partition,
             schema: schema.clone(),
@@ -257,7 +278,7 @@ impl Pipeline {
 
 /// Downloads row groups as the scheduler allows and queues them as they
 /// arrive. Ends when all arrived, a download failed, or nobody listens.
-async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource, shared: Arc<Shared>, tx: mpsc::UnboundedSender<Result<Arrived>>, cpu: Arc<CpuSpan>) {
+async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource, shared: Arc<Shared>, tx: mpsc::UnboundedSender<Result<Arrived>>, cpu: Arc<CpuSpan>, mut skipper: Option<Skipper>) {
     let start = Instant::now();
     cpu.begin(&source);
     let dm = source.download_manager().cloned();
@@ -276,6 +297,13 @@ async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource, shared: Ar
     let mut last_arrival = start;
     loop {
         while let Some(unit) = queue.front() {
+            if let Some(s) = &mut skipper
+                && !s.keeps(unit.index)
+            {
+                queue.pop_front();
+                counters.row_groups_skipped.add(1);
+                continue;
+            }
             if !shared.may_start(&ctl, unit.bytes(), running.len()) {
                 break;
             }
@@ -358,6 +386,29 @@ async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource, shared: Ar
     cpu.end(&source, counters.download_cpu.as_ref());
 }
 
+/// Decides, with the runtime filters as they are now, which row groups
+/// still need downloading.
+struct Skipper {
+    filters: RuntimeFilters,
+    zone_maps: Arc<ZoneMaps>,
+    /// The filters' generation `keep` was computed for.
+    generation: Option<u64>,
+    /// Per unit; `None`: every unit.
+    keep: Option<Vec<bool>>,
+}
+
+impl Skipper {
+    fn keeps(&mut self, unit: usize) -> bool {
+        let generation = self.filters.generation();
+        if self.generation != Some(generation) {
+            self.generation = Some(generation);
+            // A filter that cannot be read prunes nothing: it is only an optimisation.
+            self.keep = self.filters.current().ok().flatten().map(|p| self.zone_maps.prune(p));
+        }
+        self.keep.as_ref().is_none_or(|k| k.get(unit).copied().unwrap_or(true))
+    }
+}
+
 /// Issues all range requests of a unit concurrently and reassembles spans.
 async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> Result<FetchedChunks> {
     let object = &unit.object;
@@ -398,6 +449,8 @@ struct Consumer {
     projection: Vec<usize>,
     batch_size: usize,
     current: Option<Decoding>,
+    /// The runtime filters, applied to each decoded batch.
+    filter: Option<RowFilter>,
     /// When the last batch was handed on: the time until the next poll is
     /// the query's processing of it.
     last_yield: Option<Instant>,
@@ -428,8 +481,27 @@ impl Consumer {
                         let took = t.elapsed();
                         m.decode_time.add_duration(took);
                         let bytes = (batch.num_rows() as f64 * d.bytes_per_row) as u64;
-                        shared.processed(self.partition, bytes, self.busy + took);
+                        let batch = match &mut self.filter {
+                            Some(f) => {
+                                let rows = batch.num_rows();
+                                match f.apply(batch) {
+                                    Ok(b) => {
+                                        m.rows_filtered.add(rows - b.num_rows());
+                                        b
+                                    }
+                                    Err(e) => {
+                                        self.done = true;
+                                        return Some((Err(e), self));
+                                    }
+                                }
+                            }
+                            None => batch,
+                        };
+                        shared.processed(self.partition, bytes, self.busy + t.elapsed());
                         self.busy = Duration::ZERO;
+                        if batch.num_rows() == 0 {
+                            continue; // the filters dropped every row
+                        }
                         self.last_yield = Some(Instant::now());
                         return Some((Ok(batch), self));
                     }

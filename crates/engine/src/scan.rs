@@ -28,7 +28,10 @@ use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::execution_plan::apply_expression_roots;
+use datafusion::physical_plan::filter_pushdown::{ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown};
 use datafusion::physical_plan::statistics::StatisticsArgs;
+use datafusion::common::config::ConfigOptions;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
     ReplaceChildrenOptions, SendableRecordBatchStream,
@@ -43,6 +46,7 @@ use blobhouse_storage::{Database, StorageError};
 
 use crate::chunks::{RequestPolicy, Span};
 use crate::pipeline::{CpuSpan, Pipeline, ScanCounters};
+use crate::runtime_filter::{RuntimeFilters, is_runtime_filter};
 use crate::scheduler::{Decision, SchedulerOptions};
 use crate::source::DataSource;
 
@@ -99,6 +103,8 @@ pub(crate) struct ScanObject {
 /// One row group to read: the morsel of this scan.
 #[derive(Debug, Clone)]
 pub(crate) struct ScanUnit {
+    /// Position in the scan's plan order (and in its [`ZoneMaps`]).
+    pub index: usize,
     pub object: Arc<ScanObject>,
     pub row_group: usize,
     pub rows: u64,
@@ -147,6 +153,15 @@ pub struct BlobScanExec {
     /// Per projected column, from the manifest's zone maps of the row
     /// groups read: the optimizer's join and filter estimates.
     column_stats: Vec<ColumnStatistics>,
+    /// The zone maps of the projected columns of the units, in plan order:
+    /// what runtime filters prune with.
+    unit_zone_maps: Arc<ZoneMaps>,
+    /// Filters that operators above fill in while the query runs
+    /// ([`crate::runtime_filter`]).
+    runtime_filters: Option<RuntimeFilters>,
+    /// The filters pushed in at planning, over the scan's output: applied
+    /// before the runtime filters (see [`RuntimeFilters::rows`]).
+    pushed_predicate: Option<Arc<dyn PhysicalExpr>>,
 }
 
 /// An execution of the scan: its pipeline and which partitions started.
@@ -217,8 +232,18 @@ impl BlobScanExec {
             req.manifest.objects.iter().flat_map(|o| (0..o.row_groups.len()).map(move |i| (o, i))).collect();
         let keep = prune(state, &req.table_schema, req.filters, &all);
 
-        let kept: Vec<(&DataObject, usize)> = all.iter().zip(&keep).filter(|(_, k)| **k).map(|(rg, _)| *rg).collect();
+        let mut kept: Vec<(&DataObject, usize)> = all.iter().zip(&keep).filter(|(_, k)| **k).map(|(rg, _)| *rg).collect();
+        if let Some(l) = req.limit {
+            // Only the row groups that reach the limit are read (below).
+            let mut rows = 0u64;
+            kept.retain(|(o, rg)| {
+                let take = rows < l as u64;
+                rows += o.row_groups[*rg].rows;
+                take
+            });
+        }
         let column_stats = projection.iter().map(|&c| zone_map_statistics(req.table_schema.field(c).data_type(), c, &kept)).collect();
+        let unit_zone_maps = Arc::new(ZoneMaps::new(&req.table_schema, &projection, &kept));
         let mut summary = PlanSummary { row_groups_total: all.len(), ..Default::default() };
         let mut units = Vec::new();
         let mut objects: HashMap<&str, Arc<ScanObject>> = HashMap::new();
@@ -250,7 +275,7 @@ impl BlobScanExec {
             };
             let ranges: Vec<Range<u64>> = projection.iter().map(|&c| rg_meta.columns[c].range()).collect();
             let spans = if projection.is_empty() { Vec::new() } else { req.policy.plan(&ranges) };
-            let unit = ScanUnit { object: scan_object, row_group: *rg, rows: rg_meta.rows, spans };
+            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, spans };
             summary.bytes_planned += unit.bytes();
             summary.bytes_skipped += all_bytes.saturating_sub(unit.bytes());
             summary.requests_planned += unit.spans.iter().map(|s| s.requests.len()).sum::<usize>();
@@ -272,6 +297,7 @@ impl BlobScanExec {
         MetricBuilder::new(&metrics).global_counter("row_groups_pruned").add(summary.row_groups_pruned);
         MetricBuilder::new(&metrics).global_counter("bytes_skipped").add(summary.bytes_skipped as usize);
         let counters = ScanCounters::new(&metrics, req.source.download_manager().is_some());
+        let pushed_predicate = physical_predicate(state, &schema, req.filters);
         Ok(BlobScanExec {
             table: req.table.to_string(),
             source: req.source.clone(),
@@ -290,7 +316,37 @@ impl BlobScanExec {
             run: Arc::default(),
             download_cpu: Arc::default(),
             column_stats,
+            unit_zone_maps,
+            runtime_filters: None,
+            pushed_predicate,
         })
+    }
+
+    /// This scan with other runtime filters: a new node, as the optimizer
+    /// wants, sharing the plan and the metrics.
+    fn with_runtime_filters(&self, runtime_filters: Option<RuntimeFilters>) -> BlobScanExec {
+        BlobScanExec {
+            table: self.table.clone(),
+            source: self.source.clone(),
+            schema: self.schema.clone(),
+            projection: self.projection.clone(),
+            units: self.units.clone(),
+            partitions: self.partitions,
+            summary: self.summary.clone(),
+            filters: self.filters.clone(),
+            batch_size: self.batch_size,
+            rows: self.rows,
+            metrics: self.metrics.clone(),
+            properties: self.properties.clone(),
+            scheduler: self.scheduler.clone(),
+            counters: self.counters.clone(),
+            run: Arc::default(),
+            download_cpu: Arc::default(),
+            column_stats: self.column_stats.clone(),
+            unit_zone_maps: self.unit_zone_maps.clone(),
+            runtime_filters,
+            pushed_predicate: self.pushed_predicate.clone(),
+        }
     }
 }
 
@@ -329,57 +385,89 @@ fn zone_map_statistics(data_type: &DataType, column: usize, row_groups: &[(&Data
     stats
 }
 
+/// `filters` as one predicate over `schema`; `None` when there are none or
+/// they do not translate (they are an optimisation here: the operators
+/// above the scan apply them).
+fn physical_predicate(state: &dyn Session, schema: &SchemaRef, filters: &[Expr]) -> Option<Arc<dyn PhysicalExpr>> {
+    let predicate = conjunction(filters.to_vec())?;
+    let df_schema = DFSchema::try_from(schema.as_ref().clone()).ok()?;
+    state.create_physical_expr(predicate, &df_schema).ok()
+}
+
 /// Which row groups may hold rows matching `filters` (true = read it).
 fn prune(state: &dyn Session, schema: &SchemaRef, filters: &[Expr], all: &[(&DataObject, usize)]) -> Vec<bool> {
-    let keep_all = vec![true; all.len()];
-    let Some(predicate) = conjunction(filters.to_vec()) else { return keep_all };
-    let Ok(df_schema) = DFSchema::try_from(schema.as_ref().clone()) else { return keep_all };
-    let Ok(physical) = state.create_physical_expr(predicate, &df_schema) else { return keep_all };
-    let Ok(pruning) = PruningPredicateBuilder::new().with_file_schema(schema.clone()).try_build(physical) else { return keep_all };
-    let stats = ZoneMaps { schema, row_groups: all };
-    pruning.prune(&stats).unwrap_or(keep_all)
+    let Some(physical) = physical_predicate(state, schema, filters) else { return vec![true; all.len()] };
+    let columns: Vec<usize> = (0..schema.fields().len()).collect();
+    ZoneMaps::new(schema, &columns, all).prune(physical)
 }
 
-/// The manifest's zone maps seen through DataFusion's pruning interface.
-struct ZoneMaps<'a> {
-    schema: &'a Schema,
-    row_groups: &'a [(&'a DataObject, usize)],
+/// The manifest's zone maps of some columns over some row groups, seen
+/// through DataFusion's pruning interface. Owned, so that a running scan
+/// can prune with filters that arrive after planning.
+#[derive(Debug)]
+pub(crate) struct ZoneMaps {
+    schema: SchemaRef,
+    /// Per column of `schema`: minimums, maximums (null: unknown), nulls.
+    mins: Vec<ArrayRef>,
+    maxs: Vec<ArrayRef>,
+    nulls: Vec<ArrayRef>,
+    rows: ArrayRef,
 }
 
-impl ZoneMaps<'_> {
-    fn bound(&self, column: &Column, min: bool) -> Option<ArrayRef> {
-        let idx = self.schema.index_of(&column.name).ok()?;
-        let text: StringArray = self
-            .row_groups
-            .iter()
-            .map(|(o, rg)| {
-                let c = o.row_groups[*rg].columns.get(idx)?;
-                if min { c.min.as_deref() } else { c.max.as_deref() }
-            })
-            .collect();
-        // Text that no longer casts becomes null: "unknown", never pruned.
-        cast_with_options(&text, self.schema.field(idx).data_type(), &CastOptions { safe: true, ..Default::default() }).ok()
+impl ZoneMaps {
+    /// Zone maps of the table columns `columns` over `row_groups`.
+    fn new(table: &Schema, columns: &[usize], row_groups: &[(&DataObject, usize)]) -> ZoneMaps {
+        let bound = |c: usize, min: bool| -> ArrayRef {
+            let text: StringArray = row_groups
+                .iter()
+                .map(|(o, rg)| {
+                    let chunk = o.row_groups[*rg].columns.get(c)?;
+                    if min { chunk.min.as_deref() } else { chunk.max.as_deref() }
+                })
+                .collect();
+            // Text that no longer casts becomes null: "unknown", never pruned.
+            let data_type = table.field(c).data_type();
+            cast_with_options(&text, data_type, &CastOptions { safe: true, ..Default::default() })
+                .unwrap_or_else(|_| datafusion::arrow::array::new_null_array(data_type, row_groups.len()))
+        };
+        let nulls = |c: usize| -> ArrayRef { Arc::new(row_groups.iter().map(|(o, rg)| o.row_groups[*rg].columns.get(c)?.nulls).collect::<UInt64Array>()) };
+        ZoneMaps {
+            schema: Arc::new(table.project(columns).expect("columns of the table")),
+            mins: columns.iter().map(|&c| bound(c, true)).collect(),
+            maxs: columns.iter().map(|&c| bound(c, false)).collect(),
+            nulls: columns.iter().map(|&c| nulls(c)).collect(),
+            rows: Arc::new(row_groups.iter().map(|(o, rg)| Some(o.row_groups[*rg].rows)).collect::<UInt64Array>()),
+        }
+    }
+
+    /// Which row groups may hold rows matching `predicate` (a physical
+    /// expression over [`Self::schema`]); all of them when it cannot tell.
+    pub(crate) fn prune(&self, predicate: Arc<dyn PhysicalExpr>) -> Vec<bool> {
+        let keep_all = vec![true; self.rows.len()];
+        let Ok(pruning) = PruningPredicateBuilder::new().with_file_schema(self.schema.clone()).try_build(predicate) else { return keep_all };
+        pruning.prune(self).unwrap_or(keep_all)
+    }
+
+    fn column(&self, column: &Column) -> Option<usize> {
+        self.schema.index_of(&column.name).ok()
     }
 }
 
-impl PruningStatistics for ZoneMaps<'_> {
+impl PruningStatistics for ZoneMaps {
     fn min_values(&self, column: &Column) -> Option<ArrayRef> {
-        self.bound(column, true)
+        self.column(column).map(|i| self.mins[i].clone())
     }
     fn max_values(&self, column: &Column) -> Option<ArrayRef> {
-        self.bound(column, false)
+        self.column(column).map(|i| self.maxs[i].clone())
     }
     fn num_containers(&self) -> usize {
-        self.row_groups.len()
+        self.rows.len()
     }
     fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
-        let idx = self.schema.index_of(&column.name).ok()?;
-        let counts: UInt64Array = self.row_groups.iter().map(|(o, rg)| o.row_groups[*rg].columns.get(idx)?.nulls).collect();
-        Some(Arc::new(counts))
+        self.column(column).map(|i| self.nulls[i].clone())
     }
     fn row_counts(&self) -> Option<ArrayRef> {
-        let counts: UInt64Array = self.row_groups.iter().map(|(o, rg)| Some(o.row_groups[*rg].rows)).collect();
-        Some(Arc::new(counts))
+        Some(self.rows.clone())
     }
     fn contained(&self, _: &Column, _: &std::collections::HashSet<datafusion::common::ScalarValue>) -> Option<datafusion::arrow::array::BooleanArray> {
         None
@@ -406,6 +494,10 @@ impl DisplayAs for BlobScanExec {
                 if !self.filters.is_empty() {
                     write!(f, ", pruning_filters=[{}]", self.filters.join(", "))?;
                 }
+                if let Some(r) = &self.runtime_filters {
+                    let shown: Vec<String> = r.exprs().iter().map(|e| e.to_string()).collect();
+                    write!(f, ", runtime_filters=[{}]", shown.join(", "))?;
+                }
                 let reader = if self.source.download_manager().is_some() { "download_manager" } else { "object_store" };
                 write!(f, ", reader={reader}")
             }
@@ -426,8 +518,42 @@ impl ExecutionPlan for BlobScanExec {
         vec![]
     }
 
-    fn apply_expressions(&self, _f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>) -> Result<TreeNodeRecursion> {
-        Ok(TreeNodeRecursion::Continue)
+    /// The runtime filters: a hash join computes its filter only when it
+    /// finds it in the plan below it.
+    fn apply_expressions(&self, f: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>) -> Result<TreeNodeRecursion> {
+        apply_expression_roots(self.runtime_filters.iter().flat_map(|r| r.exprs()), f)
+    }
+
+    /// Takes the filters that change while the query runs (DataFusion's
+    /// dynamic filters, pushed down after planning) and answers "not
+    /// pushed down" for every filter: the scan applies them as far as it
+    /// pays ([`crate::runtime_filter`]), so its parents keep checking.
+    fn handle_child_pushdown_result(
+        &self,
+        phase: FilterPushdownPhase,
+        child: ChildPushdownResult,
+        _config: &ConfigOptions,
+    ) -> Result<FilterPushdownPropagation<Arc<dyn ExecutionPlan>>> {
+        let answers = vec![PushedDown::No; child.parent_filters.len()];
+        let runtime: Vec<Arc<dyn PhysicalExpr>> = if phase == FilterPushdownPhase::Post {
+            child.parent_filters.into_iter().map(|f| f.filter).filter(is_runtime_filter).collect()
+        } else {
+            Vec::new()
+        };
+        let propagation = FilterPushdownPropagation::with_parent_pushdown_result(answers);
+        if runtime.is_empty() {
+            return Ok(propagation);
+        }
+        let mut all: Vec<Arc<dyn PhysicalExpr>> = self.runtime_filters.iter().flat_map(|f| f.exprs().iter().cloned()).collect();
+        all.extend(runtime);
+        Ok(propagation.with_updated_node(Arc::new(self.with_runtime_filters(RuntimeFilters::new(all)))))
+    }
+
+    /// Drops the runtime filters: the operators that fill them start afresh
+    /// without them (a recursive query re-runs its plan so), and a filter
+    /// left from the previous run would drop rows the next one needs.
+    fn reset_state(self: Arc<Self>) -> Result<Arc<dyn ExecutionPlan>> {
+        Ok(Arc::new(self.with_runtime_filters(None)))
     }
 
     fn replace_children(self: Arc<Self>, _: Vec<Arc<dyn ExecutionPlan>>, _: ReplaceChildrenOptions) -> Result<Arc<dyn ExecutionPlan>> {
@@ -455,6 +581,7 @@ impl ExecutionPlan for BlobScanExec {
                     self.counters.clone(),
                     self.download_cpu.clone(),
                     context.memory_pool(),
+                    self.runtime_filters.clone().map(|f| (f, self.unit_zone_maps.clone())),
                 );
                 *slot = Some(Run { pipeline: Arc::new(pipeline), started: vec![false; self.partitions], open: 0 });
             }
@@ -464,7 +591,8 @@ impl ExecutionPlan for BlobScanExec {
             run.pipeline.clone()
         };
         let guard = StreamGuard { run: self.run.clone(), pipeline: pipeline.clone() };
-        Ok(pipeline.stream(partition, self.schema.clone(), self.projection.clone(), self.batch_size, Box::new(guard)))
+        let rows = self.runtime_filters.as_ref().map(|f| f.rows(&self.schema, self.pushed_predicate.as_ref())).transpose()?;
+        Ok(pipeline.stream(partition, self.schema.clone(), self.projection.clone(), self.batch_size, rows, Box::new(guard)))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -496,6 +624,8 @@ impl BlobScanExec {
             row_groups_pruned: self.summary.row_groups_pruned as u64,
             row_groups_total: self.summary.row_groups_total as u64,
             bytes_skipped: self.summary.bytes_skipped,
+            runtime_skipped_row_groups: get("runtime_filter_row_groups_skipped"),
+            runtime_dropped_rows: get("runtime_filter_rows_dropped"),
         }
     }
 
@@ -518,6 +648,10 @@ pub struct ScanMetrics {
     pub row_groups_pruned: u64,
     pub row_groups_total: u64,
     pub bytes_skipped: u64,
+    /// Row groups not downloaded because a runtime filter excluded them.
+    pub runtime_skipped_row_groups: u64,
+    /// Decoded rows the runtime filters dropped.
+    pub runtime_dropped_rows: u64,
 }
 
 impl std::ops::AddAssign for ScanMetrics {
@@ -530,6 +664,8 @@ impl std::ops::AddAssign for ScanMetrics {
         self.bytes_skipped += o.bytes_skipped;
         self.query_wait += o.query_wait;
         self.data_wait += o.data_wait;
+        self.runtime_skipped_row_groups += o.runtime_skipped_row_groups;
+        self.runtime_dropped_rows += o.runtime_dropped_rows;
     }
 }
 

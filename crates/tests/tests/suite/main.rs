@@ -8,6 +8,7 @@ mod common;
 mod bad_input;
 mod concurrency;
 mod memory;
+mod runtime_filters;
 mod scan;
 mod sql;
 mod tpch;
