@@ -213,6 +213,20 @@ impl Shared {
     }
 }
 
+/// What a scan hands to [`Pipeline::start`].
+pub(crate) struct ScanToRun<'a> {
+    pub table: &'a str,
+    pub units: Vec<ScanUnit>,
+    pub partitions: usize,
+    pub source: DataSource,
+    pub opts: SchedulerOptions,
+    pub counters: ScanCounters,
+    pub cpu: Arc<CpuSpan>,
+    /// With them, row groups the runtime filters exclude by their zone
+    /// maps are skipped when their turn to download comes.
+    pub runtime: Option<(RuntimeFilters, Arc<ZoneMaps>)>,
+}
+
 /// One execution of a scan: the fetcher and the queue its partitions read.
 pub(crate) struct Pipeline {
     shared: Arc<Shared>,
@@ -222,20 +236,10 @@ pub(crate) struct Pipeline {
 }
 
 impl Pipeline {
-    /// Starts downloading `units` (in plan order) for `partitions` consumers.
-    /// With `runtime`, row groups the runtime filters exclude by their
-    /// zone maps are skipped when their turn to download comes.
-    pub fn start(
-        table: &str,
-        units: Vec<ScanUnit>,
-        partitions: usize,
-        source: DataSource,
-        opts: SchedulerOptions,
-        counters: ScanCounters,
-        cpu: Arc<CpuSpan>,
-        pool: &Arc<dyn MemoryPool>,
-        runtime: Option<(RuntimeFilters, Arc<ZoneMaps>)>,
-    ) -> Pipeline {
+    /// Starts downloading the scan's units (in plan order) for its
+    /// partitions, in `pool`.
+    pub fn start(scan: ScanToRun<'_>, pool: &Arc<dyn MemoryPool>) -> Pipeline {
+        let ScanToRun { table, units, partitions, source, opts, counters, cpu, runtime } = scan;
         let reservation = MemoryConsumer::new(format!("BlobScan[{table}]")).register(pool);
         let shared = Arc::new(Shared {
             opts,

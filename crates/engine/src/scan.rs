@@ -45,7 +45,7 @@ use blobhouse_storage::format::{DataObject, Manifest};
 use blobhouse_storage::{Database, StorageError};
 
 use crate::chunks::{RequestPolicy, Span};
-use crate::pipeline::{CpuSpan, Pipeline, ScanCounters};
+use crate::pipeline::{CpuSpan, Pipeline, ScanCounters, ScanToRun};
 use crate::runtime_filter::{RuntimeFilters, is_runtime_filter};
 use crate::scheduler::{Decision, SchedulerOptions};
 use crate::source::DataSource;
@@ -572,17 +572,17 @@ impl ExecutionPlan for BlobScanExec {
             let mut slot = self.run.lock().expect("not poisoned");
             let fresh = slot.as_ref().is_none_or(|r| r.started[partition]);
             if fresh {
-                let pipeline = Pipeline::start(
-                    &self.table,
-                    self.units.clone(),
-                    self.partitions,
-                    self.source.clone(),
-                    self.scheduler.clone(),
-                    self.counters.clone(),
-                    self.download_cpu.clone(),
-                    context.memory_pool(),
-                    self.runtime_filters.clone().map(|f| (f, self.unit_zone_maps.clone())),
-                );
+                let scan = ScanToRun {
+                    table: &self.table,
+                    units: self.units.clone(),
+                    partitions: self.partitions,
+                    source: self.source.clone(),
+                    opts: self.scheduler.clone(),
+                    counters: self.counters.clone(),
+                    cpu: self.download_cpu.clone(),
+                    runtime: self.runtime_filters.clone().map(|f| (f, self.unit_zone_maps.clone())),
+                };
+                let pipeline = Pipeline::start(scan, &context.memory_pool());
                 *slot = Some(Run { pipeline: Arc::new(pipeline), started: vec![false; self.partitions], open: 0 });
             }
             let run = slot.as_mut().expect("just set");
