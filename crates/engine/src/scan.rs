@@ -24,6 +24,7 @@ use datafusion::execution::TaskContext;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::logical_expr::Expr;
 use datafusion::logical_expr::utils::conjunction;
+use datafusion::physical_expr::utils::{collect_columns, reassign_expr_columns};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
@@ -396,9 +397,18 @@ fn physical_predicate(state: &dyn Session, schema: &SchemaRef, filters: &[Expr])
 
 /// Which row groups may hold rows matching `filters` (true = read it).
 fn prune(state: &dyn Session, schema: &SchemaRef, filters: &[Expr], all: &[(&DataObject, usize)]) -> Vec<bool> {
-    let Some(physical) = physical_predicate(state, schema, filters) else { return vec![true; all.len()] };
-    let columns: Vec<usize> = (0..schema.fields().len()).collect();
-    ZoneMaps::new(schema, &columns, all).prune(physical)
+    let keep_all = vec![true; all.len()];
+    let Some(physical) = physical_predicate(state, schema, filters) else { return keep_all };
+    // Zone maps of only the columns the filters read: parsing every
+    // column's bounds would cost planning time on wide tables.
+    let mut columns: Vec<usize> = collect_columns(&physical).iter().map(|c| c.index()).collect();
+    columns.sort_unstable();
+    columns.dedup();
+    let zone_maps = ZoneMaps::new(schema, &columns, all);
+    match reassign_expr_columns(physical, &zone_maps.schema) {
+        Ok(predicate) => zone_maps.prune(predicate),
+        Err(_) => keep_all,
+    }
 }
 
 /// The manifest's zone maps of some columns over some row groups, seen
