@@ -12,6 +12,7 @@
 //!   with presigned URLs, or object_store.
 //! - [`chunks`]: fetched column chunks served to the Parquet decoder.
 //! - [`copy`]: `COPY table FROM …`.
+//! - [`selectivity`]: filter estimates for the optimizer's join choices.
 //! - [`memory`]: the engine's one memory budget, and the process's resident
 //!   set as the kernel reports it.
 
@@ -22,6 +23,7 @@ pub mod provider;
 pub mod runtime_filter;
 pub mod scan;
 pub mod scheduler;
+pub mod selectivity;
 mod pipeline;
 pub mod source;
 mod session;

@@ -1,0 +1,316 @@
+//! Row estimates for filters, which decide the build sides of hash joins.
+//!
+//! DataFusion estimates a filter with interval analysis, which understands
+//! only comparisons of numeric and date columns with constants. One conjunct
+//! it does not understand — a string equality, an IN list, two columns
+//! compared, a LIKE — and the whole predicate gets the default selectivity
+//! (20 %). In TPC-H Q12 that estimated 12 M of SF 10's 60 M `lineitem` rows
+//! where 0.3 M pass, so the hash join built its table on all 15 M `orders`
+//! rows (3.1× DuckDB's time).
+//!
+//! [`FilterEstimates`] plugs into DataFusion's statistics registry (its
+//! extension point for cardinality estimation) and estimates each conjunct
+//! on its own: interval analysis where it applies, the textbook defaults of
+//! System R and PostgreSQL where it does not, combined under independence.
+//! It then sizes the filter's output by the columns the filter keeps, which
+//! DataFusion's own estimate leaves at the size of all its input columns.
+//! Only the optimizer's join choices read these numbers; answers never
+//! depend on them.
+
+use std::sync::Arc;
+
+use datafusion::common::stats::Precision;
+use datafusion::common::{ColumnStatistics, Result, Statistics};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::logical_expr::Operator;
+use datafusion::physical_expr::intervals::utils::check_support;
+use datafusion::physical_expr::utils::collect_columns;
+use datafusion::physical_expr::{AnalysisContext, PhysicalExpr, analyze};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::expressions::{BinaryExpr, Column, InListExpr, IsNotNullExpr, IsNullExpr, LikeExpr, Literal, NotExpr};
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec, SortMergeJoinExec};
+use datafusion::physical_plan::statistics::{StatisticsArgs, StatisticsContext};
+use datafusion::physical_plan::operator_statistics::{
+    DefaultStatisticsProvider, ExtendedStatistics, LimitStatisticsProvider, PassthroughStatisticsProvider,
+    ProjectionStatisticsProvider, StatisticsProvider, StatisticsRegistry, StatisticsResult, UnionStatisticsProvider,
+};
+
+/// An equality with a constant when the column's distinct values are
+/// unknown (PostgreSQL assumes 0.005; TPC-H's filtered string columns have
+/// 5 to 150 values, so 0.1 errs less).
+const EQUALITY: f64 = 0.1;
+/// A range comparison that interval analysis cannot bound, e.g. of two
+/// columns (System R's and PostgreSQL's 1/3).
+const RANGE: f64 = 1.0 / 3.0;
+/// A LIKE pattern.
+const LIKE: f64 = 0.1;
+/// IS NULL when the column's nulls are not known.
+const IS_NULL: f64 = 0.1;
+
+/// The statistics registry the engine's sessions plan with: filters are
+/// estimated by [`FilterEstimates`]; projections, repartitions, limits and
+/// unions carry their inputs' estimates up; everything else (joins and
+/// aggregations included) keeps DataFusion's own estimate.
+///
+/// DataFusion's registry-based join and aggregate estimators are left out
+/// on purpose: without distinct counts they estimate an equi-join as the
+/// cross product, where the built-in estimate uses the key ranges.
+pub fn registry() -> StatisticsRegistry {
+    StatisticsRegistry::with_providers(vec![
+        Arc::new(FilterEstimates),
+        Arc::new(JoinBytes),
+        Arc::new(ProjectionStatisticsProvider),
+        Arc::new(PassthroughStatisticsProvider),
+        Arc::new(LimitStatisticsProvider),
+        Arc::new(UnionStatisticsProvider),
+        Arc::new(DefaultStatisticsProvider),
+    ])
+}
+
+/// Estimates a [`FilterExec`]'s output conjunct by conjunct (see the module
+/// docs).
+#[derive(Debug, Default)]
+pub struct FilterEstimates;
+
+impl StatisticsProvider for FilterEstimates {
+    fn compute_statistics(&self, plan: &dyn ExecutionPlan, child_stats: &[ExtendedStatistics]) -> Result<StatisticsResult> {
+        let (Some(filter), [input]) = (plan.downcast_ref::<FilterExec>(), child_stats) else {
+            return Ok(StatisticsResult::Delegate);
+        };
+        let schema = filter.input().schema();
+        let fallback = filter.default_selectivity() as f64 / 100.0;
+        let input = input.base();
+        let selectivity = estimate(filter.predicate(), &schema, input, fallback);
+        let stats = filtered(input, selectivity).project(filter.projection().as_ref());
+        Ok(StatisticsResult::Computed(ExtendedStatistics::new(with_total_bytes(stats))))
+    }
+}
+
+/// A join's output: DataFusion's row estimate, sized at its output
+/// schema's row width.
+///
+/// DataFusion's own join estimates leave the bytes out (an inner join) or
+/// keep an input's bytes whatever the rows (a semi join: 950 MB for 0.6 M
+/// rows in TPC-H Q21), and the optimizer compares bytes when both join
+/// sides have them, rows otherwise — so a join above a join was sized
+/// against a scan in the wrong unit.
+#[derive(Debug, Default)]
+pub struct JoinBytes;
+
+/// Bytes per value of a variable-width column when nothing better is
+/// known: a 16-byte view and about as much data.
+const VARIABLE_WIDTH: usize = 32;
+
+impl StatisticsProvider for JoinBytes {
+    fn compute_statistics(&self, plan: &dyn ExecutionPlan, _: &[ExtendedStatistics]) -> Result<StatisticsResult> {
+        let join = plan.is::<HashJoinExec>() || plan.is::<SortMergeJoinExec>() || plan.is::<NestedLoopJoinExec>() || plan.is::<CrossJoinExec>();
+        if !join {
+            return Ok(StatisticsResult::Delegate);
+        }
+        let mut stats = StatisticsContext::new().compute(plan, &StatisticsArgs::new())?.as_ref().clone();
+        let width: usize = plan.schema().fields().iter().map(|f| f.data_type().primitive_width().unwrap_or(VARIABLE_WIDTH)).sum();
+        stats.total_byte_size = match stats.num_rows.get_value() {
+            Some(rows) => Precision::Inexact(rows.saturating_mul(width)),
+            None => Precision::Absent,
+        };
+        Ok(StatisticsResult::Computed(ExtendedStatistics::new(stats)))
+    }
+}
+
+/// The fraction of rows `predicate` keeps, in [0, 1].
+pub fn estimate(predicate: &Arc<dyn PhysicalExpr>, schema: &SchemaRef, input: &Statistics, fallback: f64) -> f64 {
+    let estimate = |e: &Arc<dyn PhysicalExpr>| estimate(e, schema, input, fallback);
+    let columns = &input.column_statistics;
+    let any = predicate;
+    let s = if let Some(binary) = any.downcast_ref::<BinaryExpr>() {
+        match binary.op() {
+            Operator::And => estimate(binary.left()) * estimate(binary.right()),
+            Operator::Or => {
+                let (l, r) = (estimate(binary.left()), estimate(binary.right()));
+                l + r - l * r
+            }
+            op => comparison(binary, *op, schema, columns).unwrap_or(fallback),
+        }
+    } else if let Some(not) = any.downcast_ref::<NotExpr>() {
+        1.0 - estimate(not.arg())
+    } else if let Some(list) = any.downcast_ref::<InListExpr>() {
+        let s = (list.list().len() as f64 * equality(list.expr(), columns)).min(1.0);
+        if list.negated() { 1.0 - s } else { s }
+    } else if let Some(like) = any.downcast_ref::<LikeExpr>() {
+        if like.negated() { 1.0 - LIKE } else { LIKE }
+    } else if let Some(is_null) = any.downcast_ref::<IsNullExpr>() {
+        null_fraction(is_null.arg(), input)
+    } else if let Some(is_not_null) = any.downcast_ref::<IsNotNullExpr>() {
+        1.0 - null_fraction(is_not_null.arg(), input)
+    } else if let Some(literal) = any.downcast_ref::<Literal>() {
+        match literal.value() {
+            datafusion::common::ScalarValue::Boolean(Some(true)) => 1.0,
+            _ => 0.0,
+        }
+    } else {
+        fallback
+    };
+    s.clamp(0.0, 1.0)
+}
+
+/// A comparison of one column with constants: interval analysis when the
+/// column's bounds are known; of two columns, or of types the analysis does
+/// not handle: the defaults. `None`: no estimate (the caller's fallback).
+fn comparison(binary: &BinaryExpr, op: Operator, schema: &SchemaRef, columns: &[ColumnStatistics]) -> Option<f64> {
+    let expr: Arc<dyn PhysicalExpr> = Arc::new(binary.clone());
+    let referenced = collect_columns(&expr);
+    let bounded = |c: &Column| columns.get(c.index()).is_some_and(|s| s.min_value.get_value().is_some() && s.max_value.get_value().is_some());
+    let one_column = referenced.len() == 1;
+    if one_column && referenced.iter().all(bounded) && check_support(&expr, schema) {
+        let context = AnalysisContext::try_from_statistics(schema, columns).ok()?;
+        if let Some(s) = analyze(&expr, context, schema).ok().and_then(|a| a.selectivity) {
+            return Some(s);
+        }
+    }
+    let side = if binary.left().downcast_ref::<Column>().is_some() { binary.left() } else { binary.right() };
+    match op {
+        Operator::Eq | Operator::IsNotDistinctFrom => Some(equality(side, columns)),
+        Operator::NotEq | Operator::IsDistinctFrom => Some(1.0 - equality(side, columns)),
+        // A column without bounds against a constant (e.g. HAVING sum(x) >
+        // 300) is anyone's guess: the caller's fallback, as DataFusion does.
+        Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq if one_column => None,
+        Operator::Lt | Operator::LtEq | Operator::Gt | Operator::GtEq => Some(RANGE),
+        Operator::LikeMatch | Operator::ILikeMatch | Operator::RegexMatch | Operator::RegexIMatch => Some(LIKE),
+        Operator::NotLikeMatch | Operator::NotILikeMatch | Operator::RegexNotMatch | Operator::RegexNotIMatch => Some(1.0 - LIKE),
+        _ => None,
+    }
+}
+
+/// The share of rows equal to one value of `expr`: 1 / distinct values when
+/// `expr` is a column whose distinct values are known.
+fn equality(expr: &Arc<dyn PhysicalExpr>, columns: &[ColumnStatistics]) -> f64 {
+    expr
+        .downcast_ref::<Column>()
+        .and_then(|c| columns.get(c.index()))
+        .and_then(|s| s.distinct_count.get_value().copied())
+        .filter(|n| *n > 0)
+        .map_or(EQUALITY, |n| 1.0 / n as f64)
+}
+
+/// The share of rows where `expr` is null: from the column's null count
+/// when both it and the rows are known.
+fn null_fraction(expr: &Arc<dyn PhysicalExpr>, input: &Statistics) -> f64 {
+    let nulls = expr.downcast_ref::<Column>().and_then(|c| input.column_statistics.get(c.index())).and_then(|s| s.null_count.get_value().copied());
+    match (nulls, input.num_rows.get_value()) {
+        (Some(n), Some(&rows)) if rows > 0 => n as f64 / rows as f64,
+        _ => IS_NULL,
+    }
+}
+
+/// `input` with `selectivity` of its rows: counts scaled, bounds kept (a
+/// subset's values stay within them), everything inexact.
+fn filtered(input: &Statistics, selectivity: f64) -> Statistics {
+    let rows = input.num_rows.with_estimated_selectivity(selectivity);
+    let cap = |p: Precision<usize>| match (p.get_value(), rows.get_value()) {
+        (Some(v), Some(r)) => Precision::Inexact((*v).min(*r)),
+        _ => p.to_inexact(),
+    };
+    let column_statistics = input
+        .column_statistics
+        .iter()
+        .map(|c| ColumnStatistics {
+            null_count: cap(c.null_count),
+            distinct_count: cap(c.distinct_count),
+            byte_size: c.byte_size.with_estimated_selectivity(selectivity),
+            sum_value: Precision::Absent,
+            ..c.clone().to_inexact()
+        })
+        .collect();
+    Statistics { num_rows: rows, total_byte_size: input.total_byte_size.with_estimated_selectivity(selectivity), column_statistics }
+}
+
+/// `stats` with its total bytes the sum of its columns' bytes, when every
+/// column's is known (after a projection the total would otherwise still
+/// count the columns dropped).
+fn with_total_bytes(mut stats: Statistics) -> Statistics {
+    let columns = stats.column_statistics.iter().map(|c| c.byte_size).try_fold(0usize, |sum, b| b.get_value().map(|b| sum + b));
+    if let Some(total) = columns {
+        stats.total_byte_size = Precision::Inexact(total);
+    }
+    stats
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+    use datafusion::common::ScalarValue;
+    use datafusion::physical_plan::expressions::{binary, col, in_list, lit, like};
+
+    /// `s` (a string), `a` and `b` (unbounded integers), `d` (an integer in
+    /// [0, 700]), over 1000 rows of which 100 have a null `s`.
+    fn input() -> (SchemaRef, Statistics) {
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("s", DataType::Utf8, true),
+            Field::new("a", DataType::Int64, false),
+            Field::new("b", DataType::Int64, false),
+            Field::new("d", DataType::Int64, false),
+        ]));
+        let mut stats = Statistics::new_unknown(&schema);
+        stats.num_rows = Precision::Exact(1000);
+        stats.column_statistics[0].null_count = Precision::Exact(100);
+        stats.column_statistics[3].min_value = Precision::Inexact(ScalarValue::Int64(Some(0)));
+        stats.column_statistics[3].max_value = Precision::Inexact(ScalarValue::Int64(Some(700)));
+        for (c, bytes) in stats.column_statistics.iter_mut().zip([40_000, 8000, 8000, 8000]) {
+            c.byte_size = Precision::Inexact(bytes);
+        }
+        (schema, stats)
+    }
+
+    fn estimated(predicate: Arc<dyn PhysicalExpr>) -> f64 {
+        let (schema, stats) = input();
+        estimate(&predicate, &schema, &stats, 0.2)
+    }
+
+    fn close(got: f64, want: f64) {
+        assert!((got - want).abs() < 0.01, "estimated {got}, want {want}");
+    }
+
+    #[test]
+    fn conjuncts_are_estimated_one_by_one_and_multiplied() {
+        let (schema, _) = input();
+        let s = || col("s", &schema).unwrap();
+        let eq = |v: &str| binary(s(), Operator::Eq, lit(v), &schema).unwrap();
+        close(estimated(eq("MAIL")), EQUALITY);
+        let either = binary(eq("MAIL"), Operator::Or, eq("SHIP"), &schema).unwrap();
+        close(estimated(either.clone()), 0.19);
+        close(estimated(in_list(s(), vec![lit("MAIL"), lit("SHIP")], &false, &schema).unwrap()), 0.2);
+        close(estimated(like(true, false, s(), lit("%x%"), &schema).unwrap()), 1.0 - LIKE);
+
+        let columns = binary(col("a", &schema).unwrap(), Operator::Lt, col("b", &schema).unwrap(), &schema).unwrap();
+        close(estimated(columns.clone()), RANGE);
+        // One year of seven, as interval analysis over d's bounds says.
+        let d = |op, v: i64| binary(col("d", &schema).unwrap(), op, lit(v), &schema).unwrap();
+        let year = binary(d(Operator::GtEq, 0), Operator::And, d(Operator::Lt, 100), &schema).unwrap();
+        close(estimated(year.clone()), 100.0 / 700.0);
+
+        // DataFusion gives this whole predicate its 20 % default.
+        let q12 = binary(binary(either, Operator::And, columns, &schema).unwrap(), Operator::And, year, &schema).unwrap();
+        close(estimated(q12), 0.19 * RANGE * 100.0 / 700.0);
+    }
+
+    #[test]
+    fn what_nothing_is_known_about_gets_the_fallback() {
+        let (schema, _) = input();
+        // An unbounded column against a constant (HAVING sum(x) > 300).
+        close(estimated(binary(col("a", &schema).unwrap(), Operator::Gt, lit(300i64), &schema).unwrap()), 0.2);
+        let is_null = Arc::new(IsNullExpr::new(col("s", &schema).unwrap()));
+        close(estimated(is_null.clone()), 0.1);
+        close(estimated(Arc::new(NotExpr::new(is_null))), 0.9);
+    }
+
+    #[test]
+    fn a_filter_is_sized_by_the_columns_it_keeps() {
+        let (_, stats) = input();
+        let out = with_total_bytes(filtered(&stats, 0.5).project(Some(&vec![1usize, 3])));
+        assert_eq!(out.num_rows, Precision::Inexact(500));
+        assert_eq!(out.total_byte_size, Precision::Inexact(8000));
+        assert_eq!(out.column_statistics[1].min_value, Precision::Inexact(ScalarValue::Int64(Some(0))));
+    }
+}
