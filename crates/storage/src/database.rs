@@ -1,16 +1,19 @@
 //! A database on the store: opening, the catalog's version history, and
 //! commits.
 //!
-//! The catalog is a log of immutable versions `catalog/<n:020>.json`; the
-//! newest is the current state (tables → schema + current manifest). A commit
-//! reads the newest version `n`, writes any new manifests under fresh keys, and
-//! creates `catalog/<n+1>.json` with put-if-absent. Exactly one of several
-//! concurrent committers wins version `n+1`; the others re-read and re-apply
-//! their change on top of it (appends commute), or fail with a clear conflict
-//! when the change no longer makes sense (e.g. the table was dropped). Readers
-//! never see a half-written version because a version exists only once its
-//! single PUT has completed. Old versions stay, which is what snapshots and
-//! point-in-time restore will build on.
+//! The catalog is a log of immutable versions (format 2:
+//! `log/<bucket>/<n:020>.json`, checkpoints and cumulative deltas, see
+//! `crate::versions`; format 1: `catalog/<n:020>.json`, read and upgraded
+//! on the next commit). The newest is the current state (tables → schema +
+//! manifest files). A commit reads the newest version `n`, writes the
+//! manifest file of the objects it adds under a fresh key, and creates
+//! version `n+1` with put-if-absent. Exactly one of several concurrent
+//! committers wins version `n+1`; the others re-read and re-apply their
+//! change on top of it (appends commute), or fail with a clear conflict
+//! when the change no longer makes sense (e.g. the table was dropped).
+//! Readers never see a half-written version because a version exists only
+//! once its single PUT has completed. Old versions stay, which is what
+//! snapshots and point-in-time restore will build on.
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
@@ -19,7 +22,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use datafusion::arrow::datatypes::Schema;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
-use futures::TryStreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{ObjectStore, ObjectStoreExt, PutMode, PutOptions, PutPayload};
 use rand::Rng;
@@ -29,6 +32,7 @@ use serde::de::DeserializeOwned;
 use crate::error::{Result, StorageError};
 use crate::format::*;
 use crate::keys::{KeyGenerator, object_name};
+use crate::versions::{self, catalog_path, log_path, manifest_path};
 use crate::location::Location;
 
 /// How many times a commit re-applies its change after losing the race.
@@ -93,6 +97,14 @@ pub struct Database {
     loc: Location,
     keys: KeyGenerator,
     current: RwLock<Arc<CatalogVersion>>,
+    /// Format the database was created with (its marker): a version-1
+    /// database keeps its versions in `catalog/` until a commit upgrades it.
+    created_format: u32,
+    /// Whether versions go to `log/` (format 2) or, until the upgrade
+    /// commit, to `catalog/`.
+    upgraded: std::sync::atomic::AtomicBool,
+    /// The newest checkpoint read, which deltas are read against.
+    checkpoint: Mutex<Option<Arc<Checkpoint>>>,
     manifests: Mutex<HashMap<String, Arc<Manifest>>>,
     /// The manifest cache's bytes in the engine's memory budget, once the
     /// engine has given one ([`Database::account_caches_in`]).
@@ -104,7 +116,7 @@ impl Database {
     /// location holds nothing yet.
     pub async fn open(loc: Location, create: bool) -> Result<Arc<Database>> {
         let marker_path = loc.child(MARKER);
-        match loc.store.get(&marker_path).await {
+        let created_format = match loc.store.get(&marker_path).await {
             Ok(r) => {
                 let bytes = r.bytes().await.map_err(|e| StorageError::store("GET", loc.display(&marker_path), e))?;
                 let marker: DatabaseMarker = parse_json(&loc, &marker_path, &bytes)?;
@@ -115,6 +127,7 @@ impl Database {
                     });
                 }
                 check_version(&loc, marker.format_version)?;
+                marker.format_version
             }
             Err(object_store::Error::NotFound { .. }) => {
                 if !create {
@@ -125,16 +138,23 @@ impl Database {
                 }
                 let marker = DatabaseMarker { format: "blobhouse".into(), format_version: FORMAT_VERSION, created_at_ms: now_ms() };
                 match put_new(&loc, &marker_path, to_json(&marker)).await {
-                    Ok(()) | Err(StorageError::Store { source: object_store::Error::AlreadyExists { .. }, .. }) => {}
+                    Ok(()) => FORMAT_VERSION,
+                    // Created by someone else meanwhile: open it as they made it.
+                    Err(StorageError::Store { source: object_store::Error::AlreadyExists { .. }, .. }) => {
+                        return Box::pin(Database::open(loc, false)).await;
+                    }
                     Err(e) => return Err(e),
                 }
             }
             Err(e) => return Err(StorageError::store("GET", loc.display(&marker_path), e)),
-        }
+        };
         let db = Arc::new(Database {
             keys: KeyGenerator::new(loc.clone()),
             loc,
             current: RwLock::new(Arc::new(CatalogVersion { format_version: FORMAT_VERSION, ..Default::default() })),
+            created_format,
+            upgraded: std::sync::atomic::AtomicBool::new(created_format >= 2),
+            checkpoint: Mutex::new(None),
             manifests: Mutex::new(HashMap::new()),
             manifest_bytes: std::sync::OnceLock::new(),
         });
@@ -192,22 +212,12 @@ impl Database {
         self.current.read().expect("catalog lock").clone()
     }
 
-    /// Loads the newest committed version from the store.
+    /// Loads the newest committed version from the store: two LISTs (the
+    /// log's buckets, then the newest bucket) and, when it changed, its two
+    /// objects (the version and its checkpoint).
     pub async fn refresh(&self) -> Result<Arc<CatalogVersion>> {
         let known = self.current();
-        let dir = self.loc.child(CATALOG_DIR);
-        let offset = self.loc.child(&format!("{CATALOG_DIR}/{:020}.json", known.version));
-        let listing: Vec<_> = if known.version == 0 {
-            self.loc.store.list(Some(&dir)).try_collect().await
-        } else {
-            self.loc.store.list_with_offset(Some(&dir), &offset).try_collect().await
-        }
-        .map_err(|e| StorageError::store("LIST", self.loc.display(&dir), e))?;
-        let newest = listing
-            .iter()
-            .filter_map(|m| m.location.filename()?.strip_suffix(".json")?.parse::<u64>().ok())
-            .max();
-        match newest {
+        match self.newest_version(known.version).await? {
             Some(v) if v > known.version => {
                 let version = Arc::new(self.read_version(v).await?);
                 let mut cur = self.current.write().expect("catalog lock");
@@ -220,39 +230,145 @@ impl Database {
         }
     }
 
+    /// The newest version's number on the store (`None`: no version yet).
+    async fn newest_version(&self, known: u64) -> Result<Option<u64>> {
+        let number = |p: &Path| p.filename()?.strip_suffix(".json").unwrap_or(p.filename()?).parse::<u64>().ok();
+        let log = self.loc.child(LOG_DIR);
+        let buckets = self.loc.store.list_with_delimiter(Some(&log)).await.map_err(|e| StorageError::store("LIST", self.loc.display(&log), e))?;
+        let newest_bucket = buckets.common_prefixes.iter().filter_map(|p| Some((number(p)?, p))).max_by_key(|(b, _)| *b);
+        if let Some((_, bucket)) = newest_bucket {
+            let listing = self.loc.store.list_with_delimiter(Some(bucket)).await.map_err(|e| StorageError::store("LIST", self.loc.display(bucket), e))?;
+            if let Some(v) = listing.objects.iter().filter_map(|m| number(&m.location)).max() {
+                self.upgraded.store(true, std::sync::atomic::Ordering::Relaxed);
+                return Ok(Some(v));
+            }
+        }
+        if self.created_format >= 2 {
+            return Ok(None);
+        }
+        // A version-1 database (or one upgraded by its newest version, which
+        // is then in catalog/ too).
+        let dir = self.loc.child(CATALOG_DIR);
+        let listing: Vec<_> = if known == 0 {
+            self.loc.store.list(Some(&dir)).try_collect().await
+        } else {
+            self.loc.store.list_with_offset(Some(&dir), &self.loc.child(&catalog_path(known))).try_collect().await
+        }
+        .map_err(|e| StorageError::store("LIST", self.loc.display(&dir), e))?;
+        Ok(listing.iter().filter_map(|m| number(&m.location)).max())
+    }
+
+    /// GETs version `v`'s object from where it may be: `log/`, or
+    /// `catalog/` (format 1, and the version that upgraded the database).
+    async fn version_object(&self, v: u64) -> Result<(Path, Bytes)> {
+        let mut places = [log_path(v), catalog_path(v)];
+        if !self.upgraded.load(std::sync::atomic::Ordering::Relaxed) {
+            places.reverse();
+        }
+        for place in places {
+            let path = self.loc.child(&place);
+            match self.loc.store.get(&path).await {
+                Ok(r) => {
+                    let bytes = r.bytes().await.map_err(|e| StorageError::store("GET", self.loc.display(&path), e))?;
+                    return Ok((path, bytes));
+                }
+                Err(object_store::Error::NotFound { .. }) => continue,
+                Err(e) => return Err(StorageError::store("GET", self.loc.display(&path), e)),
+            }
+        }
+        Err(StorageError::VersionNotFound { location: self.loc.url.clone(), version: v })
+    }
+
     /// Reads database version `v` (for time travel and for the newest state).
     pub async fn read_version(&self, v: u64) -> Result<CatalogVersion> {
-        let path = self.loc.child(&format!("{CATALOG_DIR}/{v:020}.json"));
-        let bytes = self.get(&path).await?;
-        let version: CatalogVersion = parse_json(&self.loc, &path, &bytes)?;
-        check_version(&self.loc, version.format_version)?;
-        if version.version != v {
-            return Err(StorageError::Corrupt {
-                location: self.loc.display(&path),
-                reason: format!("it claims to be version {}", version.version),
-            });
+        let (path, bytes) = self.version_object(v).await?;
+        let location = self.loc.display(&path);
+        let header: FormatHeader = parse_json(&self.loc, &path, &bytes)?;
+        check_version(&self.loc, header.format_version)?;
+        let claims = |found: u64| {
+            if found == v { Ok(()) } else { Err(StorageError::Corrupt { location: location.clone(), reason: format!("it claims to be version {found}") }) }
+        };
+        if header.format_version < 2 {
+            let v1: V1CatalogVersion = parse_json(&self.loc, &path, &bytes)?;
+            claims(v1.version)?;
+            return versions::from_v1(&location, v1);
+        }
+        // A format-2 version anywhere means the database is upgraded.
+        self.upgraded.store(true, std::sync::atomic::Ordering::Relaxed);
+        let file: VersionFile = parse_json(&self.loc, &path, &bytes)?;
+        claims(file.version)?;
+        let checkpoint = match file.checkpoint {
+            Some(c) => Some(self.read_checkpoint(c).await?),
+            None => None,
+        };
+        let version = versions::resolve(&location, file, bytes.len(), checkpoint)?;
+        if let Some(c) = &version.checkpoint {
+            let mut cached = self.checkpoint.lock().expect("checkpoint cache");
+            if cached.as_ref().is_none_or(|old| old.version < c.version) {
+                *cached = Some(c.clone());
+            }
         }
         Ok(version)
     }
 
-    /// The manifest of a table version. Manifests never change, so they are
-    /// cached for the life of the handle.
+    /// Checkpoint `c`: from the cache when it is the newest one read.
+    async fn read_checkpoint(&self, c: u64) -> Result<Arc<Checkpoint>> {
+        if let Some(cached) = self.checkpoint.lock().expect("checkpoint cache").as_ref().filter(|k| k.version == c) {
+            return Ok(cached.clone());
+        }
+        let (path, bytes) = self.version_object(c).await?;
+        let file: VersionFile = parse_json(&self.loc, &path, &bytes)?;
+        check_version(&self.loc, file.format_version)?;
+        let location = self.loc.display(&path);
+        if file.version != c || file.checkpoint.is_some() {
+            return Err(StorageError::Corrupt { location, reason: format!("a delta names it as its checkpoint, version {c}, but it is not one") });
+        }
+        let resolved = versions::resolve(&location, file, bytes.len(), None)?;
+        Ok(resolved.checkpoint.expect("a checkpoint resolves to itself"))
+    }
+
+    /// All data objects of a table version, from its manifest files (fetched
+    /// 16 at a time; each file is immutable and cached for the life of the
+    /// handle, and so is the combined list of a table version).
     pub async fn manifest(&self, entry: &TableEntry) -> Result<Arc<Manifest>> {
-        if let Some(m) = self.manifests.lock().expect("manifest cache").get(&entry.manifest) {
+        if let [only] = entry.manifests.as_slice() {
+            return self.manifest_file(entry.id, *only).await;
+        }
+        let combined_key = format!("table {} version {}", entry.id, entry.table_version);
+        if let Some(m) = self.manifests.lock().expect("manifest cache").get(&combined_key) {
             return Ok(m.clone());
         }
-        let path = self.loc.child(&entry.manifest);
+        let fetches: Vec<_> = entry.manifests.iter().map(|m| self.manifest_file(entry.id, *m)).collect();
+        let files: Vec<Arc<Manifest>> = futures::stream::iter(fetches).buffered(16).try_collect().await?;
+        let combined = Arc::new(Manifest {
+            format_version: FORMAT_VERSION,
+            table_id: entry.id,
+            table_version: entry.table_version,
+            objects: files.iter().flat_map(|f| f.objects.iter().cloned()).collect(),
+        });
+        let size = combined.objects.iter().map(|o| o.footer.len() + o.path.len() + 64 * o.row_groups.len() * o.row_groups.first().map_or(0, |r| r.columns.len())).sum();
+        self.cache_manifest(&combined_key, &combined, size);
+        Ok(combined)
+    }
+
+    /// One manifest file of table `table_id`.
+    async fn manifest_file(&self, table_id: u64, m: ManifestRef) -> Result<Arc<Manifest>> {
+        let relative = manifest_path(&m);
+        if let Some(cached) = self.manifests.lock().expect("manifest cache").get(&relative) {
+            return Ok(cached.clone());
+        }
+        let path = self.loc.child(&relative);
         let bytes = self.get(&path).await?;
         let manifest: Manifest = parse_json(&self.loc, &path, &bytes)?;
         check_version(&self.loc, manifest.format_version)?;
-        if manifest.table_id != entry.id || manifest.table_version != entry.table_version {
+        if manifest.table_id != table_id || manifest.objects.len() as u64 != m.objects {
             return Err(StorageError::Corrupt {
                 location: self.loc.display(&path),
-                reason: "manifest does not belong to the table version that references it".into(),
+                reason: format!("manifest does not match its reference (table {table_id}, {} objects)", m.objects),
             });
         }
         let manifest = Arc::new(manifest);
-        self.cache_manifest(&entry.manifest, &manifest, bytes.len());
+        self.cache_manifest(&relative, &manifest, bytes.len());
         Ok(manifest)
     }
 
@@ -298,12 +414,22 @@ impl Database {
     async fn commit_inner(&self, change: &Change) -> Result<CommitOutcome> {
         let mut base = self.refresh().await?;
         for attempt in 0..MAX_COMMIT_ATTEMPTS {
-            let Some((next, new_manifest)) = self.apply(&base, change).await? else {
+            let Some((mut next, new_manifest)) = self.apply(&base, change).await? else {
                 return Ok(CommitOutcome::NoOp);
             };
-            let path = self.loc.child(&format!("{CATALOG_DIR}/{:020}.json", next.version));
-            match put_new(&self.loc, &path, to_json(&next)).await {
+            // The first commit on a version-1 database upgrades it: a
+            // checkpoint in catalog/, where version-1 readers and writers
+            // look (and then refuse to go on), and log/ from then on.
+            let upgrade = !self.upgraded.load(std::sync::atomic::Ordering::Relaxed);
+            let body = versions::encode(&mut next, upgrade);
+            let place = if upgrade { catalog_path(next.version) } else { log_path(next.version) };
+            let path = self.loc.child(&place);
+            match put_new(&self.loc, &path, Bytes::from(body)).await {
                 Ok(()) => {
+                    self.upgraded.store(true, std::sync::atomic::Ordering::Relaxed);
+                    if let Some(c) = &next.checkpoint {
+                        *self.checkpoint.lock().expect("checkpoint cache") = Some(c.clone());
+                    }
                     let next = Arc::new(next);
                     let mut cur = self.current.write().expect("catalog lock");
                     if cur.version < next.version {
@@ -340,6 +466,7 @@ impl Database {
             committed_at_ms: now_ms(),
             operation: change.describe(),
             tables: base.tables.clone(),
+            checkpoint: base.checkpoint.clone(),
         };
         let manifest_path = match change {
             Change::CreateTable { name, schema, if_not_exists, objects } => {
@@ -347,10 +474,15 @@ impl Database {
                     return if *if_not_exists { Ok(None) } else { Err(StorageError::TableExists(name.clone())) };
                 }
                 let (id, _) = self.new_object("table").await?;
-                let manifest = Manifest { format_version: FORMAT_VERSION, table_id: id, table_version: 0, objects: objects.clone() };
-                let path = self.write_manifest(&manifest).await?;
-                next.tables.insert(name.clone(), entry_for(id, schema.clone(), &manifest, path.clone()));
-                Some(path)
+                let (manifests, path) = match objects.is_empty() {
+                    true => (Vec::new(), None),
+                    false => {
+                        let (m, path) = self.write_manifest(id, 0, objects).await?;
+                        (vec![m], Some(path))
+                    }
+                };
+                next.tables.insert(name.clone(), entry_for(id, schema.clone(), 0, manifests));
+                path
             }
             Change::DropTable { name, if_exists } => {
                 if next.tables.remove(name).is_none() {
@@ -368,34 +500,45 @@ impl Database {
                 if objects.is_empty() {
                     return Ok(None);
                 }
-                let old = self.manifest(entry).await?;
-                let mut all = old.objects.clone();
-                all.extend(objects.iter().cloned());
-                let manifest = Manifest { format_version: FORMAT_VERSION, table_id: entry.id, table_version: entry.table_version + 1, objects: all };
-                let path = self.write_manifest(&manifest).await?;
-                next.tables.insert(name.clone(), entry_for(entry.id, entry.schema.clone(), &manifest, path.clone()));
+                // Only the new objects: the table's earlier manifest files
+                // stay as they are.
+                let table_version = entry.table_version + 1;
+                let (m, path) = self.write_manifest(entry.id, table_version, objects).await?;
+                let mut manifests = entry.manifests.clone();
+                manifests.push(m);
+                next.tables.insert(name.clone(), entry_for(entry.id, entry.schema.clone(), table_version, manifests));
                 Some(path)
             }
         };
         Ok(Some((next, manifest_path)))
     }
 
-    async fn write_manifest(&self, manifest: &Manifest) -> Result<String> {
-        let (_, path) = self.new_object("manifest.json").await?;
-        self.put_new(&path, to_json(manifest)).await?;
-        Ok(path)
+    /// Writes the manifest file of `objects`, added to table `table_id` by
+    /// its version `table_version`.
+    async fn write_manifest(&self, table_id: u64, table_version: u64, objects: &[DataObject]) -> Result<(ManifestRef, String)> {
+        let (key, path) = self.new_object(MANIFEST_EXT).await?;
+        let manifest = Manifest { format_version: FORMAT_VERSION, table_id, table_version, objects: objects.to_vec() };
+        self.put_new(&path, to_json(&manifest)).await?;
+        let m = ManifestRef {
+            key,
+            objects: objects.len() as u64,
+            rows: objects.iter().map(|o| o.rows).sum(),
+            bytes: objects.iter().map(|o| o.size).sum(),
+        };
+        Ok((m, path))
     }
 }
 
-fn entry_for(id: u64, schema: Schema, manifest: &Manifest, path: String) -> TableEntry {
+fn entry_for(id: u64, schema: Schema, table_version: u64, manifests: Vec<ManifestRef>) -> TableEntry {
     TableEntry {
         id,
         schema,
-        table_version: manifest.table_version,
-        manifest: path,
-        rows: manifest.objects.iter().map(|o| o.rows).sum(),
-        bytes: manifest.objects.iter().map(|o| o.size).sum(),
-        objects: manifest.objects.len() as u64,
+        table_version,
+        rows: manifests.iter().map(|m| m.rows).sum(),
+        bytes: manifests.iter().map(|m| m.bytes).sum(),
+        objects: manifests.iter().map(|m| m.objects).sum(),
+        manifests,
+        extends_checkpoint: false,
     }
 }
 

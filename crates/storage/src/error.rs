@@ -37,6 +37,10 @@ pub enum StorageError {
     #[error("database at {location} has format version {found}, this blobhouse reads versions up to {supported}; upgrade blobhouse")]
     UnsupportedFormat { location: String, found: u32, supported: u32 },
 
+    /// A database version that is not on the store.
+    #[error("database {location} has no version {version} (it was never committed, or garbage collection removed it)")]
+    VersionNotFound { location: String, version: u64 },
+
     /// A table that the operation needs does not exist.
     #[error("table '{0}' does not exist (SHOW TABLES lists the tables)")]
     TableNotFound(String),

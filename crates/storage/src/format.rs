@@ -13,12 +13,22 @@ use datafusion::arrow::datatypes::Schema;
 use serde::{Deserialize, Serialize};
 
 /// The newest format version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
 
 /// Name of the marker object at the root of every database.
 pub const MARKER: &str = "blobhouse.json";
-/// Folder of the database versions (the catalog's commit log).
+/// Folder of the version-1 database versions (and of the version that
+/// upgraded a database to format 2).
 pub const CATALOG_DIR: &str = "catalog";
+/// Folder of the format-2 database versions, in buckets of
+/// [`VERSIONS_PER_BUCKET`].
+pub const LOG_DIR: &str = "log";
+/// Versions per bucket of [`LOG_DIR`]: a bucket lists in one page (S3
+/// returns 1,000 names per LIST), and so do the buckets of the first
+/// million versions.
+pub const VERSIONS_PER_BUCKET: u64 = 1000;
+/// Extension of manifest files.
+pub const MANIFEST_EXT: &str = "manifest.json";
 /// Folder of key-range leases.
 pub const KEYS_DIR: &str = "keys";
 /// Folder of data objects and manifests (under hashed sub-folders).
@@ -36,12 +46,12 @@ pub struct DatabaseMarker {
     pub created_at_ms: u64,
 }
 
-/// One database version: `catalog/<version:020>.json`. The newest one is the
-/// database's current state; committing means creating the next one with
-/// put-if-absent, so exactly one writer can win each version number.
-#[derive(Debug, Clone, Serialize, Deserialize, Default)]
+/// One database version as the engine sees it: every table, resolved from
+/// the version's object (a checkpoint, or a cumulative delta over one —
+/// see `crate::versions`). Not stored as such.
+#[derive(Debug, Clone, Default)]
 pub struct CatalogVersion {
-    /// Format version of this object.
+    /// Format version of the object this version was read from.
     pub format_version: u32,
     /// The version number; version 0 is the empty database and is not stored.
     pub version: u64,
@@ -49,22 +59,72 @@ pub struct CatalogVersion {
     pub committed_at_ms: u64,
     /// What the commit did, for people reading the history.
     pub operation: String,
-    /// The tables of this version, by name.
+    /// The tables of this version, by name (each with all its manifests).
+    pub tables: BTreeMap<String, TableEntry>,
+    /// The checkpoint the next commit writes its delta against; `None`
+    /// makes the next commit write a checkpoint (a version-1 version, or
+    /// the empty database).
+    pub checkpoint: Option<std::sync::Arc<Checkpoint>>,
+}
+
+/// A checkpoint version's tables, kept so that later versions can be
+/// written and read as changes against it.
+#[derive(Debug, Clone, PartialEq)]
+pub struct Checkpoint {
+    /// The checkpoint's version number.
+    pub version: u64,
+    /// Size of its object: a delta is written only while it stays small
+    /// beside it.
+    pub bytes: usize,
+    /// Every table of the checkpoint.
     pub tables: BTreeMap<String, TableEntry>,
 }
 
-/// A table as one database version sees it.
+/// Database version `v` as stored (format 2):
+/// `log/<v / 1000:017>/<v:020>.json`, or `catalog/<v:020>.json` for the
+/// one version that upgraded a version-1 database. Either a **checkpoint**
+/// (`checkpoint` is `None`, `tables` holds every table) or a **delta**: the
+/// tables created, replaced or changed since checkpoint `checkpoint` and
+/// the checkpoint's tables since dropped, cumulatively — reading any version
+/// takes two objects.
 #[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct VersionFile {
+    /// Format version of this object.
+    pub format_version: u32,
+    /// The version number.
+    pub version: u64,
+    /// Commit time, milliseconds since the Unix epoch.
+    pub committed_at_ms: u64,
+    /// What the commit did, for people reading the history.
+    pub operation: String,
+    /// The checkpoint this delta applies to; `None` for a checkpoint.
+    #[serde(default)]
+    pub checkpoint: Option<u64>,
+    /// Tables: all of them (checkpoint), or those changed since the
+    /// checkpoint (delta).
+    pub tables: BTreeMap<String, TableEntry>,
+    /// Delta only: tables of the checkpoint that no longer exist.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub dropped: Vec<String>,
+}
+
+/// A table in a database version.
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 pub struct TableEntry {
     /// Unique id (a key from the key generator): tells a re-created table of the
     /// same name apart from the dropped one.
     pub id: u64,
     /// The table's Arrow schema (arrow-schema's serde representation).
     pub schema: Schema,
-    /// Version of the table's contents; 0 when created empty, +1 per change.
+    /// Version of the table's contents; 0 when created, +1 per change.
     pub table_version: u64,
-    /// Path of the table version's [`Manifest`], relative to the database root.
-    pub manifest: String,
+    /// The manifest files that list the table's data objects, oldest first:
+    /// each commit that adds objects adds one.
+    pub manifests: Vec<ManifestRef>,
+    /// In a delta only: `manifests` are those added since the checkpoint,
+    /// after the checkpoint's own for the same table id.
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub extends_checkpoint: bool,
     /// Rows in the table version.
     pub rows: u64,
     /// Bytes of all data objects of the table version.
@@ -73,15 +133,75 @@ pub struct TableEntry {
     pub objects: u64,
 }
 
-/// A table version's manifest: every data object with the metadata a scan
-/// needs to plan all its range requests without reading Parquet footers.
+/// A manifest file of a table, named by its key
+/// (`objects/<hhhh>/<key:016x>.manifest.json`), with its totals.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct ManifestRef {
+    /// The file's key.
+    pub key: u64,
+    /// Data objects it lists.
+    pub objects: u64,
+    /// Their rows.
+    pub rows: u64,
+    /// Their bytes.
+    pub bytes: u64,
+}
+
+/// Only the format version of a metadata object, read first to choose how
+/// to parse the rest.
+#[derive(Debug, Deserialize)]
+pub struct FormatHeader {
+    /// Format version of the object.
+    pub format_version: u32,
+}
+
+/// A version-1 database version, `catalog/<version:020>.json` (read only).
+#[derive(Debug, Clone, Deserialize)]
+pub struct V1CatalogVersion {
+    /// Always 1.
+    pub format_version: u32,
+    /// The version number.
+    pub version: u64,
+    /// Commit time, milliseconds since the Unix epoch.
+    pub committed_at_ms: u64,
+    /// What the commit did.
+    pub operation: String,
+    /// The tables, by name.
+    pub tables: BTreeMap<String, V1TableEntry>,
+}
+
+/// A table in a version-1 database version: one manifest with every object.
+#[derive(Debug, Clone, Deserialize)]
+pub struct V1TableEntry {
+    /// The table's id.
+    pub id: u64,
+    /// The table's Arrow schema.
+    pub schema: Schema,
+    /// Version of the table's contents.
+    pub table_version: u64,
+    /// Path of the table version's manifest, relative to the database root.
+    pub manifest: String,
+    /// Rows in the table version.
+    pub rows: u64,
+    /// Bytes of its data objects.
+    pub bytes: u64,
+    /// Number of data objects.
+    pub objects: u64,
+}
+
+/// A manifest file: data objects with the metadata a scan needs to plan all
+/// its range requests without reading Parquet footers. In format 2 a file
+/// lists the objects one commit added (the table's objects are those of all
+/// its files); a version-1 manifest listed all of a table version's objects
+/// and is read as one such file.
 #[derive(Debug, Clone, Serialize, Deserialize, Default)]
 pub struct Manifest {
     /// Format version of this object.
     pub format_version: u32,
     /// The table's id.
     pub table_id: u64,
-    /// The table version this manifest describes.
+    /// The table version that added these objects (format 1: the table
+    /// version it describes).
     pub table_version: u64,
     /// The data objects, in the order they were added.
     pub objects: Vec<DataObject>,

@@ -4,6 +4,7 @@
 //! - [`keys`]: unique, monotonic object keys leased from the store itself.
 //! - [`format`]: the serde types of every metadata object (see
 //!   `docs/storage-format.md`).
+//! - [`versions`]: the version log of format 2 — checkpoints and deltas.
 //! - [`database`]: the catalog's version log and atomic commits.
 //! - [`writer`]: record batches → Parquet data objects with zone maps.
 //!
@@ -15,6 +16,7 @@ pub mod error;
 pub mod format;
 pub mod keys;
 pub mod location;
+pub mod versions;
 pub mod writer;
 
 pub use database::{Change, CommitOutcome, Database};

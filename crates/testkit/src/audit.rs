@@ -16,7 +16,9 @@ use object_store::{
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub enum Request {
     Get { path: String, range: Option<GetRange>, head: bool },
-    Put { path: String, create: bool },
+    /// `bytes`: the body's size (`None` for a multipart upload, whose parts
+    /// are not seen here).
+    Put { path: String, create: bool, bytes: Option<usize> },
     Delete { path: String },
     List { prefix: String },
 }
@@ -85,7 +87,7 @@ impl fmt::Display for AuditStore {
 impl ObjectStore for AuditStore {
     async fn put_opts(&self, location: &Path, payload: PutPayload, opts: PutOptions) -> Result<PutResult> {
         let create = matches!(opts.mode, PutMode::Create);
-        self.record(Request::Put { path: location.to_string(), create });
+        self.record(Request::Put { path: location.to_string(), create, bytes: Some(payload.content_length()) });
         if create {
             // The store refuses atomically; an AlreadyExists answer is no overwrite.
             return self.inner.put_opts(location, payload, opts).await;
@@ -95,7 +97,7 @@ impl ObjectStore for AuditStore {
     }
 
     async fn put_multipart_opts(&self, location: &Path, opts: PutMultipartOptions) -> Result<Box<dyn MultipartUpload>> {
-        self.record(Request::Put { path: location.to_string(), create: false });
+        self.record(Request::Put { path: location.to_string(), create: false, bytes: None });
         self.refuse_if_exists(location).await?;
         self.inner.put_multipart_opts(location, opts).await
     }

@@ -1,0 +1,272 @@
+//! The version log of format 2: where database versions live, and how a
+//! version is written as a checkpoint or as a cumulative delta over one and
+//! read back. Pure functions; `crate::database` does the I/O.
+//!
+//! Why deltas: a version-1 commit rewrote every table's manifest, so its
+//! cost grew with the table. Here a commit writes the manifest file of the
+//! objects it adds and a version object that holds only what changed since
+//! the last checkpoint (manifest keys, not footers). While that delta stays
+//! under [`DELTA_LIMIT`] bytes (or a quarter of the checkpoint, whichever is
+//! larger) it is written as is; beyond, the commit writes a new checkpoint.
+//! A commit's metadata is thus bounded by the change plus the delta bound,
+//! and the checkpoints' cost is spread over the commits between them.
+//! Reading any version takes two objects: it and its checkpoint.
+//!
+//! Why no crate: the layout is blobhouse's own (Delta Lake's log and
+//! checkpoints, Iceberg's manifest lists, under the rule that no object is
+//! written twice, which rules out their `_last_checkpoint` pointer).
+
+use std::sync::Arc;
+
+use crate::error::{Result, StorageError};
+use crate::format::*;
+use crate::keys::object_name;
+
+/// A delta larger than this (and than a quarter of its checkpoint) is
+/// written as a checkpoint instead.
+pub const DELTA_LIMIT: usize = 16 << 10;
+
+/// Path of format-2 version `v`, relative to the database root.
+pub fn log_path(v: u64) -> String {
+    format!("{LOG_DIR}/{:017}/{v:020}.json", v / VERSIONS_PER_BUCKET)
+}
+
+/// Path of version `v` in the version-1 layout.
+pub fn catalog_path(v: u64) -> String {
+    format!("{CATALOG_DIR}/{v:020}.json")
+}
+
+/// Path of a manifest file.
+pub fn manifest_path(m: &ManifestRef) -> String {
+    object_name(m.key, MANIFEST_EXT)
+}
+
+/// Version `version` of a database in format 1, with each table's one
+/// manifest as its only manifest file. It has no checkpoint: the next
+/// commit writes one.
+pub fn from_v1(location: &str, v1: V1CatalogVersion) -> Result<CatalogVersion> {
+    let mut tables = std::collections::BTreeMap::new();
+    for (name, t) in v1.tables {
+        let key = manifest_key(&t.manifest).ok_or_else(|| StorageError::Corrupt {
+            location: location.to_string(),
+            reason: format!("table {name}'s manifest '{}' is not named by a key", t.manifest),
+        })?;
+        let manifest = ManifestRef { key, objects: t.objects, rows: t.rows, bytes: t.bytes };
+        let entry = TableEntry {
+            id: t.id,
+            schema: t.schema,
+            table_version: t.table_version,
+            manifests: vec![manifest],
+            extends_checkpoint: false,
+            rows: t.rows,
+            bytes: t.bytes,
+            objects: t.objects,
+        };
+        tables.insert(name, entry);
+    }
+    Ok(CatalogVersion {
+        format_version: v1.format_version,
+        version: v1.version,
+        committed_at_ms: v1.committed_at_ms,
+        operation: v1.operation,
+        tables,
+        checkpoint: None,
+    })
+}
+
+/// The key in a manifest's name `objects/<hhhh>/<key:016x>.manifest.json`,
+/// if the name is one [`manifest_path`] makes.
+fn manifest_key(path: &str) -> Option<u64> {
+    let name = path.rsplit('/').next()?;
+    let key = u64::from_str_radix(name.strip_suffix(&format!(".{MANIFEST_EXT}"))?, 16).ok()?;
+    (object_name(key, MANIFEST_EXT) == path).then_some(key)
+}
+
+/// Reads a format-2 version object (`bytes` of `file`). A delta needs the
+/// checkpoint it names; `checkpoint` must be that one.
+pub fn resolve(location: &str, file: VersionFile, bytes: usize, checkpoint: Option<Arc<Checkpoint>>) -> Result<CatalogVersion> {
+    let corrupt = |reason: String| StorageError::Corrupt { location: location.to_string(), reason };
+    let (tables, checkpoint) = match file.checkpoint {
+        None => {
+            let own = Arc::new(Checkpoint { version: file.version, bytes, tables: file.tables.clone() });
+            (file.tables, own)
+        }
+        Some(c) => {
+            let base = checkpoint.filter(|b| b.version == c).ok_or_else(|| corrupt(format!("its checkpoint, version {c}, was not given")))?;
+            let mut tables = base.tables.clone();
+            for name in &file.dropped {
+                tables.remove(name);
+            }
+            for (name, mut t) in file.tables {
+                if t.extends_checkpoint {
+                    let Some(old) = base.tables.get(&name).filter(|old| old.id == t.id) else {
+                        return Err(corrupt(format!("table {name} extends checkpoint {c}, which does not have it")));
+                    };
+                    let mut manifests = old.manifests.clone();
+                    manifests.append(&mut t.manifests);
+                    t.manifests = manifests;
+                    t.extends_checkpoint = false;
+                }
+                tables.insert(name, t);
+            }
+            (tables, base)
+        }
+    };
+    Ok(CatalogVersion {
+        format_version: file.format_version,
+        version: file.version,
+        committed_at_ms: file.committed_at_ms,
+        operation: file.operation,
+        tables,
+        checkpoint: Some(checkpoint),
+    })
+}
+
+/// `next` as a version object: a delta against `next.checkpoint` while it
+/// is small, else a checkpoint (then `next.checkpoint` is updated to it).
+/// `force_checkpoint`: the upgrade of a version-1 database.
+pub fn encode(next: &mut CatalogVersion, force_checkpoint: bool) -> Vec<u8> {
+    if let Some(base) = next.checkpoint.clone().filter(|_| !force_checkpoint) {
+        let delta = delta(next, &base);
+        let body = serde_json::to_vec(&delta).expect("format types always serialise");
+        if body.len() <= DELTA_LIMIT.max(base.bytes / 4) {
+            return body;
+        }
+    }
+    let file = VersionFile {
+        format_version: FORMAT_VERSION,
+        version: next.version,
+        committed_at_ms: next.committed_at_ms,
+        operation: next.operation.clone(),
+        checkpoint: None,
+        tables: next.tables.clone(),
+        dropped: Vec::new(),
+    };
+    let body = serde_json::to_vec(&file).expect("format types always serialise");
+    next.checkpoint = Some(Arc::new(Checkpoint { version: next.version, bytes: body.len(), tables: next.tables.clone() }));
+    body
+}
+
+/// What changed in `next` since `base`, as a delta version object.
+fn delta(next: &CatalogVersion, base: &Checkpoint) -> VersionFile {
+    let mut tables = std::collections::BTreeMap::new();
+    for (name, t) in &next.tables {
+        match base.tables.get(name) {
+            Some(old) if old == t => {}
+            Some(old) if old.id == t.id && t.manifests.starts_with(&old.manifests) => {
+                let added = t.manifests[old.manifests.len()..].to_vec();
+                tables.insert(name.clone(), TableEntry { manifests: added, extends_checkpoint: true, ..t.clone() });
+            }
+            _ => {
+                tables.insert(name.clone(), t.clone());
+            }
+        }
+    }
+    VersionFile {
+        format_version: FORMAT_VERSION,
+        version: next.version,
+        committed_at_ms: next.committed_at_ms,
+        operation: next.operation.clone(),
+        checkpoint: Some(base.version),
+        tables,
+        dropped: base.tables.keys().filter(|n| !next.tables.contains_key(*n)).cloned().collect(),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    fn table(id: u64, manifests: &[u64]) -> TableEntry {
+        TableEntry {
+            id,
+            schema: Schema::new(vec![Field::new("x", DataType::Int64, false)]),
+            table_version: manifests.len() as u64,
+            manifests: manifests.iter().map(|&key| ManifestRef { key, objects: 1, rows: 1, bytes: 100 }).collect(),
+            extends_checkpoint: false,
+            rows: manifests.len() as u64,
+            bytes: 100 * manifests.len() as u64,
+            objects: manifests.len() as u64,
+        }
+    }
+
+    fn version(v: u64, tables: &[(&str, TableEntry)], checkpoint: Option<Arc<Checkpoint>>) -> CatalogVersion {
+        CatalogVersion {
+            format_version: FORMAT_VERSION,
+            version: v,
+            committed_at_ms: v,
+            operation: format!("v{v}"),
+            tables: tables.iter().map(|(n, t)| (n.to_string(), t.clone())).collect(),
+            checkpoint,
+        }
+    }
+
+    /// Writes and reads back `next`: what a reader of the store resolves.
+    fn round_trip(next: &mut CatalogVersion) -> (CatalogVersion, usize) {
+        let base = next.checkpoint.clone();
+        let body = encode(next, false);
+        let file: VersionFile = serde_json::from_slice(&body).unwrap();
+        let given = if file.checkpoint.is_some() { base } else { None };
+        (resolve("test", file, body.len(), given).unwrap(), body.len())
+    }
+
+    #[test]
+    fn the_first_version_is_a_checkpoint_and_later_ones_deltas_that_read_back_whole() {
+        let mut v1 = version(1, &[("a", table(7, &[1])), ("b", table(8, &[2]))], None);
+        let (read, _) = round_trip(&mut v1);
+        assert_eq!(read.tables, v1.tables);
+        assert_eq!(read.checkpoint.as_ref().unwrap().version, 1, "a checkpoint");
+
+        // Append to a, drop b, create c.
+        let mut v2 = version(2, &[("a", table(7, &[1, 3])), ("c", table(9, &[4]))], v1.checkpoint.clone());
+        let base = v2.checkpoint.clone();
+        let body = encode(&mut v2, false);
+        let file: VersionFile = serde_json::from_slice(&body).unwrap();
+        assert_eq!(file.checkpoint, Some(1));
+        assert_eq!(file.dropped, vec!["b".to_string()]);
+        assert_eq!(file.tables["a"].manifests.len(), 1, "only the manifest added since the checkpoint");
+        assert!(file.tables["a"].extends_checkpoint);
+        let read = resolve("test", file, body.len(), base).unwrap();
+        assert_eq!(read.tables, v2.tables);
+    }
+
+    #[test]
+    fn a_table_replaced_under_the_same_name_is_written_whole() {
+        let mut v1 = version(1, &[("a", table(7, &[1, 2]))], None);
+        round_trip(&mut v1);
+        let mut v2 = version(2, &[("a", table(8, &[5]))], v1.checkpoint.clone());
+        let (read, _) = round_trip(&mut v2);
+        assert_eq!(read.tables["a"], table(8, &[5]));
+    }
+
+    #[test]
+    fn deltas_stay_bounded_because_a_large_one_becomes_a_checkpoint() {
+        let mut current = version(1, &[("t", table(7, &[]))], None);
+        round_trip(&mut current);
+        let mut checkpoints = 0;
+        for v in 2..=3000u64 {
+            let manifests: Vec<u64> = (1..v).collect();
+            let mut next = version(v, &[("t", table(7, &manifests))], current.checkpoint.clone());
+            let before = next.checkpoint.as_ref().unwrap().version;
+            let (read, bytes) = round_trip(&mut next);
+            assert_eq!(read.tables, next.tables, "version {v}");
+            let is_checkpoint = next.checkpoint.as_ref().unwrap().version != before;
+            if is_checkpoint {
+                checkpoints += 1;
+            } else {
+                assert!(bytes <= DELTA_LIMIT.max(next.checkpoint.as_ref().unwrap().bytes / 4), "version {v}: a delta of {bytes} bytes");
+            }
+            current = next;
+        }
+        // Checkpoints grow with the table, so they come rarer as it grows.
+        assert!((3..60).contains(&checkpoints), "{checkpoints} checkpoints in 3000 commits");
+    }
+
+    #[test]
+    fn manifest_keys_are_read_back_from_version_1_names() {
+        let path = manifest_path(&ManifestRef { key: 0x100005, objects: 0, rows: 0, bytes: 0 });
+        assert_eq!(manifest_key(&path), Some(0x100005));
+        assert_eq!(manifest_key("objects/0000/elsewhere.manifest.json"), None);
+    }
+}

@@ -1,0 +1,108 @@
+//! Storage format 2: commits whose metadata follows the change, opening
+//! without listing the history, and version-1 databases that keep opening
+//! and are upgraded by their next commit (docs/storage-format.md).
+
+use blobhouse_engine::EngineOptions;
+use blobhouse_testkit::audit::Request;
+
+use crate::common::*;
+
+/// Bytes of metadata PUT (everything but data objects) since the log was
+/// cleared, and the PUTs.
+fn metadata_written(db: &TestDb) -> (usize, Vec<String>) {
+    let puts: Vec<(String, usize)> = db
+        .audit
+        .requests()
+        .into_iter()
+        .filter_map(|r| match r {
+            Request::Put { path, bytes, .. } if !path.ends_with(".parquet") => Some((path, bytes.expect("single PUTs for metadata"))),
+            _ => None,
+        })
+        .collect();
+    (puts.iter().map(|(_, b)| b).sum(), puts.into_iter().map(|(p, b)| format!("{p} ({b} B)")).collect())
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_thousand_and_first_insert_writes_little_and_opening_takes_few_requests() {
+    let db = TestDb::new(Backend::Local, "commit-cost");
+    let e = db.engine(EngineOptions::default()).await;
+    run(&e, "CREATE TABLE t (x BIGINT NOT NULL, note VARCHAR)").await;
+    for i in 1..=1000 {
+        run(&e, &format!("INSERT INTO t VALUES ({i}, 'row {i}')")).await;
+    }
+    db.audit.clear_requests();
+    run(&e, "INSERT INTO t VALUES (1001, 'row 1001')").await;
+    let (bytes, puts) = metadata_written(&db);
+    eprintln!("the 1,001st commit wrote {bytes} bytes of metadata: {puts:?}");
+    assert!(bytes <= 64 << 10, "the 1,001st commit wrote {bytes} bytes of metadata: {puts:#?}");
+    // In format 1 the same commit rewrote the whole manifest: 1,001 entries
+    // of about the size of this commit's one-entry manifest file.
+
+
+    db.audit.clear_requests();
+    let fresh = db.engine(EngineOptions::default()).await;
+    let opening = db.audit.requests();
+    eprintln!("opening took {} requests: {opening:?}", opening.len());
+    assert!(opening.len() <= 10, "opening took {} requests: {opening:#?}", opening.len());
+    assert!(!opening.iter().any(|r| matches!(r, Request::List { prefix } if prefix.ends_with("catalog"))), "format 2 never lists catalog/: {opening:#?}");
+    assert_eq!(scalar(&run(&fresh, "SELECT count(*) FROM t").await), "1001");
+    assert_eq!(scalar(&run(&fresh, "SELECT sum(x) FROM t").await), "501501");
+}
+
+/// The fixture of crates/tests/fixtures/v1-database, copied so that it can
+/// be written to.
+fn v1_copy() -> TestDb {
+    let db = TestDb::new(Backend::Local, "v1");
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/v1-database");
+    copy_dir(&fixture, std::path::Path::new(&db.url));
+    db
+}
+
+fn copy_dir(from: &std::path::Path, to: &std::path::Path) {
+    for entry in std::fs::read_dir(from).unwrap() {
+        let entry = entry.unwrap();
+        let target = to.join(entry.file_name());
+        if entry.file_type().unwrap().is_dir() {
+            std::fs::create_dir_all(&target).unwrap();
+            copy_dir(&entry.path(), &target);
+        } else if entry.file_name() != "README.md" {
+            std::fs::copy(entry.path(), target).unwrap();
+        }
+    }
+}
+
+const ACCOUNTS: &str = "SELECT id, owner, balance, opened FROM accounts ORDER BY id";
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_version_1_database_opens_answers_the_same_and_is_upgraded_by_its_next_commit() {
+    let db = v1_copy();
+    let dir = std::path::PathBuf::from(&db.url);
+    let e = db.engine(EngineOptions::default()).await;
+    let tables = text(&run(&e, "SHOW TABLES").await);
+    assert!(tables.contains("accounts") && tables.contains("notes") && !tables.contains("dropped"), "{tables}");
+    let before = text(&run(&e, ACCOUNTS).await);
+    for row in ["| 1  | ada   | 100.50  | 2020-01-02 |", "| 2  | bob   | 20.00   | 2021-03-04 |", "| 3  |       | 0.00    | 2022-05-06 |"] {
+        assert!(before.contains(row), "{row} missing from\n{before}");
+    }
+    assert_eq!(text(&run(&e, "SELECT * FROM notes ORDER BY id").await).matches('!').count(), 2);
+    assert!(!dir.join("log").exists(), "reading writes nothing");
+
+    // The next commit upgrades: version 7 in catalog/ (where version-1
+    // binaries look, and then refuse a newer format), as a format-2 checkpoint.
+    run(&e, "INSERT INTO accounts VALUES (4, 'cy', 7.25, DATE '2023-07-08')").await;
+    let upgrade: serde_json::Value = serde_json::from_slice(&std::fs::read(dir.join("catalog/00000000000000000007.json")).unwrap()).unwrap();
+    assert_eq!(upgrade["format_version"], 2);
+    assert!(upgrade["checkpoint"].is_null(), "the upgrade is a checkpoint: {upgrade}");
+    // Version 1's manifests are reused as manifest files, not rewritten.
+    assert_eq!(upgrade["tables"]["accounts"]["manifests"].as_array().unwrap().len(), 2);
+
+    run(&e, "INSERT INTO accounts VALUES (5, 'di', 1.00, DATE '2024-09-10')").await;
+    assert!(dir.join("log/00000000000000000/00000000000000000008.json").exists(), "after the upgrade, versions go to log/");
+    assert!(!dir.join("catalog/00000000000000000008.json").exists());
+
+    let fresh = db.engine(EngineOptions::default()).await;
+    let after = text(&run(&fresh, ACCOUNTS).await);
+    assert!(after.starts_with(&before[..before.rfind("\n+--").unwrap()]), "old rows unchanged:\n{after}");
+    assert_eq!(scalar(&run(&fresh, "SELECT count(*) FROM accounts").await), "5");
+    assert_eq!(scalar(&run(&fresh, "SELECT sum(balance) FROM accounts").await), "128.75");
+}
