@@ -106,3 +106,29 @@ async fn a_version_1_database_opens_answers_the_same_and_is_upgraded_by_its_next
     assert_eq!(scalar(&run(&fresh, "SELECT count(*) FROM accounts").await), "5");
     assert_eq!(scalar(&run(&fresh, "SELECT sum(balance) FROM accounts").await), "128.75");
 }
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_damaged_version_or_a_missing_checkpoint_is_named_in_the_error() {
+    let db = TestDb::new(Backend::Local, "damaged-version");
+    let e = db.engine(EngineOptions::default()).await;
+    run(&e, "CREATE TABLE t (x BIGINT)").await;
+    run(&e, "INSERT INTO t VALUES (1)").await;
+    let dir = std::path::PathBuf::from(&db.url);
+    let bucket = dir.join("log/00000000000000000");
+    let open = || blobhouse_engine::Engine::open_location(db.location.clone(), db.store_options.clone(), EngineOptions::default());
+
+    // Version 2 is a delta over checkpoint 1: without it, it cannot be read.
+    let checkpoint = bucket.join("00000000000000000001.json");
+    let saved = std::fs::read(&checkpoint).unwrap();
+    std::fs::remove_file(&checkpoint).unwrap();
+    let err = open().await.err().expect("opening must fail").to_string();
+    assert!(err.contains("has no version 1"), "{err}");
+    std::fs::write(&checkpoint, saved).unwrap();
+
+    // A truncated newest version.
+    let newest = bucket.join("00000000000000000002.json");
+    let body = std::fs::read(&newest).unwrap();
+    std::fs::write(&newest, &body[..body.len() / 2]).unwrap();
+    let err = open().await.err().expect("opening must fail").to_string();
+    assert!(err.contains("corrupt object") && err.contains("00000000000000000002.json"), "{err}");
+}
