@@ -10,7 +10,7 @@ use datafusion::arrow::datatypes::SchemaRef;
 use tokio::sync::mpsc;
 
 use blobhouse_engine::{Engine, EngineError, QueryResult};
-use blobhouse_storage::{Change, StorageError, TableWriter};
+use blobhouse_storage::{StorageError, TableWriter, Transaction};
 use tpchgen::generators::*;
 use tpchgen_arrow::*;
 
@@ -141,10 +141,9 @@ async fn load_table(engine: &Engine, table: &str, sf: f64, progress: Progress) -
     let objects = writer.finish().await?;
     let bytes = objects.iter().map(|o| o.size).sum();
     let count = objects.len();
-    engine
-        .database()
-        .commit(Change::CreateTable { name: table.to_string(), schema: schema.as_ref().clone(), if_not_exists: false, objects })
-        .await?;
+    let mut txn = Transaction::begin(engine.database(), engine.database().refresh().await?);
+    txn.create_table(table, schema.as_ref().clone(), false, objects).await?;
+    txn.commit().await?;
     progress(table, rows, rows);
     Ok(TableLoad { table: table.to_string(), rows, bytes, objects: count, elapsed: started.elapsed() })
 }

@@ -18,6 +18,7 @@
 
 pub mod chunks;
 pub mod copy;
+mod dml;
 pub mod memory;
 pub mod provider;
 pub mod runtime_filter;

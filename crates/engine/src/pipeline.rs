@@ -36,7 +36,8 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use datafusion::arrow::array::{RecordBatch, RecordBatchOptions};
+use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt64Array};
+use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::{DataFusionError, Result};
@@ -48,6 +49,7 @@ use futures::StreamExt;
 use futures::stream::FuturesUnordered;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
+use roaring::RoaringBitmap;
 use tokio::sync::{Notify, mpsc};
 
 use blobhouse_storage::StorageError;
@@ -73,6 +75,8 @@ pub(crate) struct ScanCounters {
     pub decode_time: Time,
     /// Rows the runtime filters dropped ([`crate::runtime_filter`]).
     pub rows_filtered: Count,
+    /// Decoded rows dropped because a deletion vector deletes them.
+    pub rows_deleted: Count,
     /// Row groups not downloaded because a runtime filter excludes them.
     pub row_groups_skipped: Count,
     /// Partitions waiting for a row group to arrive (the query waited on data).
@@ -110,6 +114,7 @@ impl ScanCounters {
             fetch_time: time("fetch_time"),
             decode_time: time("decode_time"),
             rows_filtered: count("runtime_filter_rows_dropped"),
+            rows_deleted: count("rows_deleted"),
             row_groups_skipped: count("runtime_filter_row_groups_skipped"),
             query_wait_time: time("query_wait_time"),
             data_wait_time: time("data_wait_time"),
@@ -261,13 +266,26 @@ impl Pipeline {
     }
 
     /// The stream of partition `partition`, holding `guard` until dropped.
-    pub fn stream(self: &Arc<Self>, partition: usize, schema: SchemaRef, projection: Vec<usize>, batch_size: usize, filter: Option<RowFilter>, guard: Box<dyn Send>) -> SendableRecordBatchStream {
+    /// `projection`: the table column of each output column, where
+    /// `row_id_column` stands for the row ids ([`crate::provider::ROW_ID_COLUMN`]).
+    #[allow(clippy::too_many_arguments)]
+    pub fn stream(
+        self: &Arc<Self>,
+        partition: usize,
+        schema: SchemaRef,
+        projection: Vec<usize>,
+        row_id_column: usize,
+        batch_size: usize,
+        filter: Option<RowFilter>,
+        guard: Box<dyn Send>,
+    ) -> SendableRecordBatchStream {
         let consumer = Consumer {
             filter,
             pipeline: self.clone(),
             partition,
             schema: schema.clone(),
             projection,
+            row_id_column,
             batch_size,
             current: None,
             last_yield: None,
@@ -451,6 +469,7 @@ struct Consumer {
     partition: usize,
     schema: SchemaRef,
     projection: Vec<usize>,
+    row_id_column: usize,
     batch_size: usize,
     current: Option<Decoding>,
     /// The runtime filters, applied to each decoded batch.
@@ -481,7 +500,8 @@ impl Consumer {
             if let Some(d) = &mut self.current {
                 let t = Instant::now();
                 match d.next_batch(&self.schema) {
-                    Some(Ok(batch)) => {
+                    Some(Ok((batch, deleted))) => {
+                        m.rows_deleted.add(deleted);
                         let took = t.elapsed();
                         m.decode_time.add_duration(took);
                         let bytes = (batch.num_rows() as f64 * d.bytes_per_row) as u64;
@@ -504,7 +524,7 @@ impl Consumer {
                         shared.processed(self.partition, bytes, self.busy + t.elapsed());
                         self.busy = Duration::ZERO;
                         if batch.num_rows() == 0 {
-                            continue; // the filters dropped every row
+                            continue; // deletes or filters dropped every row
                         }
                         self.last_yield = Some(Instant::now());
                         return Some((Ok(batch), self));
@@ -539,7 +559,7 @@ impl Consumer {
                 m.data_wait_time.add_duration(wait - arrived.at);
             }
             let t = Instant::now();
-            match Decoding::new(arrived, &self.projection, self.batch_size) {
+            match Decoding::new(arrived, &self.projection, self.row_id_column, self.batch_size) {
                 Ok(d) => self.current = Some(d),
                 Err(e) => {
                     self.done = true;
@@ -551,13 +571,23 @@ impl Consumer {
     }
 }
 
-/// A row group being decoded, a batch at a time.
+/// A row group being decoded, a batch at a time; rows that the object's
+/// deletion vector deletes are dropped here, before any filter sees them.
 struct Decoding {
     reader: Option<ParquetRecordBatchReader>,
-    /// Empty projection: the row count is all there is.
+    /// No data column: rows not yet handed on (counted, not decoded).
     rows_only: Option<usize>,
-    /// Column positions of the reader's output (file order) in the projection.
-    positions: Vec<usize>,
+    batch_size: usize,
+    /// Per output column: its position in the reader's output (file
+    /// order), or `None` for the row ids.
+    positions: Vec<Option<usize>>,
+    /// Position in the row group of the next row to decode.
+    next_row: u64,
+    /// The row group's first row in its object.
+    first_row: u64,
+    /// The object's ordinal, the upper half of its row ids.
+    ordinal: u32,
+    deleted: Option<Arc<RoaringBitmap>>,
     location: String,
     bytes_per_row: f64,
     /// Bytes of the row group's chunks, reserved in the engine's budget.
@@ -565,18 +595,33 @@ struct Decoding {
 }
 
 impl Decoding {
-    fn new(a: Arrived, projection: &[usize], batch_size: usize) -> Result<Decoding> {
+    fn new(a: Arrived, projection: &[usize], row_id_column: usize, batch_size: usize) -> Result<Decoding> {
         let unit = a.unit;
         let object = &unit.object;
         let bytes_per_row = if unit.rows == 0 { 0.0 } else { unit.bytes() as f64 / unit.rows as f64 };
         let held = unit.bytes() as usize;
-        if projection.is_empty() {
-            return Ok(Decoding { reader: None, rows_only: Some(unit.rows as usize), positions: Vec::new(), location: object.display.clone(), bytes_per_row, held });
+        // The Parquet reader returns columns in file order; map them back.
+        let mut sorted: Vec<usize> = projection.iter().copied().filter(|&c| c != row_id_column).collect();
+        sorted.sort_unstable();
+        let positions = projection.iter().map(|c| if *c == row_id_column { None } else { sorted.binary_search(c).ok() }).collect();
+        let mut d = Decoding {
+            reader: None,
+            rows_only: None,
+            batch_size,
+            positions,
+            next_row: 0,
+            first_row: unit.first_row,
+            ordinal: object.ordinal,
+            deleted: object.deleted.clone(),
+            location: object.display.clone(),
+            bytes_per_row,
+            held,
+        };
+        if sorted.is_empty() {
+            d.rows_only = Some(unit.rows as usize);
+            return Ok(d);
         }
         let wrap = |e: parquet::errors::ParquetError| DataFusionError::External(Box::new(StorageError::Parquet { location: object.display.clone(), source: e }));
-        // The Parquet reader returns columns in file order; map them back.
-        let mut sorted: Vec<usize> = projection.to_vec();
-        sorted.sort_unstable();
         let mask = ProjectionMask::roots(object.reader.metadata().file_metadata().schema_descr(), sorted.iter().copied());
         let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(a.chunks, object.reader.clone())
             .with_row_groups(vec![unit.row_group])
@@ -584,24 +629,58 @@ impl Decoding {
             .with_batch_size(batch_size)
             .build()
             .map_err(wrap)?;
-        let positions = projection.iter().map(|c| sorted.binary_search(c).expect("column in projection")).collect();
-        Ok(Decoding { reader: Some(reader), rows_only: None, positions, location: object.display.clone(), bytes_per_row, held })
+        d.reader = Some(reader);
+        Ok(d)
     }
 
-    fn next_batch(&mut self, schema: &SchemaRef) -> Option<Result<RecordBatch>> {
-        if let Some(rows) = self.rows_only.take() {
-            // COUNT(*) and friends: the row count is in the manifest, no bytes needed.
-            let opts = RecordBatchOptions::new().with_row_count(Some(rows));
-            return Some(RecordBatch::try_new_with_options(schema.clone(), vec![], &opts).map_err(Into::into));
-        }
-        let batch = self.reader.as_mut()?.next()?;
-        Some(match batch {
-            Ok(b) => {
-                let columns = self.positions.iter().map(|&i| b.column(i).clone()).collect();
-                RecordBatch::try_new(schema.clone(), columns).map_err(Into::into)
+    /// The next batch, without deleted rows, and how many rows were deleted.
+    fn next_batch(&mut self, schema: &SchemaRef) -> Option<Result<(RecordBatch, usize)>> {
+        let (decoded, rows) = match self.rows_only.as_mut() {
+            Some(0) => return None,
+            Some(left) => {
+                // COUNT(*) and friends: no bytes needed, the rows are counted
+                // (in one batch unless row ids are wanted).
+                let rows = if self.positions.is_empty() { *left } else { (*left).min(self.batch_size) };
+                *left -= rows;
+                (None, rows)
             }
-            Err(e) => Err(DataFusionError::External(Box::new(StorageError::Corrupt { location: self.location.clone(), reason: e.to_string() }))),
-        })
+            None => match self.reader.as_mut()?.next()? {
+                Ok(b) => {
+                    let rows = b.num_rows();
+                    (Some(b), rows)
+                }
+                Err(e) => return Some(Err(DataFusionError::External(Box::new(StorageError::Corrupt { location: self.location.clone(), reason: e.to_string() })))),
+            },
+        };
+        let start = self.first_row + self.next_row;
+        self.next_row += rows as u64;
+        let columns: Vec<ArrayRef> = self
+            .positions
+            .iter()
+            .map(|p| match (p, &decoded) {
+                (Some(i), Some(b)) => b.column(*i).clone(),
+                _ => {
+                    let high = u64::from(self.ordinal) << 32;
+                    Arc::new((start..start + rows as u64).map(|r| high | r).collect::<UInt64Array>()) as ArrayRef
+                }
+            })
+            .collect();
+        let opts = RecordBatchOptions::new().with_row_count(Some(rows));
+        let batch = match RecordBatch::try_new_with_options(schema.clone(), columns, &opts) {
+            Ok(b) => b,
+            Err(e) => return Some(Err(e.into())),
+        };
+        let Some(deleted) = self.deleted.as_ref().filter(|d| d.range_cardinality(start as u32..(start + rows as u64) as u32) > 0) else {
+            return Some(Ok((batch, 0)));
+        };
+        let keep: BooleanArray = (start..start + rows as u64).map(|r| Some(!deleted.contains(r as u32))).collect();
+        let kept = keep.true_count();
+        let result = if batch.num_columns() == 0 {
+            RecordBatch::try_new_with_options(schema.clone(), vec![], &RecordBatchOptions::new().with_row_count(Some(kept))).map_err(Into::into)
+        } else {
+            filter_record_batch(&batch, &keep).map_err(Into::into)
+        };
+        Some(result.map(|b| (b, rows - kept)))
     }
 }
 

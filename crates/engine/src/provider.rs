@@ -6,7 +6,7 @@ use std::fmt;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::catalog::{SchemaProvider, Session};
 use datafusion::common::{DataFusionError, Result, not_impl_err};
 use datafusion::datasource::sink::{DataSink, DataSinkExec};
@@ -17,8 +17,8 @@ use datafusion::logical_expr::{Expr, TableProviderFilterPushDown};
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan};
 use futures::StreamExt;
 
-use blobhouse_storage::format::{Manifest, TableEntry};
-use blobhouse_storage::{Change, Database, StorageError, TableWriter};
+use blobhouse_storage::format::{CatalogVersion, TableEntry};
+use blobhouse_storage::{Database, StorageError, TableData, TableWriter, Transaction};
 
 use crate::EngineOptions;
 use crate::scan::{BlobScanExec, FooterCache, ScanRequest};
@@ -28,41 +28,94 @@ pub(crate) fn external(e: StorageError) -> DataFusionError {
     DataFusionError::External(Box::new(e))
 }
 
-/// The tables of a database, as of the catalog version the handle last saw.
-/// The engine refreshes that version at the start of every statement.
+/// Name of the hidden column of row ids that DELETE and UPDATE select
+/// through (see [`crate::dml`]): `ordinal of the data object << 32 | row
+/// position in it`. Only tables resolved in [`DML_SCHEMA`] have it.
+pub const ROW_ID_COLUMN: &str = "__blobhouse_row_id";
+
+/// The schema through which DELETE and UPDATE read their table with
+/// [`ROW_ID_COLUMN`]. It lists no tables (SHOW TABLES does not show it).
+pub const DML_SCHEMA: &str = "blobhouse_dml";
+
+/// What one statement reads and writes through: the database version it
+/// sees (a transaction's snapshot with its own changes) and the
+/// transaction that its writes join.
+#[derive(Debug, Clone)]
+pub(crate) struct Scope {
+    pub view: Arc<CatalogVersion>,
+    pub txn: Arc<tokio::sync::Mutex<Option<Transaction>>>,
+}
+
+/// The tables of a database as one statement sees them: with a [`Scope`],
+/// its version and its transaction; without (the session's own context,
+/// used by tests and tools), the newest version the handle has seen, each
+/// INSERT committing on its own.
 #[derive(Debug)]
 pub struct BlobSchemaProvider {
     db: Arc<Database>,
     options: Arc<EngineOptions>,
     footers: Arc<FooterCache>,
     source: DataSource,
+    scope: Option<Scope>,
+    row_ids: bool,
 }
 
 impl BlobSchemaProvider {
     pub(crate) fn new(db: Arc<Database>, options: Arc<EngineOptions>, footers: Arc<FooterCache>, source: DataSource) -> Self {
-        BlobSchemaProvider { db, options, footers, source }
+        BlobSchemaProvider { db, options, footers, source, scope: None, row_ids: false }
+    }
+
+    /// The same tables, seen through `scope`; with the row-id column when
+    /// `row_ids` is set.
+    pub(crate) fn scoped(&self, scope: Scope, row_ids: bool) -> Self {
+        BlobSchemaProvider {
+            db: self.db.clone(),
+            options: self.options.clone(),
+            footers: self.footers.clone(),
+            source: self.source.clone(),
+            scope: Some(scope),
+            row_ids,
+        }
+    }
+
+    fn version(&self) -> Arc<CatalogVersion> {
+        match &self.scope {
+            Some(s) => s.view.clone(),
+            None => self.db.current(),
+        }
     }
 }
 
 #[async_trait]
 impl SchemaProvider for BlobSchemaProvider {
     fn table_names(&self) -> Vec<String> {
-        self.db.current().tables.keys().cloned().collect()
+        if self.row_ids {
+            return Vec::new();
+        }
+        self.version().tables.keys().cloned().collect()
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
-        let version = self.db.current();
+        let version = self.version();
         let Some(entry) = version.tables.get(name) else { return Ok(None) };
-        let manifest = self.db.manifest(entry).await.map_err(external)?;
+        let data = self.db.table_data(entry).await.map_err(external)?;
+        let mut schema = entry.schema.clone();
+        if self.row_ids {
+            let mut fields: Vec<Field> = schema.fields().iter().map(|f| f.as_ref().clone()).collect();
+            fields.push(Field::new(ROW_ID_COLUMN, DataType::UInt64, false));
+            schema = Schema::new(fields);
+        }
         Ok(Some(Arc::new(BlobTable {
             db: self.db.clone(),
             name: name.to_string(),
-            schema: Arc::new(entry.schema.clone()),
+            schema: Arc::new(schema),
+            row_ids: self.row_ids,
             entry: entry.clone(),
-            manifest,
+            data: Arc::new(data),
             options: self.options.clone(),
             footers: self.footers.clone(),
             source: self.source.clone(),
+            txn: self.scope.as_ref().map(|s| s.txn.clone()),
         })))
     }
 
@@ -75,7 +128,7 @@ impl SchemaProvider for BlobSchemaProvider {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.db.current().tables.contains_key(name)
+        self.version().tables.contains_key(name)
     }
 }
 
@@ -84,12 +137,24 @@ impl SchemaProvider for BlobSchemaProvider {
 pub struct BlobTable {
     db: Arc<Database>,
     name: String,
+    /// The table's columns, and [`ROW_ID_COLUMN`] last when `row_ids`.
     schema: SchemaRef,
+    row_ids: bool,
     entry: TableEntry,
-    manifest: Arc<Manifest>,
+    data: Arc<TableData>,
     options: Arc<EngineOptions>,
     footers: Arc<FooterCache>,
     source: DataSource,
+    /// The statement's transaction, which INSERT joins; `None`: INSERT
+    /// commits on its own.
+    txn: Option<Arc<tokio::sync::Mutex<Option<Transaction>>>>,
+}
+
+impl BlobTable {
+    /// The table version's live data objects.
+    pub fn data(&self) -> &Arc<TableData> {
+        &self.data
+    }
 }
 
 #[async_trait]
@@ -110,7 +175,8 @@ impl TableProvider for BlobTable {
             ScanRequest {
                 table: &self.name,
                 table_schema: self.schema.clone(),
-                manifest: &self.manifest,
+                row_ids: self.row_ids,
+                data: &self.data,
                 projection,
                 filters,
                 limit,
@@ -134,12 +200,23 @@ impl TableProvider for BlobTable {
         if op != InsertOp::Append {
             return not_impl_err!("{op} is not supported on blobhouse tables yet; use INSERT INTO");
         }
-        let sink = BlobSink { db: self.db.clone(), table: self.name.clone(), table_id: self.entry.id, schema: self.schema.clone(), options: self.options.clone() };
+        if self.row_ids {
+            return not_impl_err!("cannot INSERT through {DML_SCHEMA}; insert into {}", self.name);
+        }
+        let sink = BlobSink {
+            db: self.db.clone(),
+            table: self.name.clone(),
+            table_id: self.entry.id,
+            schema: self.schema.clone(),
+            options: self.options.clone(),
+            txn: self.txn.clone(),
+        };
         Ok(Arc::new(DataSinkExec::new(input, Arc::new(sink), None)))
     }
 }
 
-/// Writes INSERTed rows as new data objects and commits them in one version.
+/// Writes INSERTed rows as new data objects and adds them to the
+/// statement's transaction (or commits them in one version of their own).
 #[derive(Debug)]
 pub struct BlobSink {
     db: Arc<Database>,
@@ -147,6 +224,7 @@ pub struct BlobSink {
     table_id: u64,
     schema: SchemaRef,
     options: Arc<EngineOptions>,
+    txn: Option<Arc<tokio::sync::Mutex<Option<Transaction>>>>,
 }
 
 impl DisplayAs for BlobSink {
@@ -162,12 +240,22 @@ impl DataSink for BlobSink {
     }
 
     async fn write_all(&self, data: SendableRecordBatchStream, _context: &Arc<TaskContext>) -> Result<u64> {
-        let rows = write_stream(&self.db, &self.schema, &self.options, data).await?;
-        let (rows, objects) = rows;
-        self.db
-            .commit(Change::Append { name: self.table.clone(), table_id: self.table_id, objects })
-            .await
-            .map_err(external)?;
+        let (rows, objects) = write_stream(&self.db, &self.schema, &self.options, data).await?;
+        match &self.txn {
+            Some(txn) => {
+                let mut slot = txn.lock().await;
+                let Some(txn) = slot.as_mut() else {
+                    self.db.delete_unreferenced(objects.into_iter().map(|o| o.path).collect()).await;
+                    return Err(DataFusionError::Execution(format!("INSERT INTO {}: the transaction has ended", self.table)));
+                };
+                txn.append(&self.table, self.table_id, objects).await.map_err(external)?;
+            }
+            None => {
+                let mut txn = Transaction::begin(&self.db, self.db.refresh().await.map_err(external)?);
+                txn.append(&self.table, self.table_id, objects).await.map_err(external)?;
+                txn.commit().await.map_err(external)?;
+            }
+        }
         Ok(rows)
     }
 }

@@ -42,8 +42,9 @@ use object_store::path::Path;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
 use parquet::file::metadata::ParquetMetaDataReader;
 
-use blobhouse_storage::format::{DataObject, Manifest};
-use blobhouse_storage::{Database, StorageError};
+use blobhouse_storage::format::DataObject;
+use blobhouse_storage::{Database, LiveObject, StorageError, TableData};
+use roaring::RoaringBitmap;
 
 use crate::chunks::{RequestPolicy, Span};
 use crate::pipeline::{CpuSpan, Pipeline, ScanCounters, ScanToRun};
@@ -99,6 +100,10 @@ pub(crate) struct ScanObject {
     pub display: String,
     pub size: u64,
     pub reader: ArrowReaderMetadata,
+    /// Its ordinal in the table version (the upper half of its row ids).
+    pub ordinal: u32,
+    /// Its deleted rows, if any.
+    pub deleted: Option<Arc<RoaringBitmap>>,
 }
 
 /// One row group to read: the morsel of this scan.
@@ -108,7 +113,9 @@ pub(crate) struct ScanUnit {
     pub index: usize,
     pub object: Arc<ScanObject>,
     pub row_group: usize,
+    /// Rows of the row group, and its first row's position in the object.
     pub rows: u64,
+    pub first_row: u64,
     pub spans: Vec<Span>,
 }
 
@@ -135,7 +142,10 @@ pub struct BlobScanExec {
     table: String,
     source: DataSource,
     schema: SchemaRef,
+    /// Table column of each output column; `row_id_column` stands for the
+    /// row ids.
     projection: Vec<usize>,
+    row_id_column: usize,
     /// Every unit to read, in plan order (object, row group).
     units: Vec<ScanUnit>,
     partitions: usize,
@@ -205,8 +215,11 @@ impl Drop for StreamGuard {
 /// Inputs of scan planning.
 pub struct ScanRequest<'a> {
     pub table: &'a str,
+    /// The table's columns, and the row-id column last when `row_ids`.
     pub table_schema: SchemaRef,
-    pub manifest: &'a Manifest,
+    pub row_ids: bool,
+    /// The table version's live objects and their deletion vectors.
+    pub data: &'a TableData,
     pub projection: Option<&'a Vec<usize>>,
     pub filters: &'a [Expr],
     pub limit: Option<usize>,
@@ -227,31 +240,54 @@ impl BlobScanExec {
             None => (0..req.table_schema.fields().len()).collect(),
         };
         let schema = Arc::new(req.table_schema.project(&projection)?);
+        let row_id_column = req.table_schema.fields().len() - usize::from(req.row_ids);
 
-        // Zone-map pruning over all row groups of all objects.
-        let all: Vec<(&DataObject, usize)> =
-            req.manifest.objects.iter().flat_map(|o| (0..o.row_groups.len()).map(move |i| (o, i))).collect();
-        let keep = prune(state, &req.table_schema, req.filters, &all);
+        // Every row group of every live object, with its live rows.
+        let mut all: Vec<(&DataObject, usize)> = Vec::new();
+        let mut placement: Vec<(&LiveObject, u64, u64)> = Vec::new(); // object, first row, live rows
+        for live in &req.data.objects {
+            let object = req.data.object(live);
+            let mut first = 0u64;
+            for (i, rg) in object.row_groups.iter().enumerate() {
+                let deleted = live.deleted.as_ref().map_or(0, |d| d.range_cardinality(first as u32..(first + rg.rows) as u32));
+                all.push((object, i));
+                placement.push((live, first, rg.rows - deleted));
+                first += rg.rows;
+            }
+        }
+        // Zone-map pruning; row groups whose rows are all deleted go too.
+        let keep: Vec<bool> = prune(state, &req.table_schema, req.filters, &all).into_iter().zip(&placement).map(|(k, p)| k && p.2 > 0).collect();
+        let any_deleted = req.data.objects.iter().any(|l| l.vector.is_some());
 
         let mut kept: Vec<(&DataObject, usize)> = all.iter().zip(&keep).filter(|(_, k)| **k).map(|(rg, _)| *rg).collect();
         if let Some(l) = req.limit {
             // Only the row groups that reach the limit are read (below).
+            let live: Vec<u64> = placement.iter().zip(&keep).filter(|(_, k)| **k).map(|(p, _)| p.2).collect();
             let mut rows = 0u64;
-            kept.retain(|(o, rg)| {
+            let mut i = 0;
+            kept.retain(|_| {
                 let take = rows < l as u64;
-                rows += o.row_groups[*rg].rows;
+                rows += live[i];
+                i += 1;
                 take
             });
         }
         let mut column_stats: Vec<ColumnStatistics> =
             projection.iter().map(|&c| zone_map_statistics(req.table_schema.field(c).data_type(), c, &kept)).collect();
+        if any_deleted {
+            // Zone maps count the deleted rows too: bounds, not counts.
+            for c in &mut column_stats {
+                c.null_count = c.null_count.to_inexact();
+            }
+        }
         let unit_zone_maps = Arc::new(ZoneMaps::new(&req.table_schema, &projection, &kept));
         let mut summary = PlanSummary { row_groups_total: all.len(), ..Default::default() };
         let mut units = Vec::new();
         let mut objects: HashMap<&str, Arc<ScanObject>> = HashMap::new();
         let mut rows_planned = 0u64;
         let mut decoded_bytes = vec![0u64; projection.len()];
-        for ((object, rg), keep) in all.iter().zip(keep) {
+        let data_columns: Vec<usize> = projection.iter().copied().filter(|&c| c != row_id_column).collect();
+        for (((object, rg), keep), (live, first_row, live_rows)) in all.iter().zip(keep).zip(&placement) {
             let rg_meta = &object.row_groups[*rg];
             let all_bytes: u64 = rg_meta.columns.iter().map(|c| c.length).sum();
             let limit_reached = req.limit.is_some_and(|l| rows_planned >= l as u64);
@@ -271,21 +307,26 @@ impl BlobScanExec {
                         path,
                         size: object.size,
                         reader: footers.get(db, object)?,
+                        ordinal: live.ordinal,
+                        deleted: live.deleted.clone(),
                     });
                     objects.insert(object.path.as_str(), o.clone());
                     o
                 }
             };
             for (sum, &c) in decoded_bytes.iter_mut().zip(&projection) {
-                *sum += decoded_size(req.table_schema.field(c).data_type(), rg_meta.rows, uncompressed_size(&scan_object.reader, *rg, c));
+                *sum += match c == row_id_column {
+                    true => live_rows * 8,
+                    false => decoded_size(req.table_schema.field(c).data_type(), *live_rows, uncompressed_size(&scan_object.reader, *rg, c)),
+                };
             }
-            let ranges: Vec<Range<u64>> = projection.iter().map(|&c| rg_meta.columns[c].range()).collect();
-            let spans = if projection.is_empty() { Vec::new() } else { req.policy.plan(&ranges) };
-            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, spans };
+            let ranges: Vec<Range<u64>> = data_columns.iter().map(|&c| rg_meta.columns[c].range()).collect();
+            let spans = if data_columns.is_empty() { Vec::new() } else { req.policy.plan(&ranges) };
+            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, first_row: *first_row, spans };
             summary.bytes_planned += unit.bytes();
             summary.bytes_skipped += all_bytes.saturating_sub(unit.bytes());
             summary.requests_planned += unit.spans.iter().map(|s| s.requests.len()).sum::<usize>();
-            rows_planned += unit.rows;
+            rows_planned += live_rows;
             units.push(unit);
         }
 
@@ -313,6 +354,7 @@ impl BlobScanExec {
             source: req.source.clone(),
             schema,
             projection,
+            row_id_column,
             units,
             partitions: n,
             summary,
@@ -340,6 +382,7 @@ impl BlobScanExec {
             source: self.source.clone(),
             schema: self.schema.clone(),
             projection: self.projection.clone(),
+            row_id_column: self.row_id_column,
             units: self.units.clone(),
             partitions: self.partitions,
             summary: self.summary.clone(),
@@ -635,7 +678,7 @@ impl ExecutionPlan for BlobScanExec {
         };
         let guard = StreamGuard { run: self.run.clone(), pipeline: pipeline.clone() };
         let rows = self.runtime_filters.as_ref().map(|f| f.rows(&self.schema, self.pushed_predicate.as_ref())).transpose()?;
-        Ok(pipeline.stream(partition, self.schema.clone(), self.projection.clone(), self.batch_size, rows, Box::new(guard)))
+        Ok(pipeline.stream(partition, self.schema.clone(), self.projection.clone(), self.row_id_column, self.batch_size, rows, Box::new(guard)))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
@@ -673,6 +716,7 @@ impl BlobScanExec {
             bytes_skipped: self.summary.bytes_skipped,
             runtime_skipped_row_groups: get("runtime_filter_row_groups_skipped"),
             runtime_dropped_rows: get("runtime_filter_rows_dropped"),
+            rows_deleted: get("rows_deleted"),
         }
     }
 
@@ -699,6 +743,8 @@ pub struct ScanMetrics {
     pub runtime_skipped_row_groups: u64,
     /// Decoded rows the runtime filters dropped.
     pub runtime_dropped_rows: u64,
+    /// Decoded rows dropped because they are deleted.
+    pub rows_deleted: u64,
 }
 
 impl std::ops::AddAssign for ScanMetrics {
@@ -713,6 +759,7 @@ impl std::ops::AddAssign for ScanMetrics {
         self.data_wait += o.data_wait;
         self.runtime_skipped_row_groups += o.runtime_skipped_row_groups;
         self.runtime_dropped_rows += o.runtime_dropped_rows;
+        self.rows_deleted += o.rows_deleted;
     }
 }
 

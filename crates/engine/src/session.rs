@@ -8,7 +8,7 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, UInt64Array};
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray, UInt64Array};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::common::{Column, DataFusionError};
 use datafusion::dataframe::DataFrame;
@@ -16,11 +16,16 @@ use datafusion::execution::context::SessionContext;
 use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
-use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, DropTable, Expr, LogicalPlan, Statement, cast};
+use datafusion::catalog::{CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList};
+use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, Expr, LogicalPlan, LogicalPlanBuilder, Statement, cast};
+use datafusion::sql::parser::Statement as DFStatement;
+use futures::StreamExt;
+use roaring::RoaringBitmap;
 use datafusion::physical_plan::{ExecutionPlan, collect, execute_stream};
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig};
 
-use blobhouse_storage::{Change, CommitOutcome, Database, Location, StorageError, StoreOptions, WriteOptions, open_location};
+use blobhouse_storage::format::DataObject;
+use blobhouse_storage::{Database, LiveObject, Location, StorageError, StoreOptions, TableWriter, Transaction, WriteOptions, open_location};
 
 use crate::chunks::RequestPolicy;
 use crate::scheduler::SchedulerOptions;
@@ -28,7 +33,8 @@ use crate::source::DataSource;
 use blobhouse_io::{DownloadManager, ManagerOptions};
 use crate::copy::{CopyFormat, CopyFrom, parse_copy_from};
 use crate::memory::{self, MemoryBudget, format_bytes, parse_limit};
-use crate::provider::{BlobSchemaProvider, write_stream};
+use crate::dml;
+use crate::provider::{BlobSchemaProvider, DML_SCHEMA, ROW_ID_COLUMN, Scope, write_stream};
 use crate::selectivity;
 use crate::scan::{FooterCache, ScanMetrics, collect_scan_metrics, collect_scheduler_timelines};
 use crate::scheduler::Decision;
@@ -51,6 +57,13 @@ pub enum EngineError {
     SpillDir { dir: PathBuf, source: std::io::Error },
     #[error("SET {variable}: {message}")]
     Setting { variable: String, message: String },
+    /// A statement other than ROLLBACK (or COMMIT) after a statement of the
+    /// same transaction failed — PostgreSQL's rule and words.
+    #[error("current transaction is aborted, commands ignored until end of transaction block (ROLLBACK ends it; it failed at: {cause})")]
+    TransactionAborted { cause: String },
+    /// BEGIN inside a transaction, COMMIT of an aborted one, and the like.
+    #[error("{0}")]
+    Transaction(String),
 }
 
 /// DataFusion wraps our storage errors as "External error: …"; show them plainly.
@@ -206,6 +219,32 @@ pub struct Engine {
     store_options: StoreOptions,
     source: DataSource,
     memory: MemoryBudget,
+    /// The tables, as the session's own context sees them; each statement
+    /// gets a copy bound to its [`Scope`].
+    tables: Arc<BlobSchemaProvider>,
+    /// The session's transaction, when one was begun explicitly.
+    txn: std::sync::Mutex<TxnMode>,
+}
+
+/// Where the session is: each statement a transaction of its own, inside
+/// BEGIN … COMMIT, or in a transaction that a failed statement aborted.
+enum TxnMode {
+    Autocommit,
+    Explicit(TxnSlot),
+    /// The transaction, and the error that aborted it.
+    Aborted(TxnSlot, String),
+}
+
+/// A transaction shared by the session and the statement running in it
+/// (the INSERT sink adds to it); `None` once it ended.
+type TxnSlot = Arc<tokio::sync::Mutex<Option<Transaction>>>;
+
+/// Transaction control statements.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Control {
+    Begin,
+    Commit,
+    Rollback,
 }
 
 impl Engine {
@@ -259,11 +298,11 @@ impl Engine {
         let ctx = SessionContext::new_with_state(state);
         let footers = Arc::new(FooterCache::new(&memory.pool()));
         db.account_caches_in(&memory.pool());
-        let provider = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), footers, source.clone()));
+        let tables = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), footers, source.clone()));
         ctx.catalog("datafusion")
             .expect("DataFusion's default catalog exists")
-            .register_schema("public", provider)?;
-        Ok(Engine { db, ctx, options, store_options, source, memory })
+            .register_schema("public", tables.clone())?;
+        Ok(Engine { db, ctx, options, store_options, source, memory, tables, txn: std::sync::Mutex::new(TxnMode::Autocommit) })
     }
 
     /// The engine's memory budget (limit, what is reserved, peaks).
@@ -313,7 +352,9 @@ impl Engine {
         Ok(out)
     }
 
-    /// Runs one statement. It sees every version committed before it started.
+    /// Runs one statement. Outside a transaction it sees every version
+    /// committed before it started and commits on its own; inside BEGIN …
+    /// COMMIT it sees the transaction's snapshot and own changes.
     pub async fn execute(&self, sql: &str) -> Result<QueryResult, EngineError> {
         let started = Instant::now();
         self.memory.reset_peak();
@@ -330,29 +371,166 @@ impl Engine {
         result.memory.rss_peak = memory::process_memory().map(|m| m.peak_rss);
     }
 
+    /// Begins a transaction (what `BEGIN` does): later statements read the
+    /// database version of now plus their own changes, and their changes
+    /// become visible together at [`Engine::commit`].
+    pub async fn begin(&self) -> Result<(), EngineError> {
+        if !matches!(*self.txn.lock().expect("txn lock"), TxnMode::Autocommit) {
+            return Err(EngineError::Transaction("there is already a transaction in progress (COMMIT or ROLLBACK it first)".into()));
+        }
+        let snapshot = self.db.refresh().await?;
+        let slot = Arc::new(tokio::sync::Mutex::new(Some(Transaction::begin(&self.db, snapshot))));
+        *self.txn.lock().expect("txn lock") = TxnMode::Explicit(slot);
+        Ok(())
+    }
+
+    /// Commits the transaction (`COMMIT`). A serialization failure or
+    /// conflict rolls it back and is returned; so is an earlier failed
+    /// statement (nothing is committed then). Without a transaction: nothing
+    /// to do.
+    pub async fn commit(&self) -> Result<(), EngineError> {
+        let mode = std::mem::replace(&mut *self.txn.lock().expect("txn lock"), TxnMode::Autocommit);
+        match mode {
+            TxnMode::Autocommit => Ok(()),
+            TxnMode::Explicit(slot) => {
+                let txn = slot.lock().await.take();
+                if let Some(txn) = txn {
+                    txn.commit().await?;
+                }
+                Ok(())
+            }
+            TxnMode::Aborted(slot, cause) => {
+                if let Some(txn) = slot.lock().await.take() {
+                    txn.rollback().await;
+                }
+                Err(EngineError::Transaction(format!("the transaction was rolled back, not committed: a statement in it failed ({cause})")))
+            }
+        }
+    }
+
+    /// Rolls the transaction back (`ROLLBACK`): deletes what it uploaded.
+    pub async fn rollback(&self) {
+        let mode = std::mem::replace(&mut *self.txn.lock().expect("txn lock"), TxnMode::Autocommit);
+        if let TxnMode::Explicit(slot) | TxnMode::Aborted(slot, _) = mode
+            && let Some(txn) = slot.lock().await.take()
+        {
+            txn.rollback().await;
+        }
+    }
+
+    /// Whether a transaction begun with BEGIN is open (aborted or not).
+    pub fn in_transaction(&self) -> bool {
+        !matches!(*self.txn.lock().expect("txn lock"), TxnMode::Autocommit)
+    }
+
     async fn execute_statement(&self, sql: &str, started: Instant) -> Result<QueryResult, EngineError> {
         if is_show_memory_limit(sql) {
             let value = self.memory.limit().map_or("none".to_string(), |l| format_bytes(l as u64));
             return Ok(setting_result("memory_limit", &value, started));
         }
-        self.db.refresh().await?;
-        if let Some(copy) = parse_copy_from(sql)? {
-            let rows = self.copy_from(&copy).await?;
+        let copy = parse_copy_from(sql)?;
+        let statement = match copy {
+            Some(_) => None,
+            None => Some(self.ctx.state().sql_to_statement(sql, &self.ctx.state().config().options().sql_parser.dialect)?),
+        };
+        if let Some(control) = statement.as_ref().map(transaction_control).transpose()?.flatten() {
+            match control {
+                Control::Begin => self.begin().await?,
+                Control::Commit => self.commit().await?,
+                Control::Rollback => self.rollback().await,
+            }
+            return Ok(empty_result(started));
+        }
+        // Inside BEGIN … COMMIT the statement joins the transaction, which
+        // counts as aborted until the statement has succeeded (so a failed
+        // or cancelled statement leaves it aborted).
+        let explicit = {
+            let mut mode = self.txn.lock().expect("txn lock");
+            match &*mode {
+                TxnMode::Autocommit => None,
+                TxnMode::Aborted(_, cause) => return Err(EngineError::TransactionAborted { cause: cause.clone() }),
+                TxnMode::Explicit(slot) => {
+                    let slot = slot.clone();
+                    *mode = TxnMode::Aborted(slot.clone(), format!("'{}' did not finish", abbreviate(sql)));
+                    Some(slot)
+                }
+            }
+        };
+        match explicit {
+            Some(slot) => {
+                let view = slot.lock().await.as_ref().map(Transaction::view).ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
+                let result = self.run_in_scope(copy, statement, Scope { view, txn: slot.clone() }, started).await;
+                let mut mode = self.txn.lock().expect("txn lock");
+                *mode = match &result {
+                    Ok(_) => TxnMode::Explicit(slot),
+                    Err(e) => TxnMode::Aborted(slot, e.to_string()),
+                };
+                result
+            }
+            None => {
+                // A statement of its own: one transaction, committed at its end.
+                let snapshot = self.db.refresh().await?;
+                let slot: TxnSlot = Arc::new(tokio::sync::Mutex::new(Some(Transaction::begin(&self.db, snapshot.clone()))));
+                let result = self.run_in_scope(copy, statement, Scope { view: snapshot, txn: slot.clone() }, started).await;
+                let txn = slot.lock().await.take();
+                match (result, txn) {
+                    (Ok(r), Some(txn)) => {
+                        txn.commit().await?;
+                        Ok(r)
+                    }
+                    (Ok(r), None) => Ok(r),
+                    (Err(e), txn) => {
+                        if let Some(txn) = txn {
+                            txn.rollback().await;
+                        }
+                        Err(e)
+                    }
+                }
+            }
+        }
+    }
+
+    /// A DataFusion session for one statement: the session's settings and
+    /// functions, with the tables seen through `scope`.
+    fn statement_context(&self, scope: &Scope) -> SessionContext {
+        let catalog = MemoryCatalogProvider::new();
+        let public = Arc::new(self.tables.scoped(scope.clone(), false));
+        let dml = Arc::new(self.tables.scoped(scope.clone(), true));
+        catalog.register_schema("public", public).expect("memory catalog registers");
+        catalog.register_schema(DML_SCHEMA, dml).expect("memory catalog registers");
+        let catalogs = MemoryCatalogProviderList::new();
+        catalogs.register_catalog(self.ctx.state().config().options().catalog.default_catalog.clone(), Arc::new(catalog));
+        let state = SessionStateBuilder::new_from_existing(self.ctx.state()).with_catalog_list(Arc::new(catalogs)).build();
+        SessionContext::new_with_state(state)
+    }
+
+    async fn run_in_scope(&self, copy: Option<CopyFrom>, statement: Option<DFStatement>, scope: Scope, started: Instant) -> Result<QueryResult, EngineError> {
+        if let Some(copy) = copy {
+            let rows = self.copy_from(&copy, &scope).await?;
             return Ok(count_result(rows, started));
         }
-        let state = self.ctx.state();
-        let plan = state.create_logical_plan(sql).await?;
+        let statement = statement.expect("parsed above");
+        let ctx = self.statement_context(&scope);
+        if let DFStatement::Statement(s) = &statement {
+            let columns = |t: &str| scope.view.tables.get(t).map(|e| e.schema.fields().iter().map(|f| f.name().clone()).collect());
+            if let Some(dml) = dml::rewrite(s, columns)? {
+                let rows = self.run_dml(&ctx, &scope, dml).await?;
+                return Ok(count_result(rows, started));
+            }
+        }
+        let plan = ctx.state().statement_to_plan(statement).await?;
         match plan {
             LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
-                let rows = self.create_table(create).await?;
+                let rows = self.create_table(&ctx, &scope, create).await?;
                 Ok(count_result(rows, started))
             }
             LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
-                self.drop_table(drop).await?;
+                let name = table_name(&drop.name)?;
+                stage(&scope, |t| t.drop_table(&name, drop.if_exists)).await?;
                 Ok(empty_result(started))
             }
             LogicalPlan::Ddl(other) => Err(EngineError::Unsupported(format!(
-                "{} is not supported yet; blobhouse supports CREATE TABLE [AS SELECT], DROP TABLE, INSERT, COPY … FROM and queries",
+                "{} is not supported yet; blobhouse supports CREATE TABLE [AS SELECT], DROP TABLE, INSERT, DELETE, UPDATE, COPY … FROM and queries",
                 other.name()
             ))),
             LogicalPlan::Statement(Statement::SetVariable(set)) if is_memory_limit(&set.variable) => {
@@ -363,9 +541,14 @@ impl Engine {
                 self.set_memory_limit(self.options.memory_limit);
                 Ok(empty_result(started))
             }
+            plan @ LogicalPlan::Statement(Statement::SetVariable(_) | Statement::ResetVariable(_)) => {
+                // Settings are the session's: they outlive the statement.
+                self.ctx.execute_logical_plan(plan).await?.collect().await?;
+                Ok(empty_result(started))
+            }
             plan => {
                 let analyze = matches!(plan, LogicalPlan::Analyze(_));
-                let df = self.ctx.execute_logical_plan(plan).await?;
+                let df = ctx.execute_logical_plan(plan).await?;
                 let result = run_plan(df, started).await.map_err(EngineError::Query);
                 let mut result = result?;
                 if analyze {
@@ -379,12 +562,81 @@ impl Engine {
         }
     }
 
-    async fn create_table(&self, create: CreateMemoryTable) -> Result<u64, EngineError> {
+    /// Runs a DELETE or UPDATE: its SELECT of row ids (and new values),
+    /// then the deletion vectors and new data objects, staged in the
+    /// statement's transaction. Returns the rows deleted or updated.
+    async fn run_dml(&self, ctx: &SessionContext, scope: &Scope, dml: dml::DmlQuery) -> Result<u64, EngineError> {
+        let entry = scope.view.tables.get(&dml.table).cloned().ok_or_else(|| StorageError::TableNotFound(dml.table.clone()))?;
+        let data = self.db.table_data(&entry).await?;
+        let table_schema = Arc::new(entry.schema.clone());
+        let plan = ctx.state().create_logical_plan(&dml.sql).await?;
+        // New values take the column's type, as INSERT's do.
+        let mut exprs = vec![Expr::Column(Column::new_unqualified(ROW_ID_COLUMN))];
+        if dml.kind == dml::DmlKind::Update {
+            for (i, f) in table_schema.fields().iter().enumerate() {
+                exprs.push(cast(Expr::Column(Column::new_unqualified(format!("__v{i}"))), f.data_type().clone()).alias(f.name()));
+            }
+        }
+        let plan = LogicalPlanBuilder::from(plan).project(exprs)?.build()?;
+        let mut stream = ctx.execute_logical_plan(plan).await?.execute_stream().await?;
+        let mut deleted: std::collections::BTreeMap<u32, RoaringBitmap> = Default::default();
+        let mut writer = (dml.kind == dml::DmlKind::Update).then(|| TableWriter::new(self.db.clone(), table_schema.clone(), self.options.write.clone()));
+        let mut rows = 0u64;
+        let outcome: Result<(), EngineError> = async {
+            while let Some(batch) = stream.next().await {
+                let batch = batch?;
+                let ids = batch.column(0).as_any().downcast_ref::<UInt64Array>().expect("row ids are UInt64");
+                for id in ids.values() {
+                    let fresh = deleted.entry((id >> 32) as u32).or_default().insert(*id as u32);
+                    if !fresh {
+                        return Err(EngineError::Unsupported(format!("{} {}: a row matched twice; the statement had no effect", if writer.is_some() { "UPDATE" } else { "DELETE" }, dml.table)));
+                    }
+                }
+                rows += batch.num_rows() as u64;
+                if let Some(w) = writer.as_mut() {
+                    let values = RecordBatch::try_new(table_schema.clone(), batch.columns()[1..].to_vec()).map_err(DataFusionError::from)?;
+                    w.write(&values).await?;
+                }
+            }
+            Ok(())
+        }
+        .await;
+        if let Err(e) = outcome {
+            if let Some(w) = writer {
+                w.abort().await;
+            }
+            return Err(e);
+        }
+        let objects = match writer {
+            Some(w) => w.finish().await?,
+            None => Vec::new(),
+        };
+        let by_ordinal: std::collections::HashMap<u32, &LiveObject> = data.objects.iter().map(|l| (l.ordinal, l)).collect();
+        let mut vectors = Vec::with_capacity(deleted.len());
+        for (ordinal, new) in deleted {
+            let live = by_ordinal.get(&ordinal).ok_or_else(|| EngineError::Unsupported(format!("{}: row id of unknown data object {ordinal}", dml.table)))?;
+            let union = match &live.deleted {
+                Some(old) => old.as_ref() | &new,
+                None => new,
+            };
+            vectors.push((data.object(live).key, live.vector, union));
+        }
+        let mut slot = scope.txn.lock().await;
+        let txn = slot.as_mut().ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
+        txn.record_uploads(objects.iter().map(|o| o.path.clone()));
+        txn.delete(&dml.table, vectors).await?;
+        if !objects.is_empty() {
+            txn.append(&dml.table, entry.id, objects).await?;
+        }
+        Ok(rows)
+    }
+
+    async fn create_table(&self, ctx: &SessionContext, scope: &Scope, create: CreateMemoryTable) -> Result<u64, EngineError> {
         let name = table_name(&create.name)?;
         if !create.column_defaults.is_empty() {
             return Err(EngineError::Unsupported(format!("column DEFAULT values are not supported yet (table '{name}')")));
         }
-        let exists = self.db.current().tables.contains_key(&name);
+        let exists = scope.view.tables.contains_key(&name);
         if exists && create.if_not_exists {
             return Ok(0);
         }
@@ -399,29 +651,20 @@ impl Engine {
             }
         }
         let schema = Arc::new(schema);
-        let state = self.ctx.state();
-        let physical = state.create_physical_plan(&create.input).await?;
-        let stream = execute_stream(physical, self.ctx.task_ctx())?;
+        let physical = ctx.state().create_physical_plan(&create.input).await?;
+        let stream = execute_stream(physical, ctx.task_ctx())?;
         let (rows, objects) = write_stream(&self.db, &schema, &self.options, stream).await?;
+        let mut slot = scope.txn.lock().await;
+        let txn = slot.as_mut().ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
         if create.or_replace && exists {
-            // Replace = drop + create; both are separate versions, the data is already written.
-            self.db.commit(Change::DropTable { name: name.clone(), if_exists: true }).await?;
+            txn.drop_table(&name, true)?;
         }
-        self.db
-            .commit(Change::CreateTable { name, schema: schema.as_ref().clone(), if_not_exists: create.if_not_exists, objects })
-            .await?;
+        txn.create_table(&name, schema.as_ref().clone(), create.if_not_exists, objects).await?;
         Ok(rows)
     }
 
-    async fn drop_table(&self, drop: DropTable) -> Result<(), EngineError> {
-        let name = table_name(&drop.name)?;
-        match self.db.commit(Change::DropTable { name, if_exists: drop.if_exists }).await? {
-            CommitOutcome::Committed(_) | CommitOutcome::NoOp => Ok(()),
-        }
-    }
-
-    async fn copy_from(&self, copy: &CopyFrom) -> Result<u64, EngineError> {
-        let entry = self.db.current().tables.get(&copy.table).cloned().ok_or_else(|| StorageError::TableNotFound(copy.table.clone()))?;
+    async fn copy_from(&self, copy: &CopyFrom, scope: &Scope) -> Result<u64, EngineError> {
+        let entry = scope.view.tables.get(&copy.table).cloned().ok_or_else(|| StorageError::TableNotFound(copy.table.clone()))?;
         let fail = |message: String| EngineError::Copy { table: copy.table.clone(), source_url: copy.source.clone(), message };
         let schema = Arc::new(entry.schema.clone());
         // One partition, no splitting of files: errors keep whole-file line numbers.
@@ -466,8 +709,63 @@ impl Engine {
         let (rows, objects) = write_stream(&self.db, &schema, &self.options, stream)
             .await
             .map_err(|e| fail(file_line_numbers(&describe_df(&e), copy.header)))?;
-        self.db.commit(Change::Append { name: copy.table.clone(), table_id: entry.id, objects }).await?;
+        stage_append(scope, &copy.table, entry.id, objects).await?;
         Ok(rows)
+    }
+}
+
+/// Applies `f` to the statement's transaction.
+async fn stage(scope: &Scope, f: impl FnOnce(&mut Transaction) -> Result<bool, StorageError>) -> Result<bool, EngineError> {
+    let mut slot = scope.txn.lock().await;
+    let txn = slot.as_mut().ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
+    Ok(f(txn)?)
+}
+
+/// Adds `objects` to table `name` in the statement's transaction (deletes
+/// them if the transaction has ended).
+async fn stage_append(scope: &Scope, name: &str, table_id: u64, objects: Vec<DataObject>) -> Result<bool, EngineError> {
+    let mut slot = scope.txn.lock().await;
+    let Some(txn) = slot.as_mut() else {
+        return Err(EngineError::Transaction("the transaction has ended".into()));
+    };
+    Ok(txn.append(name, table_id, objects).await?)
+}
+
+/// BEGIN / START TRANSACTION, COMMIT / END, ROLLBACK / ABORT; `None` for
+/// any other statement. Isolation is snapshot isolation: REPEATABLE READ
+/// (and READ COMMITTED, which it is stronger than) are accepted,
+/// SERIALIZABLE is refused rather than silently weakened.
+fn transaction_control(statement: &DFStatement) -> Result<Option<Control>, EngineError> {
+    use datafusion::sql::sqlparser::ast::{Statement as S, TransactionIsolationLevel as L, TransactionMode as M};
+    let DFStatement::Statement(s) = statement else { return Ok(None) };
+    Ok(Some(match s.as_ref() {
+        S::StartTransaction { modes, .. } => {
+            for m in modes {
+                match m {
+                    M::IsolationLevel(L::Serializable) => {
+                        return Err(EngineError::Unsupported("SERIALIZABLE is not available: blobhouse transactions have snapshot isolation (REPEATABLE READ); see docs/transactions.md".into()));
+                    }
+                    M::IsolationLevel(_) => {}
+                    M::AccessMode(_) => return Err(EngineError::Unsupported("READ ONLY / READ WRITE transaction modes are not supported; use BEGIN".into())),
+                }
+            }
+            Control::Begin
+        }
+        S::Commit { chain: false, .. } => Control::Commit,
+        S::Rollback { chain: false, savepoint: None } => Control::Rollback,
+        S::Commit { .. } | S::Rollback { .. } | S::Savepoint { .. } | S::ReleaseSavepoint { .. } => {
+            return Err(EngineError::Unsupported("savepoints and AND CHAIN are not supported; use BEGIN, COMMIT and ROLLBACK".into()));
+        }
+        _ => return Ok(None),
+    }))
+}
+
+/// The start of a statement, for messages.
+fn abbreviate(sql: &str) -> String {
+    let one_line = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+    match one_line.char_indices().nth(60) {
+        Some((i, _)) => format!("{}…", &one_line[..i]),
+        None => one_line,
     }
 }
 

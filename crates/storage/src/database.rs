@@ -20,7 +20,6 @@ use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use bytes::Bytes;
-use datafusion::arrow::datatypes::Schema;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
@@ -29,6 +28,9 @@ use rand::Rng;
 use serde::Serialize;
 use serde::de::DeserializeOwned;
 
+use roaring::RoaringBitmap;
+
+use crate::changes::{self, Change};
 use crate::error::{Result, StorageError};
 use crate::format::*;
 use crate::keys::{KeyGenerator, object_name};
@@ -37,50 +39,6 @@ use crate::location::Location;
 
 /// How many times a commit re-applies its change after losing the race.
 pub const MAX_COMMIT_ATTEMPTS: u32 = 100;
-
-/// A change to the database, applied atomically by [`Database::commit`].
-#[derive(Debug, Clone)]
-pub enum Change {
-    /// Create a table, optionally with data already written (CTAS, loads).
-    CreateTable {
-        name: String,
-        schema: Schema,
-        if_not_exists: bool,
-        objects: Vec<DataObject>,
-    },
-    /// Drop a table. Its objects stay until garbage collection.
-    DropTable { name: String, if_exists: bool },
-    /// Append data objects to a table (INSERT, COPY).
-    Append {
-        name: String,
-        /// The id the writer saw; the commit fails if the table was replaced.
-        table_id: u64,
-        objects: Vec<DataObject>,
-    },
-}
-
-impl Change {
-    fn describe(&self) -> String {
-        match self {
-            Change::CreateTable { name, objects, .. } if objects.is_empty() => format!("CREATE TABLE {name}"),
-            Change::CreateTable { name, objects, .. } => {
-                format!("CREATE TABLE {name} with {} rows", objects.iter().map(|o| o.rows).sum::<u64>())
-            }
-            Change::DropTable { name, .. } => format!("DROP TABLE {name}"),
-            Change::Append { name, objects, .. } => {
-                format!("APPEND {} rows to {name}", objects.iter().map(|o| o.rows).sum::<u64>())
-            }
-        }
-    }
-
-    /// The data objects this change would add (deleted again if it fails).
-    pub fn objects(&self) -> &[DataObject] {
-        match self {
-            Change::CreateTable { objects, .. } | Change::Append { objects, .. } => objects,
-            Change::DropTable { .. } => &[],
-        }
-    }
-}
 
 /// What a commit did.
 #[derive(Debug, Clone)]
@@ -106,6 +64,8 @@ pub struct Database {
     /// The newest checkpoint read, which deltas are read against.
     checkpoint: Mutex<Option<Arc<Checkpoint>>>,
     manifests: Mutex<HashMap<String, Arc<Manifest>>>,
+    /// Deletion vectors read or written, by key (small: bytes per deleted row).
+    vectors: Mutex<HashMap<u64, Arc<RoaringBitmap>>>,
     /// The manifest cache's bytes in the engine's memory budget, once the
     /// engine has given one ([`Database::account_caches_in`]).
     manifest_bytes: std::sync::OnceLock<MemoryReservation>,
@@ -156,6 +116,7 @@ impl Database {
             upgraded: std::sync::atomic::AtomicBool::new(created_format >= 2),
             checkpoint: Mutex::new(None),
             manifests: Mutex::new(HashMap::new()),
+            vectors: Mutex::new(HashMap::new()),
             manifest_bytes: std::sync::OnceLock::new(),
         });
         db.refresh().await?;
@@ -334,7 +295,14 @@ impl Database {
         if let [only] = entry.manifests.as_slice() {
             return self.manifest_file(entry.id, *only).await;
         }
-        let combined_key = format!("table {} version {}", entry.id, entry.table_version);
+        // Named by the list of files (a transaction's own view of a table
+        // may share a table version number with a committed one).
+        let combined_key = {
+            use std::hash::{Hash, Hasher};
+            let mut h = std::collections::hash_map::DefaultHasher::new();
+            entry.manifests.hash(&mut h);
+            format!("table {} files {} hash {:016x}", entry.id, entry.manifests.len(), h.finish())
+        };
         if let Some(m) = self.manifests.lock().expect("manifest cache").get(&combined_key) {
             return Ok(m.clone());
         }
@@ -398,25 +366,30 @@ impl Database {
         }
     }
 
-    /// Applies `change` atomically on top of the newest version. Retries when
-    /// another writer committed first; fails with a conflict error when the
-    /// change no longer applies. On any failure, the change's data objects
-    /// are deleted again, so nothing half-written stays behind.
-    pub async fn commit(&self, change: Change) -> Result<CommitOutcome> {
-        let result = self.commit_inner(&change).await;
-        if !matches!(result, Ok(CommitOutcome::Committed(_))) {
-            let written: Vec<String> = change.objects().iter().map(|o| o.path.clone()).collect();
-            self.delete_unreferenced(written).await;
-        }
-        result
-    }
-
-    async fn commit_inner(&self, change: &Change) -> Result<CommitOutcome> {
+    /// Applies `changes`, in order, atomically on top of the newest version:
+    /// validates them against it ([`crate::changes::apply`]) and creates the
+    /// next version with put-if-absent, re-applying on the newer version when
+    /// another writer committed first. Every object the changes name must be
+    /// uploaded already; on failure the caller deletes them (see
+    /// [`crate::Transaction`]).
+    pub async fn commit(&self, changes: &[Change]) -> Result<CommitOutcome> {
         let mut base = self.refresh().await?;
         for attempt in 0..MAX_COMMIT_ATTEMPTS {
-            let Some((mut next, new_manifest)) = self.apply(&base, change).await? else {
-                return Ok(CommitOutcome::NoOp);
+            let mut next = CatalogVersion {
+                format_version: FORMAT_VERSION,
+                version: base.version + 1,
+                committed_at_ms: now_ms(),
+                operation: describe(changes),
+                tables: base.tables.clone(),
+                checkpoint: base.checkpoint.clone(),
             };
+            let mut changed = false;
+            for change in changes {
+                changed |= changes::apply(&mut next.tables, change)?;
+            }
+            if !changed {
+                return Ok(CommitOutcome::NoOp);
+            }
             // The first commit on a version-1 database upgrades it: a
             // checkpoint in catalog/, where version-1 readers and writers
             // look (and then refuse to go on), and log/ from then on.
@@ -438,108 +411,126 @@ impl Database {
                     return Ok(CommitOutcome::Committed(next));
                 }
                 Err(StorageError::Store { source: object_store::Error::AlreadyExists { .. }, .. }) => {
-                    // Lost the race: this attempt's manifest is unreferenced.
-                    if let Some(m) = new_manifest {
-                        self.delete_unreferenced(vec![m]).await;
-                    }
                     let backoff = Duration::from_millis(rand::rng().random_range(1..=(5 + 5 * attempt.min(20) as u64)));
                     tokio::time::sleep(backoff).await;
                     base = self.refresh().await?;
                 }
-                Err(e) => {
-                    if let Some(m) = new_manifest {
-                        self.delete_unreferenced(vec![m]).await;
-                    }
-                    return Err(e);
-                }
+                Err(e) => return Err(e),
             }
         }
         Err(StorageError::TooManyRetries { attempts: MAX_COMMIT_ATTEMPTS })
     }
 
-    /// Builds the version after `base` with `change` applied; writes the new
-    /// manifest it needs. Returns `None` when the change is a no-op.
-    async fn apply(&self, base: &CatalogVersion, change: &Change) -> Result<Option<(CatalogVersion, Option<String>)>> {
-        let mut next = CatalogVersion {
-            format_version: FORMAT_VERSION,
-            version: base.version + 1,
-            committed_at_ms: now_ms(),
-            operation: change.describe(),
-            tables: base.tables.clone(),
-            checkpoint: base.checkpoint.clone(),
-        };
-        let manifest_path = match change {
-            Change::CreateTable { name, schema, if_not_exists, objects } => {
-                if base.tables.contains_key(name) {
-                    return if *if_not_exists { Ok(None) } else { Err(StorageError::TableExists(name.clone())) };
-                }
-                let (id, _) = self.new_object("table").await?;
-                let (manifests, path) = match objects.is_empty() {
-                    true => (Vec::new(), None),
-                    false => {
-                        let (m, path) = self.write_manifest(id, 0, objects).await?;
-                        (vec![m], Some(path))
-                    }
-                };
-                next.tables.insert(name.clone(), entry_for(id, schema.clone(), 0, manifests));
-                path
-            }
-            Change::DropTable { name, if_exists } => {
-                if next.tables.remove(name).is_none() {
-                    return if *if_exists { Ok(None) } else { Err(StorageError::TableNotFound(name.clone())) };
-                }
-                None
-            }
-            Change::Append { name, table_id, objects } => {
-                let Some(entry) = base.tables.get(name) else {
-                    return Err(StorageError::Conflict { table: name.clone(), reason: "the table was dropped by a concurrent transaction".into() });
-                };
-                if entry.id != *table_id {
-                    return Err(StorageError::Conflict { table: name.clone(), reason: "the table was dropped and re-created by a concurrent transaction".into() });
-                }
-                if objects.is_empty() {
-                    return Ok(None);
-                }
-                // Only the new objects: the table's earlier manifest files
-                // stay as they are.
-                let table_version = entry.table_version + 1;
-                let (m, path) = self.write_manifest(entry.id, table_version, objects).await?;
-                let mut manifests = entry.manifests.clone();
-                manifests.push(m);
-                next.tables.insert(name.clone(), entry_for(entry.id, entry.schema.clone(), table_version, manifests));
-                Some(path)
-            }
-        };
-        Ok(Some((next, manifest_path)))
+    /// A fresh table id (a key: unique for the life of the database).
+    pub async fn new_table_id(&self) -> Result<u64> {
+        Ok(self.new_object("table").await?.0)
     }
 
-    /// Writes the manifest file of `objects`, added to table `table_id` by
-    /// its version `table_version`.
-    async fn write_manifest(&self, table_id: u64, table_version: u64, objects: &[DataObject]) -> Result<(ManifestRef, String)> {
+    /// Writes the manifest file of `objects`, added to table `table_id`
+    /// (whose version the writer expects to be `table_version`; for
+    /// people reading the file).
+    pub async fn write_manifest(&self, table_id: u64, table_version: u64, objects: &[DataObject]) -> Result<ManifestRef> {
         let (key, path) = self.new_object(MANIFEST_EXT).await?;
         let manifest = Manifest { format_version: FORMAT_VERSION, table_id, table_version, objects: objects.to_vec() };
         self.put_new(&path, to_json(&manifest)).await?;
-        let m = ManifestRef {
+        Ok(ManifestRef {
             key,
             objects: objects.len() as u64,
             rows: objects.iter().map(|o| o.rows).sum(),
             bytes: objects.iter().map(|o| o.size).sum(),
-        };
-        Ok((m, path))
+        })
+    }
+
+    /// Writes a deletion vector (see [`DeleteRef`]).
+    pub async fn write_deletion_vector(&self, deleted: &RoaringBitmap) -> Result<DeleteRef> {
+        let (key, path) = self.new_object(DV_EXT).await?;
+        let mut body = Vec::with_capacity(deleted.serialized_size());
+        deleted.serialize_into(&mut body).expect("writing to a Vec cannot fail");
+        self.put_new(&path, Bytes::from(body)).await?;
+        let vector = DeleteRef { key, rows: deleted.len() };
+        self.vectors.lock().expect("vector cache").insert(key, Arc::new(deleted.clone()));
+        Ok(vector)
+    }
+
+    /// Deletion vector `d` (cached: vectors are immutable).
+    pub async fn deletion_vector(&self, d: DeleteRef) -> Result<Arc<RoaringBitmap>> {
+        if let Some(v) = self.vectors.lock().expect("vector cache").get(&d.key) {
+            return Ok(v.clone());
+        }
+        let path = self.loc.child(&object_name(d.key, DV_EXT));
+        let bytes = self.get(&path).await?;
+        let corrupt = |reason: String| StorageError::Corrupt { location: self.loc.display(&path), reason };
+        let bitmap = RoaringBitmap::deserialize_from(&bytes[..]).map_err(|e| corrupt(format!("not a Roaring bitmap ({e})")))?;
+        if bitmap.len() != d.rows {
+            return Err(corrupt(format!("it deletes {} rows, the table version says {}", bitmap.len(), d.rows)));
+        }
+        let bitmap = Arc::new(bitmap);
+        self.vectors.lock().expect("vector cache").insert(d.key, bitmap.clone());
+        Ok(bitmap)
+    }
+
+    /// A table version's live data: its data objects (less those rewritten
+    /// away) with their deletion vectors.
+    pub async fn table_data(&self, entry: &TableEntry) -> Result<TableData> {
+        let manifest = self.manifest(entry).await?;
+        let removed: std::collections::HashSet<u64> = entry.removed.iter().copied().collect();
+        let fetches: Vec<_> = entry.deletes.iter().map(|(object, d)| async move { Ok::<_, StorageError>((*object, *d, self.deletion_vector(*d).await?)) }).collect();
+        let vectors: Vec<(u64, DeleteRef, Arc<RoaringBitmap>)> = futures::stream::iter(fetches).buffer_unordered(16).try_collect().await?;
+        let mut deletes: HashMap<u64, (DeleteRef, Arc<RoaringBitmap>)> = vectors.into_iter().map(|(o, d, b)| (o, (d, b))).collect();
+        let mut objects = Vec::with_capacity(manifest.objects.len());
+        for (ordinal, o) in manifest.objects.iter().enumerate() {
+            if removed.contains(&o.key) {
+                continue;
+            }
+            let (vector, deleted) = deletes.remove(&o.key).map_or((None, None), |(d, b)| (Some(d), Some(b)));
+            objects.push(LiveObject { ordinal: ordinal as u32, vector, deleted });
+        }
+        if let Some(object) = deletes.keys().next() {
+            return Err(StorageError::Corrupt {
+                location: self.loc.url.clone(),
+                reason: format!("table {} has a deletion vector for data object {object:016x}, which it does not list", entry.id),
+            });
+        }
+        Ok(TableData { manifest, objects })
     }
 }
 
-fn entry_for(id: u64, schema: Schema, table_version: u64, manifests: Vec<ManifestRef>) -> TableEntry {
-    TableEntry {
-        id,
-        schema,
-        table_version,
-        rows: manifests.iter().map(|m| m.rows).sum(),
-        bytes: manifests.iter().map(|m| m.bytes).sum(),
-        objects: manifests.iter().map(|m| m.objects).sum(),
-        manifests,
-        extends_checkpoint: false,
+/// A table version's data as scans and DML read it.
+#[derive(Debug, Clone)]
+pub struct TableData {
+    /// Every data object its manifest files list, including rewritten ones.
+    pub manifest: Arc<Manifest>,
+    /// The live objects, in manifest order.
+    pub objects: Vec<LiveObject>,
+}
+
+/// A live data object of a [`TableData`].
+#[derive(Debug, Clone)]
+pub struct LiveObject {
+    /// Its position in [`TableData::manifest`]: the upper half of the row
+    /// ids that DELETE and UPDATE work with (the row position is the lower
+    /// half; an object has fewer than 2^32 rows).
+    pub ordinal: u32,
+    /// Its deletion vector, if rows of it are deleted.
+    pub vector: Option<DeleteRef>,
+    pub deleted: Option<Arc<RoaringBitmap>>,
+}
+
+impl TableData {
+    /// The data object of `live`.
+    pub fn object(&self, live: &LiveObject) -> &DataObject {
+        &self.manifest.objects[live.ordinal as usize]
     }
+
+    /// Live rows.
+    pub fn rows(&self) -> u64 {
+        self.objects.iter().map(|l| self.object(l).rows - l.vector.map_or(0, |v| v.rows)).sum()
+    }
+}
+
+fn describe(changes: &[Change]) -> String {
+    let parts: Vec<String> = changes.iter().map(Change::describe).collect();
+    parts.join("; ")
 }
 
 async fn put_new(loc: &Location, path: &Path, body: Bytes) -> Result<()> {

@@ -53,6 +53,12 @@ pub enum StorageError {
     #[error("commit conflict on table '{table}': {reason}; the statement had no effect, run it again")]
     Conflict { table: String, reason: String },
 
+    /// Snapshot isolation refused the commit: a concurrent transaction
+    /// deleted, updated or rewrote rows this one deletes or updates, and
+    /// committed first (SQLSTATE 40001 in PostgreSQL's terms).
+    #[error("serialization failure on table '{table}': {reason}; the transaction was rolled back, nothing of it is visible — run it again")]
+    Serialization { table: String, reason: String },
+
     /// The commit kept losing the race for the next database version.
     #[error("could not commit after {attempts} attempts: other writers kept committing first; the statement had no effect, run it again")]
     TooManyRetries { attempts: u32 },

@@ -29,6 +29,8 @@ pub const LOG_DIR: &str = "log";
 pub const VERSIONS_PER_BUCKET: u64 = 1000;
 /// Extension of manifest files.
 pub const MANIFEST_EXT: &str = "manifest.json";
+/// Extension of deletion vectors.
+pub const DV_EXT: &str = "dv";
 /// Folder of key-range leases.
 pub const KEYS_DIR: &str = "keys";
 /// Folder of data objects and manifests (under hashed sub-folders).
@@ -125,7 +127,18 @@ pub struct TableEntry {
     /// after the checkpoint's own for the same table id.
     #[serde(default, skip_serializing_if = "std::ops::Not::not")]
     pub extends_checkpoint: bool,
-    /// Rows in the table version.
+    /// Data objects with deleted rows: object key → its current deletion
+    /// vector. In a delta that extends the checkpoint, only the entries
+    /// added or replaced since the checkpoint.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub deletes: BTreeMap<u64, DeleteRef>,
+    /// Keys of data objects listed by `manifests` that are no longer part
+    /// of the table (rewritten by OPTIMIZE), in the order they were
+    /// removed. In a delta that extends the checkpoint, only those removed
+    /// since the checkpoint.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub removed: Vec<u64>,
+    /// Live rows in the table version (rows of its objects less deleted rows).
     pub rows: u64,
     /// Bytes of all data objects of the table version.
     pub bytes: u64,
@@ -135,7 +148,7 @@ pub struct TableEntry {
 
 /// A manifest file of a table, named by its key
 /// (`objects/<hhhh>/<key:016x>.manifest.json`), with its totals.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash, Serialize, Deserialize)]
 pub struct ManifestRef {
     /// The file's key.
     pub key: u64,
@@ -145,6 +158,18 @@ pub struct ManifestRef {
     pub rows: u64,
     /// Their bytes.
     pub bytes: u64,
+}
+
+/// A deletion vector: the object `objects/<hhhh>/<key:016x>.dv` holding the
+/// positions of one data object's deleted rows as a Roaring bitmap
+/// (portable serialization). A later DELETE on the same object writes a new
+/// vector (the union) under a new key; none is ever modified.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct DeleteRef {
+    /// The vector's key.
+    pub key: u64,
+    /// Rows it deletes.
+    pub rows: u64,
 }
 
 /// Only the format version of a metadata object, read first to choose how

@@ -5,21 +5,28 @@
 //! - [`format`]: the serde types of every metadata object (see
 //!   `docs/storage-format.md`).
 //! - [`versions`]: the version log of format 2 — checkpoints and deltas.
+//! - [`changes`]: what a transaction changes, and the validation that
+//!   makes concurrent commits safe (snapshot isolation).
 //! - [`database`]: the catalog's version log and atomic commits.
+//! - [`transaction`]: a snapshot, its changes and its uploads.
 //! - [`writer`]: record batches → Parquet data objects with zone maps.
 //!
 //! Invariant of the whole layer: no object is ever written twice. Every PUT
 //! uses put-if-absent; commits are the creation of the next catalog version.
 
+pub mod changes;
 pub mod database;
 pub mod error;
 pub mod format;
 pub mod keys;
 pub mod location;
+pub mod transaction;
 pub mod versions;
 pub mod writer;
 
-pub use database::{Change, CommitOutcome, Database};
+pub use changes::{Change, RemovedObject, VectorChange};
+pub use database::{CommitOutcome, Database, LiveObject, TableData};
+pub use transaction::Transaction;
 pub use error::{Result, StorageError};
 pub use location::{Location, StoreOptions, open_location};
 pub use writer::{TableWriter, WriteOptions};

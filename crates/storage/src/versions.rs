@@ -58,6 +58,8 @@ pub fn from_v1(location: &str, v1: V1CatalogVersion) -> Result<CatalogVersion> {
             table_version: t.table_version,
             manifests: vec![manifest],
             extends_checkpoint: false,
+            deletes: Default::default(),
+            removed: Vec::new(),
             rows: t.rows,
             bytes: t.bytes,
             objects: t.objects,
@@ -105,6 +107,12 @@ pub fn resolve(location: &str, file: VersionFile, bytes: usize, checkpoint: Opti
                     let mut manifests = old.manifests.clone();
                     manifests.append(&mut t.manifests);
                     t.manifests = manifests;
+                    let mut removed = old.removed.clone();
+                    removed.append(&mut t.removed);
+                    t.removed = removed;
+                    let mut deletes = old.deletes.clone();
+                    deletes.append(&mut t.deletes);
+                    t.deletes = deletes;
                     t.extends_checkpoint = false;
                 }
                 tables.insert(name, t);
@@ -153,9 +161,11 @@ fn delta(next: &CatalogVersion, base: &Checkpoint) -> VersionFile {
     for (name, t) in &next.tables {
         match base.tables.get(name) {
             Some(old) if old == t => {}
-            Some(old) if old.id == t.id && t.manifests.starts_with(&old.manifests) => {
+            Some(old) if extends(old, t) => {
                 let added = t.manifests[old.manifests.len()..].to_vec();
-                tables.insert(name.clone(), TableEntry { manifests: added, extends_checkpoint: true, ..t.clone() });
+                let removed = t.removed[old.removed.len()..].to_vec();
+                let deletes = t.deletes.iter().filter(|(k, d)| old.deletes.get(k) != Some(d)).map(|(k, d)| (*k, *d)).collect();
+                tables.insert(name.clone(), TableEntry { manifests: added, removed, deletes, extends_checkpoint: true, ..t.clone() });
             }
             _ => {
                 tables.insert(name.clone(), t.clone());
@@ -173,6 +183,16 @@ fn delta(next: &CatalogVersion, base: &Checkpoint) -> VersionFile {
     }
 }
 
+/// Whether `t` is `old` with things added only (manifests and removed
+/// objects appended, deletion vectors added or replaced): then a delta
+/// holds just the additions.
+fn extends(old: &TableEntry, t: &TableEntry) -> bool {
+    old.id == t.id
+        && t.manifests.starts_with(&old.manifests)
+        && t.removed.starts_with(&old.removed)
+        && old.deletes.keys().all(|k| t.deletes.contains_key(k))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -185,6 +205,8 @@ mod tests {
             table_version: manifests.len() as u64,
             manifests: manifests.iter().map(|&key| ManifestRef { key, objects: 1, rows: 1, bytes: 100 }).collect(),
             extends_checkpoint: false,
+            deletes: Default::default(),
+            removed: Vec::new(),
             rows: manifests.len() as u64,
             bytes: 100 * manifests.len() as u64,
             objects: manifests.len() as u64,
@@ -229,6 +251,39 @@ mod tests {
         assert!(file.tables["a"].extends_checkpoint);
         let read = resolve("test", file, body.len(), base).unwrap();
         assert_eq!(read.tables, v2.tables);
+    }
+
+    #[test]
+    fn deltas_carry_only_the_deletion_vectors_and_removals_since_the_checkpoint() {
+        let mut with_deletes = table(7, &[1, 2]);
+        with_deletes.deletes.insert(100, DeleteRef { key: 500, rows: 3 });
+        let mut v1 = version(1, &[("a", with_deletes.clone())], None);
+        round_trip(&mut v1);
+        let mut changed = with_deletes.clone();
+        changed.deletes.insert(100, DeleteRef { key: 501, rows: 4 });
+        changed.deletes.insert(101, DeleteRef { key: 502, rows: 1 });
+        changed.removed.push(102);
+        changed.manifests.push(ManifestRef { key: 3, objects: 1, rows: 1, bytes: 100 });
+        let mut v2 = version(2, &[("a", changed.clone())], v1.checkpoint.clone());
+        let base = v2.checkpoint.clone();
+        let body = encode(&mut v2, false);
+        let file: VersionFile = serde_json::from_slice(&body).unwrap();
+        let a = &file.tables["a"];
+        assert!(a.extends_checkpoint);
+        assert_eq!(a.deletes.len(), 2, "the replaced and the new vector, not the unchanged ones");
+        assert_eq!(a.removed, vec![102]);
+        assert_eq!(resolve("test", file, body.len(), base).unwrap().tables["a"], changed);
+
+        // A vector that disappears (its object was rewritten) cannot be
+        // written as an addition: the entry is written whole.
+        let mut dropped = changed.clone();
+        dropped.deletes.remove(&100);
+        let mut v3 = version(3, &[("a", dropped.clone())], v1.checkpoint.clone());
+        let base = v3.checkpoint.clone();
+        let body = encode(&mut v3, false);
+        let file: VersionFile = serde_json::from_slice(&body).unwrap();
+        assert!(!file.tables["a"].extends_checkpoint);
+        assert_eq!(resolve("test", file, body.len(), base).unwrap().tables["a"], dropped);
     }
 
     #[test]

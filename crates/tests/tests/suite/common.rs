@@ -139,6 +139,11 @@ pub fn scalar(r: &QueryResult) -> String {
     rows[0][0].clone()
 }
 
+/// The result's rows, each as its values joined by `|`.
+pub fn lines(r: &QueryResult) -> Vec<String> {
+    blobhouse_bench::answers::result_rows(&r.batches).into_iter().map(|row| row.join("|")).collect()
+}
+
 /// Options with small row groups, so that small test tables still have many.
 pub fn small_chunks(target_chunk_bytes: usize) -> EngineOptions {
     let mut o = EngineOptions::default();

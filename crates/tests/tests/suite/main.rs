@@ -7,6 +7,7 @@ mod common;
 
 mod bad_input;
 mod concurrency;
+mod dml;
 mod format;
 mod join_estimates;
 mod memory;
