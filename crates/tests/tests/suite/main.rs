@@ -15,3 +15,4 @@ mod runtime_filters;
 mod scan;
 mod sql;
 mod tpch;
+mod transactions;
