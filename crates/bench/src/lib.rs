@@ -3,9 +3,11 @@
 //! the project (DuckDB's results on the same generated data, exported by
 //! `scripts/export-tpch-reference.py`), the testbed's calibration benchmark,
 //! the I/O benchmark (download manager vs object_store), the TPC-H
-//! benchmark (memory vs remote-only, and peer engines), and PNG plots.
+//! benchmark (memory vs remote-only, and peer engines), the bank workload
+//! (transactions under concurrency), and PNG plots.
 
 pub mod answers;
+pub mod bank;
 pub mod calibrate;
 pub mod io_bench;
 pub mod plot;

@@ -143,6 +143,31 @@ pub enum BenchCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Transactions under concurrency: writer processes move money between accounts while readers check the total.
+    #[command(after_help = "Each transfer is one transaction: two UPDATEs and an INSERT into the transfer log.\nReaders check that the balances always sum to the initial total and each account\nappears once; at the end every committed transfer must be in the log exactly once\nand every balance must match the log. Serialization failures are counted.\nWithout --db, the run uses a fresh database on the testbed's MinIO (profile lan).\n\nExamples:\n  blobhouse bench bank\n  blobhouse bench bank --writers 8 --transfers 500 --accounts 64\n  blobhouse bench bank --db /tmp/bank-db")]
+    Bank {
+        /// Database URL (must not exist yet); default: the testbed's MinIO.
+        #[arg(long)]
+        db: Option<String>,
+        #[arg(long, default_value_t = 4)]
+        writers: u32,
+        #[arg(long, default_value_t = 2)]
+        readers: u32,
+        /// Transfers each writer attempts.
+        #[arg(long, default_value_t = 200)]
+        transfers: u32,
+        #[arg(long, default_value_t = 16)]
+        accounts: u32,
+        /// Where report.txt goes (default bench-results/bank).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Testbed state directory.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
+    /// A worker process of `bench bank` (started by it).
+    #[command(hide = true)]
+    BankWorker,
     /// Request latency with and without hedging through the download manager.
     #[command(after_help = "Runs the same requests twice through the io_uring event loop, without and with the\ndefault hedging policy, and prints latency percentiles and the share of extra requests.\n\nExamples:\n  blobhouse bench hedge --profile s3\n  blobhouse bench hedge --profile s3 --requests 2000 --size-kib 16384 --in-flight 32")]
     Hedge {
@@ -317,6 +342,48 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             println!("wrote {}/{{report.txt,tpch.csv,tpch.png,memory.png,scheduler.png}}", out.display());
             anyhow::ensure!(failed.is_empty(), "{} of the queries failed (see the report)", failed.len());
         }
+        BenchCommand::Bank { db, writers, readers, transfers, accounts, out, dir } => {
+            anyhow::ensure!(writers > 0 && accounts >= 2, "--writers must be at least 1 and --accounts at least 2");
+            let options = blobhouse_bench::bank::BankOptions { accounts, writers, readers, transfers, ..Default::default() };
+            let (bench, url, store) = match db {
+                Some(url) => (None, url, blobhouse_storage::StoreOptions::default()),
+                None => {
+                    let bench = BenchTestbed::up("lan", dir)?;
+                    let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+                    let url = format!("s3://{}/bank-{stamp}", blobhouse_testbed::BUCKET);
+                    let store = blobhouse_storage::StoreOptions {
+                        endpoint: Some(bench.tb.endpoints().s3_direct),
+                        access_key_id: Some(blobhouse_testbed::ACCESS_KEY.into()),
+                        secret_access_key: Some(blobhouse_testbed::SECRET_KEY.into()),
+                        region: Some("us-east-1".into()),
+                        ..Default::default()
+                    };
+                    (Some(bench), url, store)
+                }
+            };
+            let exe = std::env::current_exe().context("find the blobhouse executable")?;
+            let command = move || {
+                let mut c = std::process::Command::new(&exe);
+                c.args(["bench", "bank-worker"]);
+                c
+            };
+            let report = blobhouse_bench::bank::run(&url, &store, &options, &command, &|step| eprintln!("bench bank: {step}")).await.map_err(anyhow::Error::msg);
+            if let Some(b) = bench {
+                b.down()?;
+            }
+            let report = report?;
+            let text = report.describe(&options);
+            let out = out.unwrap_or_else(|| PathBuf::from("bench-results/bank"));
+            std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+            std::fs::write(out.join("report.txt"), &text).with_context(|| format!("write {}/report.txt", out.display()))?;
+            println!("{text}");
+            println!("wrote {}/report.txt", out.display());
+            anyhow::ensure!(report.violations.is_empty() && report.broken_reads.is_empty(), "the bank's invariants were violated (see the report)");
+        }
+        BenchCommand::BankWorker => match blobhouse_bench::bank::worker_from_env().await {
+            Some(result) => result.map_err(anyhow::Error::msg)?,
+            None => anyhow::bail!("bench bank-worker is started by `blobhouse bench bank`, which sets {}", blobhouse_bench::bank::WORKER_ENV),
+        },
         BenchCommand::Hedge { profile, requests, size_kib, in_flight, out, dir } => {
             anyhow::ensure!(requests > 0 && in_flight > 0, "--requests and --in-flight must be at least 1");
             let bench = BenchTestbed::up(&profile, dir)?;

@@ -24,7 +24,7 @@ use crate::error::{Result, StorageError};
 
 /// Overrides of the environment's object-store settings. `None` keeps the
 /// environment's value (or the store's default).
-#[derive(Debug, Clone, Default)]
+#[derive(Debug, Clone, Default, serde::Serialize, serde::Deserialize)]
 pub struct StoreOptions {
     /// S3 access key id (overrides `AWS_ACCESS_KEY_ID`).
     pub access_key_id: Option<String>,

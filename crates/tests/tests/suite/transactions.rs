@@ -217,3 +217,91 @@ async fn write_skew_is_allowed_as_snapshot_isolation_defines(b: Backend) {
     run(&d2, "COMMIT").await;
     assert_eq!(scalar(&run(&e, "SELECT count(*) FROM oncall WHERE on_call").await), "0");
 }
+
+/// The bank workload's short mode on MinIO: 4 writer and 2 reader
+/// processes (this test binary, re-run as [`bank_worker`]). The full run is
+/// `blobhouse bench bank`.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bank_invariants_hold_with_concurrent_writer_and_reader_processes() {
+    let minio = blobhouse_testkit::MinioServer::shared();
+    let url = minio.fresh_url("bank");
+    let options = blobhouse_bench::bank::BankOptions { accounts: 8, writers: 4, readers: 2, transfers: 25, ..Default::default() };
+    let command = || {
+        let mut c = std::process::Command::new(std::env::current_exe().expect("test binary"));
+        c.args(["--ignored", "--exact", "transactions::bank_worker", "--nocapture", "--test-threads=1"]);
+        c
+    };
+    let report = blobhouse_bench::bank::run(&url, &minio_options(minio), &options, &command, &|_| {}).await.expect("bank run");
+    eprintln!("{}", report.describe(&options));
+    assert!(report.violations.is_empty(), "{:?}", report.violations);
+    assert!(report.broken_reads.is_empty(), "readers saw broken states: {:?}", report.broken_reads);
+    assert!(report.errors.is_empty(), "{:?}", report.errors);
+    assert!(report.reader_checks >= 2, "the readers checked {} times", report.reader_checks);
+    assert_eq!(report.committed + report.serialization_failures, 100, "every transfer committed or failed with a serialization error");
+    assert!(report.committed > 0);
+}
+
+/// A worker process of the bank test above (it sets the task in the
+/// environment); fails when run on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a worker process, started by bank_invariants_hold_with_concurrent_writer_and_reader_processes"]
+async fn bank_worker() {
+    match blobhouse_bench::bank::worker_from_env().await {
+        Some(result) => result.expect("bank worker"),
+        None => panic!("started by the bank test, which sets {}", blobhouse_bench::bank::WORKER_ENV),
+    }
+}
+
+/// A process killed (SIGKILL) inside a transaction, after uploading data
+/// objects and deletion vectors, leaves no new version and no object that
+/// any version references: its uploads are orphans for garbage collection
+/// (issue 13) and the table reads as before.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_killed_session_leaves_nothing_referenced() {
+    let db = TestDb::new(Backend::Minio, "txn-killed");
+    let e = accounts(&db).await;
+    let before = e.database().refresh().await.unwrap();
+    let listed = |db: &TestDb| {
+        let store = db.location.store.clone();
+        let prefix = db.location.child("objects");
+        async move { futures::TryStreamExt::try_collect::<Vec<_>>(store.list(Some(&prefix))).await.unwrap().into_iter().map(|m| m.location.to_string()).collect::<std::collections::BTreeSet<_>>() }
+    };
+    let objects_before = listed(&db).await;
+    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
+        .args(["--ignored", "--exact", "transactions::killed_session_worker", "--nocapture", "--test-threads=1"])
+        .env("BLOBHOUSE_KILLED_SESSION", serde_json::to_string(&(&db.url, &minio_options(blobhouse_testkit::MinioServer::shared()))).unwrap())
+        .stdout(std::process::Stdio::piped())
+        .kill_on_drop(true)
+        .spawn()
+        .unwrap();
+    let mut out = tokio::io::BufReader::new(child.stdout.take().unwrap());
+    let mut line = String::new();
+    loop {
+        line.clear();
+        assert!(tokio::io::AsyncBufReadExt::read_line(&mut out, &mut line).await.unwrap() > 0, "the worker ended before its transaction was under way");
+        if line.contains("IN-TRANSACTION") {
+            break;
+        }
+    }
+    child.start_kill().unwrap(); // SIGKILL
+    child.wait().await.unwrap();
+    let orphans: Vec<String> = listed(&db).await.difference(&objects_before).cloned().collect();
+    assert!(orphans.iter().any(|p| p.ends_with(".parquet")) && orphans.iter().any(|p| p.ends_with(".dv")), "the worker uploaded {orphans:?}");
+    let after = e.database().refresh().await.unwrap();
+    assert_eq!(after.version, before.version, "a killed transaction committed");
+    assert_eq!(lines(&run(&e, "SELECT count(*), sum(bal) FROM acc").await), vec!["4|400"]);
+}
+
+/// The process killed by the test above.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a worker process, started and killed by a_killed_session_leaves_nothing_referenced"]
+async fn killed_session_worker() {
+    let task = std::env::var("BLOBHOUSE_KILLED_SESSION").expect("started by a_killed_session_leaves_nothing_referenced");
+    let (url, store): (String, blobhouse_storage::StoreOptions) = serde_json::from_str(&task).unwrap();
+    let e = Engine::open(&url, &store, EngineOptions::default()).await.unwrap();
+    run(&e, "BEGIN").await;
+    run(&e, "INSERT INTO acc SELECT CAST(v AS INT), 1 FROM generate_series(100, 2000) AS t(v)").await;
+    run(&e, "DELETE FROM acc WHERE id = 1").await;
+    println!("IN-TRANSACTION");
+    tokio::time::sleep(std::time::Duration::from_secs(600)).await;
+}
