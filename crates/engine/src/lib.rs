@@ -19,6 +19,7 @@
 pub mod chunks;
 pub mod copy;
 mod dml;
+mod optimize;
 pub mod memory;
 pub mod provider;
 pub mod runtime_filter;

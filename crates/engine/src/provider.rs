@@ -78,6 +78,22 @@ impl BlobSchemaProvider {
         }
     }
 
+    /// Table `name` (version `entry`) reading only the data in `data` (OPTIMIZE reads the objects it rewrites so).
+    pub(crate) fn table_over(&self, name: &str, entry: &TableEntry, data: TableData) -> BlobTable {
+        BlobTable {
+            db: self.db.clone(),
+            name: name.to_string(),
+            schema: Arc::new(entry.schema.clone()),
+            row_ids: false,
+            entry: entry.clone(),
+            data: Arc::new(data),
+            options: self.options.clone(),
+            footers: self.footers.clone(),
+            source: self.source.clone(),
+            txn: None,
+        }
+    }
+
     fn version(&self) -> Arc<CatalogVersion> {
         match &self.scope {
             Some(s) => s.view.clone(),

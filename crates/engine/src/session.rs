@@ -33,7 +33,7 @@ use crate::source::DataSource;
 use blobhouse_io::{DownloadManager, ManagerOptions};
 use crate::copy::{CopyFormat, CopyFrom, parse_copy_from};
 use crate::memory::{self, MemoryBudget, format_bytes, parse_limit};
-use crate::dml;
+use crate::{dml, optimize};
 use crate::provider::{BlobSchemaProvider, DML_SCHEMA, ROW_ID_COLUMN, Scope, write_stream};
 use crate::selectivity;
 use crate::scan::{FooterCache, ScanMetrics, collect_scan_metrics, collect_scheduler_timelines};
@@ -239,6 +239,13 @@ enum TxnMode {
 /// (the INSERT sink adds to it); `None` once it ended.
 type TxnSlot = Arc<tokio::sync::Mutex<Option<Transaction>>>;
 
+/// A statement, parsed: our own (COPY … FROM, OPTIMIZE) or SQL for DataFusion.
+enum Parsed {
+    Copy(CopyFrom),
+    Optimize(String),
+    Sql(DFStatement),
+}
+
 /// Transaction control statements.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Control {
@@ -428,12 +435,14 @@ impl Engine {
             let value = self.memory.limit().map_or("none".to_string(), |l| format_bytes(l as u64));
             return Ok(setting_result("memory_limit", &value, started));
         }
-        let copy = parse_copy_from(sql)?;
-        let statement = match copy {
-            Some(_) => None,
-            None => Some(self.ctx.state().sql_to_statement(sql, &self.ctx.state().config().options().sql_parser.dialect)?),
+        let parsed = match (parse_copy_from(sql)?, optimize::parse_optimize(sql)) {
+            (Some(copy), _) => Parsed::Copy(copy),
+            (None, Some(table)) => Parsed::Optimize(table),
+            (None, None) => Parsed::Sql(self.ctx.state().sql_to_statement(sql, &self.ctx.state().config().options().sql_parser.dialect)?),
         };
-        if let Some(control) = statement.as_ref().map(transaction_control).transpose()?.flatten() {
+        if let Parsed::Sql(statement) = &parsed
+            && let Some(control) = transaction_control(statement)?
+        {
             match control {
                 Control::Begin => self.begin().await?,
                 Control::Commit => self.commit().await?,
@@ -459,7 +468,7 @@ impl Engine {
         match explicit {
             Some(slot) => {
                 let view = slot.lock().await.as_ref().map(Transaction::view).ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
-                let result = self.run_in_scope(copy, statement, Scope { view, txn: slot.clone() }, started).await;
+                let result = self.run_in_scope(parsed, Scope { view, txn: slot.clone() }, started).await;
                 let mut mode = self.txn.lock().expect("txn lock");
                 *mode = match &result {
                     Ok(_) => TxnMode::Explicit(slot),
@@ -471,7 +480,7 @@ impl Engine {
                 // A statement of its own: one transaction, committed at its end.
                 let snapshot = self.db.refresh().await?;
                 let slot: TxnSlot = Arc::new(tokio::sync::Mutex::new(Some(Transaction::begin(&self.db, snapshot.clone()))));
-                let result = self.run_in_scope(copy, statement, Scope { view: snapshot, txn: slot.clone() }, started).await;
+                let result = self.run_in_scope(parsed, Scope { view: snapshot, txn: slot.clone() }, started).await;
                 let txn = slot.lock().await.take();
                 match (result, txn) {
                     (Ok(r), Some(txn)) => {
@@ -504,12 +513,18 @@ impl Engine {
         SessionContext::new_with_state(state)
     }
 
-    async fn run_in_scope(&self, copy: Option<CopyFrom>, statement: Option<DFStatement>, scope: Scope, started: Instant) -> Result<QueryResult, EngineError> {
-        if let Some(copy) = copy {
-            let rows = self.copy_from(&copy, &scope).await?;
-            return Ok(count_result(rows, started));
-        }
-        let statement = statement.expect("parsed above");
+    async fn run_in_scope(&self, parsed: Parsed, scope: Scope, started: Instant) -> Result<QueryResult, EngineError> {
+        let statement = match parsed {
+            Parsed::Copy(copy) => {
+                let rows = self.copy_from(&copy, &scope).await?;
+                return Ok(count_result(rows, started));
+            }
+            Parsed::Optimize(table) => {
+                let rows = self.optimize(&scope, &table).await?;
+                return Ok(count_result(rows, started));
+            }
+            Parsed::Sql(statement) => statement,
+        };
         let ctx = self.statement_context(&scope);
         if let DFStatement::Statement(s) = &statement {
             let columns = |t: &str| scope.view.tables.get(t).map(|e| e.schema.fields().iter().map(|f| f.name().clone()).collect());
@@ -619,7 +634,7 @@ impl Engine {
                 Some(old) => old.as_ref() | &new,
                 None => new,
             };
-            vectors.push((data.object(live).key, live.vector, union));
+            vectors.push((data.object(live).key, live.manifest, live.vector, union));
         }
         let mut slot = scope.txn.lock().await;
         let txn = slot.as_mut().ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
@@ -628,6 +643,25 @@ impl Engine {
         if !objects.is_empty() {
             txn.append(&dml.table, entry.id, objects).await?;
         }
+        Ok(rows)
+    }
+
+    /// OPTIMIZE: rewrites the table's small and much-deleted objects
+    /// ([`crate::optimize`]). Returns the rows rewritten.
+    async fn optimize(&self, scope: &Scope, table: &str) -> Result<u64, EngineError> {
+        let entry = scope.view.tables.get(table).cloned().ok_or_else(|| StorageError::TableNotFound(table.to_string()))?;
+        let data = self.db.table_data(&entry).await?;
+        let files = self.db.manifest_files(&entry).await?;
+        let Some(plan) = optimize::plan(&entry, &data, &files, self.options.write.target_chunk_bytes) else { return Ok(0) };
+        let ctx = self.statement_context(scope);
+        let provider = self.tables.table_over(table, &entry, plan.rewrite);
+        let scan = datafusion::datasource::TableProvider::scan(&provider, &ctx.state(), None, &[], None).await?;
+        let stream = execute_stream(scan, ctx.task_ctx())?;
+        let schema = Arc::new(entry.schema.clone());
+        let (rows, objects) = write_stream(&self.db, &schema, &self.options, stream).await?;
+        let mut slot = scope.txn.lock().await;
+        let txn = slot.as_mut().ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
+        txn.rewrite(table, entry.id, plan.removed, objects, plan.dropped_manifests, plan.forgotten).await?;
         Ok(rows)
     }
 

@@ -57,6 +57,12 @@ pub enum Change {
         table_id: u64,
         removed: Vec<RemovedObject>,
         manifest: Option<ManifestRef>,
+        /// Manifest files to stop listing: every object they list is
+        /// removed (by this change or before). Scans then no longer read them.
+        dropped_manifests: Vec<u64>,
+        /// The keys of those manifests' objects, which `removed` then no
+        /// longer needs to hold.
+        forgotten: Vec<u64>,
     },
 }
 
@@ -65,6 +71,8 @@ pub enum Change {
 pub struct VectorChange {
     /// The data object's key.
     pub object: u64,
+    /// The manifest file that lists it (OPTIMIZE may stop listing it).
+    pub manifest: u64,
     /// The vector the writer read the object with (`None`: no deleted
     /// rows). Committing needs it unchanged.
     pub base: Option<DeleteRef>,
@@ -77,6 +85,8 @@ pub struct VectorChange {
 pub struct RemovedObject {
     /// The data object's key.
     pub object: u64,
+    /// The manifest file that lists it.
+    pub manifest: u64,
     /// Its deletion vector when it was read (must be unchanged at commit).
     pub base: Option<DeleteRef>,
     /// Its live rows (all rows less the deleted ones) and its bytes.
@@ -166,7 +176,7 @@ pub fn apply(tables: &mut BTreeMap<String, TableEntry>, change: &Change) -> Resu
                 return Ok(false);
             }
             for v in vectors {
-                unchanged_since_read(entry, name, v.object, v.base)?;
+                unchanged_since_read(entry, name, v.object, v.manifest, v.base)?;
                 let before = v.base.map_or(0, |b| b.rows);
                 assert!(v.vector.rows >= before, "a deletion vector only grows");
                 entry.rows -= v.vector.rows - before;
@@ -175,19 +185,32 @@ pub fn apply(tables: &mut BTreeMap<String, TableEntry>, change: &Change) -> Resu
             entry.table_version += 1;
             Ok(true)
         }
-        Change::Rewrite { name, table_id, removed, manifest } => {
+        Change::Rewrite { name, table_id, removed, manifest, dropped_manifests, forgotten } => {
             let entry = same_table(tables, name, *table_id)?;
-            if removed.is_empty() && manifest.is_none() {
+            if removed.is_empty() && manifest.is_none() && dropped_manifests.is_empty() {
                 return Ok(false);
             }
             for r in removed {
-                unchanged_since_read(entry, name, r.object, r.base)?;
+                unchanged_since_read(entry, name, r.object, r.manifest, r.base)?;
                 entry.deletes.remove(&r.object);
                 entry.removed.push(r.object);
                 entry.rows -= r.live_rows;
                 entry.bytes -= r.bytes;
                 entry.objects -= 1;
             }
+            for key in dropped_manifests {
+                let Some(i) = entry.manifests.iter().position(|m| m.key == *key) else {
+                    return Err(StorageError::Serialization {
+                        table: name.clone(),
+                        reason: format!("manifest file {key:016x} was merged away by a concurrent OPTIMIZE"),
+                    });
+                };
+                entry.manifests.remove(i);
+            }
+            let forgotten: std::collections::HashSet<u64> = forgotten.iter().copied().collect();
+            let before = entry.removed.len();
+            entry.removed.retain(|k| !forgotten.contains(k));
+            assert_eq!(before - entry.removed.len(), forgotten.len(), "only removed objects are forgotten");
             if let Some(m) = manifest {
                 add_manifest(entry, *m);
             }
@@ -221,14 +244,15 @@ fn same_table<'a>(tables: &'a mut BTreeMap<String, TableEntry>, name: &str, id: 
     }
 }
 
-/// Fails with a serialization error unless data object `object` is still in
-/// the table with the deletion vector `base` its writer read it with.
-fn unchanged_since_read(entry: &TableEntry, name: &str, object: u64, base: Option<DeleteRef>) -> Result<()> {
+/// Fails with a serialization error unless data object `object` (listed by
+/// manifest file `manifest`) is still in the table with the deletion vector
+/// `base` its writer read it with.
+fn unchanged_since_read(entry: &TableEntry, name: &str, object: u64, manifest: u64, base: Option<DeleteRef>) -> Result<()> {
     let serialization = |what: &str| StorageError::Serialization {
         table: name.to_string(),
         reason: format!("data object {object:016x} {what} by a concurrent transaction since this transaction's snapshot"),
     };
-    if entry.removed.contains(&object) {
+    if entry.removed.contains(&object) || !entry.manifests.iter().any(|m| m.key == manifest) {
         return Err(serialization("was rewritten"));
     }
     if entry.deletes.get(&object).copied() != base {
@@ -249,7 +273,7 @@ mod tests {
     }
 
     fn delete(base: Option<DeleteRef>, key: u64, rows: u64) -> Change {
-        Change::Delete { name: "t".into(), table_id: 1, vectors: vec![VectorChange { object: 5, base, vector: DeleteRef { key, rows } }] }
+        Change::Delete { name: "t".into(), table_id: 1, vectors: vec![VectorChange { object: 5, manifest: 10, base, vector: DeleteRef { key, rows } }] }
     }
 
     #[test]
@@ -280,8 +304,10 @@ mod tests {
         let rewrite = Change::Rewrite {
             name: "t".into(),
             table_id: 1,
-            removed: vec![RemovedObject { object: 5, base: None, live_rows: 50, bytes: 500 }],
+            removed: vec![RemovedObject { object: 5, manifest: 10, base: None, live_rows: 50, bytes: 500 }],
             manifest: None,
+            dropped_manifests: Vec::new(),
+            forgotten: Vec::new(),
         };
         assert!(matches!(apply(&mut tables.clone(), &rewrite), Err(StorageError::Serialization { .. })));
         let drop = Change::DropTable { name: "t".into(), id: Some(1), if_exists: false };

@@ -319,6 +319,12 @@ impl Database {
         Ok(combined)
     }
 
+    /// Each manifest file of a table version, with its reference.
+    pub async fn manifest_files(&self, entry: &TableEntry) -> Result<Vec<(ManifestRef, Arc<Manifest>)>> {
+        let fetches: Vec<_> = entry.manifests.iter().map(|m| async move { Ok::<_, StorageError>((*m, self.manifest_file(entry.id, *m).await?)) }).collect();
+        futures::stream::iter(fetches).buffered(16).try_collect().await
+    }
+
     /// One manifest file of table `table_id`.
     async fn manifest_file(&self, table_id: u64, m: ManifestRef) -> Result<Arc<Manifest>> {
         let relative = manifest_path(&m);
@@ -478,12 +484,14 @@ impl Database {
         let vectors: Vec<(u64, DeleteRef, Arc<RoaringBitmap>)> = futures::stream::iter(fetches).buffer_unordered(16).try_collect().await?;
         let mut deletes: HashMap<u64, (DeleteRef, Arc<RoaringBitmap>)> = vectors.into_iter().map(|(o, d, b)| (o, (d, b))).collect();
         let mut objects = Vec::with_capacity(manifest.objects.len());
-        for (ordinal, o) in manifest.objects.iter().enumerate() {
+        // The combined list is the files' lists one after the other.
+        let listed_by = entry.manifests.iter().flat_map(|m| std::iter::repeat_n(m.key, m.objects as usize));
+        for ((ordinal, o), manifest_key) in manifest.objects.iter().enumerate().zip(listed_by) {
             if removed.contains(&o.key) {
                 continue;
             }
             let (vector, deleted) = deletes.remove(&o.key).map_or((None, None), |(d, b)| (Some(d), Some(b)));
-            objects.push(LiveObject { ordinal: ordinal as u32, vector, deleted });
+            objects.push(LiveObject { ordinal: ordinal as u32, manifest: manifest_key, vector, deleted });
         }
         if let Some(object) = deletes.keys().next() {
             return Err(StorageError::Corrupt {
@@ -511,6 +519,8 @@ pub struct LiveObject {
     /// ids that DELETE and UPDATE work with (the row position is the lower
     /// half; an object has fewer than 2^32 rows).
     pub ordinal: u32,
+    /// The manifest file that lists it.
+    pub manifest: u64,
     /// Its deletion vector, if rows of it are deleted.
     pub vector: Option<DeleteRef>,
     pub deleted: Option<Arc<RoaringBitmap>>,

@@ -20,7 +20,7 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::Schema;
 use roaring::RoaringBitmap;
 
-use crate::changes::{self, Change, VectorChange};
+use crate::changes::{self, Change, RemovedObject, VectorChange};
 use crate::database::{CommitOutcome, Database};
 use crate::error::{Result, StorageError};
 use crate::format::{CatalogVersion, DV_EXT, DataObject, DeleteRef, ManifestRef};
@@ -118,18 +118,29 @@ impl Transaction {
         }
     }
 
-    /// Stages deleting rows of table `name`: for each data object, the
-    /// vector it was read with and the new one (that vector and the rows
-    /// deleted now), which is uploaded here.
-    pub async fn delete(&mut self, name: &str, vectors: Vec<(u64, Option<DeleteRef>, RoaringBitmap)>) -> Result<bool> {
+    /// Stages deleting rows of table `name`: for each data object (key, and
+    /// the manifest file listing it), the vector it was read with and the
+    /// new one (that vector and the rows deleted now), uploaded here.
+    pub async fn delete(&mut self, name: &str, vectors: Vec<(u64, u64, Option<DeleteRef>, RoaringBitmap)>) -> Result<bool> {
         let table_id = self.view.tables.get(name).ok_or_else(|| StorageError::TableNotFound(name.to_string()))?.id;
         let mut changes = Vec::with_capacity(vectors.len());
-        for (object, base, deleted) in vectors {
+        for (object, manifest, base, deleted) in vectors {
             let vector = self.db.write_deletion_vector(&deleted).await?;
             self.uploaded.push(object_name(vector.key, DV_EXT));
-            changes.push(VectorChange { object, base, vector });
+            changes.push(VectorChange { object, manifest, base, vector });
         }
         self.stage(Change::Delete { name: name.to_string(), table_id, vectors: changes })
+    }
+
+    /// Stages replacing the data objects `removed` of table `name` by
+    /// `objects` (uploaded already), and no longer listing the manifest
+    /// files `dropped_manifests`, all of whose objects (`forgotten`) are
+    /// removed.
+    pub async fn rewrite(&mut self, name: &str, table_id: u64, removed: Vec<RemovedObject>, objects: Vec<DataObject>, dropped_manifests: Vec<u64>, forgotten: Vec<u64>) -> Result<bool> {
+        self.record_uploads(objects.iter().map(|o| o.path.clone()));
+        let table_version = self.view.tables.get(name).map_or(0, |t| t.table_version + 1);
+        let manifest = self.upload_manifest(table_id, table_version, &objects).await?;
+        self.stage(Change::Rewrite { name: name.to_string(), table_id, removed, manifest, dropped_manifests, forgotten })
     }
 
     async fn upload_manifest(&mut self, table_id: u64, table_version: u64, objects: &[DataObject]) -> Result<Option<ManifestRef>> {

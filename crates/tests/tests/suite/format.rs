@@ -47,6 +47,37 @@ async fn the_thousand_and_first_insert_writes_little_and_opening_takes_few_reque
     assert!(!opening.iter().any(|r| matches!(r, Request::List { prefix } if prefix.ends_with("catalog"))), "format 2 never lists catalog/: {opening:#?}");
     assert_eq!(scalar(&run(&fresh, "SELECT count(*) FROM t").await), "1001");
     assert_eq!(scalar(&run(&fresh, "SELECT sum(x) FROM t").await), "501501");
+
+    // OPTIMIZE merges the 1,001 one-row objects (one of them with a deleted
+    // row) into one, and the manifests with them.
+    run(&e, "DELETE FROM t WHERE x = 500").await;
+    let answer = "SELECT count(*), sum(x), min(note), max(note) FROM t WHERE x % 3 <> 0";
+    let before = lines(&run(&e, answer).await);
+    let reads = |db: &TestDb| {
+        let requests = db.audit.requests();
+        let gets = |ext: &str| requests.iter().filter(|r| matches!(r, Request::Get { path, .. } if path.ends_with(ext))).count();
+        (gets(".parquet"), gets(".manifest.json"))
+    };
+    db.audit.clear_requests();
+    let cold = db.engine(EngineOptions::default()).await;
+    assert_eq!(lines(&run(&cold, answer).await), before);
+    let (data_before, manifests_before) = reads(&db);
+    assert_eq!(scalar(&run(&e, "OPTIMIZE t").await), "1000", "rows rewritten");
+    let version = e.database().current();
+    let t = &version.tables["t"];
+    assert_eq!((t.objects, t.rows, t.manifests.len()), (1, 1000, 1), "{t:?}");
+    assert!(t.removed.is_empty() && t.deletes.is_empty(), "{t:?}");
+    db.audit.clear_requests();
+    let cold = db.engine(EngineOptions::default()).await;
+    assert_eq!(lines(&run(&cold, answer).await), before);
+    let (data_after, manifests_after) = reads(&db);
+    eprintln!("a cold scan before OPTIMIZE: {data_before} data GETs and {manifests_before} manifest GETs; after: {data_after} and {manifests_after}");
+    // One GET per object (its two column chunks are adjacent: one request);
+    // the object whose only row is deleted is not read at all.
+    assert_eq!((data_before, manifests_before), (1000, 1001));
+    assert_eq!((data_after, manifests_after), (1, 1));
+    // Nothing to do the second time.
+    assert_eq!(scalar(&run(&e, "OPTIMIZE t").await), "0");
 }
 
 /// The fixture of crates/tests/fixtures/v1-database, copied so that it can

@@ -16,6 +16,7 @@ on_both_backends!(
     ddl_inside_a_transaction_commits_as_one_version,
     lost_update_is_a_serialization_failure_for_the_later_committer,
     write_skew_is_allowed_as_snapshot_isolation_defines,
+    optimize_lets_appends_land_and_conflicts_with_deletes_of_what_it_rewrote,
 );
 
 /// Paths the store was asked to create, and to delete, since request `from`
@@ -304,4 +305,30 @@ async fn killed_session_worker() {
     run(&e, "DELETE FROM acc WHERE id = 1").await;
     println!("IN-TRANSACTION");
     tokio::time::sleep(std::time::Duration::from_secs(600)).await;
+}
+
+async fn optimize_lets_appends_land_and_conflicts_with_deletes_of_what_it_rewrote(b: Backend) {
+    let db = TestDb::new(b, "txn-optimize");
+    let e1 = accounts(&db).await;
+    let e2 = db.engine(EngineOptions::default()).await;
+    run(&e1, "BEGIN").await;
+    assert_eq!(scalar(&run(&e1, "OPTIMIZE acc").await), "4");
+    run(&e2, "INSERT INTO acc VALUES (5, 100)").await;
+    run(&e1, "COMMIT").await;
+    assert_eq!(lines(&run(&e2, "SELECT count(*), sum(bal) FROM acc").await), vec!["5|500"], "the append landed beside the rewrite");
+    // A delete that commits first makes the rewrite fail…
+    run(&e1, "BEGIN").await;
+    assert_eq!(scalar(&run(&e1, "OPTIMIZE acc").await), "5", "{:?}", e1.database().current().tables["acc"]);
+    run(&e2, "DELETE FROM acc WHERE id = 5").await;
+    let err = fail(&e1, "COMMIT").await;
+    assert!(err.contains("serialization failure on table 'acc'"), "{err}");
+    // …and a rewrite that commits first makes the delete fail.
+    run(&e2, "INSERT INTO acc VALUES (6, 100)").await;
+    run(&e2, "BEGIN").await;
+    run(&e2, "UPDATE acc SET bal = 0 WHERE id = 6").await;
+    run(&e1, "OPTIMIZE acc").await;
+    let err = fail(&e2, "COMMIT").await;
+    assert!(err.contains("serialization failure on table 'acc'"), "{err}");
+    assert_eq!(lines(&run(&e2, "SELECT id, bal FROM acc ORDER BY id").await), vec!["1|100", "2|100", "3|100", "4|100", "6|100"]);
+    assert_eq!(e2.database().refresh().await.unwrap().tables["acc"].objects, 1);
 }
