@@ -1,6 +1,10 @@
-//! `COPY table FROM 'file or URL' [WITH (FORMAT csv|parquet, HEADER b, DELIMITER 'c')]`.
+//! `COPY table FROM 'file or URL' [WITH (FORMAT csv|parquet, HEADER b, DELIMITER 'c')]`
+//! and `COPY (query) | table TO 'file or URL' [WITH (FORMAT parquet|csv, …)]`.
 //!
-//! DataFusion only knows `COPY … TO`; loading is ours. The statement is parsed
+//! Loading is ours (DataFusion has no COPY … FROM). Export is ours too,
+//! with PostgreSQL's and DuckDB's syntax, because it must read the
+//! statement's transaction view and open any store URL the way `--db`
+//! does; DataFusion's writers do the writing. The statement is parsed
 //! with sqlparser's PostgreSQL dialect (its COPY grammar), the source is read
 //! with DataFusion's CSV or Parquet reader using the *table's* schema (CSV: no
 //! inference, so a malformed line is reported with its line number), and the
@@ -29,8 +33,39 @@ pub struct CopyFrom {
     pub delimiter: u8,
 }
 
+/// A parsed `COPY … TO` statement.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CopyTo {
+    /// The query whose rows are exported (a table becomes `SELECT * FROM` it).
+    pub query: String,
+    pub target: String,
+    pub format: CopyFormat,
+    pub header: bool,
+    pub delimiter: u8,
+}
+
 /// Parses `sql` if it is a `COPY … FROM` statement; `Ok(None)` for anything else.
 pub fn parse_copy_from(sql: &str) -> Result<Option<CopyFrom>, EngineError> {
+    match parse_copy(sql)? {
+        Some(Copy::From(c)) => Ok(Some(c)),
+        _ => Ok(None),
+    }
+}
+
+/// Parses `sql` if it is a `COPY … TO` statement; `Ok(None)` for anything else.
+pub fn parse_copy_to(sql: &str) -> Result<Option<CopyTo>, EngineError> {
+    match parse_copy(sql)? {
+        Some(Copy::To(c)) => Ok(Some(c)),
+        _ => Ok(None),
+    }
+}
+
+enum Copy {
+    From(CopyFrom),
+    To(CopyTo),
+}
+
+fn parse_copy(sql: &str) -> Result<Option<Copy>, EngineError> {
     let trimmed = sql.trim_start();
     if trimmed.len() < 4 || !trimmed[..4].eq_ignore_ascii_case("copy") {
         return Ok(None);
@@ -42,21 +77,28 @@ pub fn parse_copy_from(sql: &str) -> Result<Option<CopyFrom>, EngineError> {
     if statements.len() != 1 {
         return Ok(None);
     }
-    let Statement::Copy { source, to: false, target, options, legacy_options, .. } = statements.remove(0) else {
+    let Statement::Copy { source, to, target, options, legacy_options, .. } = statements.remove(0) else {
         return Ok(None);
     };
-    let bad = |message: String| EngineError::Unsupported(format!("COPY … FROM: {message}"));
-    let CopySource::Table { table_name, columns } = source else {
-        return Err(bad("the target must be a table".into()));
+    let verb = if to { "TO" } else { "FROM" };
+    let bad = |message: String| EngineError::Unsupported(format!("COPY … {verb}: {message}"));
+    let query = match (source, to) {
+        (CopySource::Table { columns, .. }, _) if !columns.is_empty() => {
+            return Err(bad("a column list is not supported; COPY (SELECT columns FROM t) TO … selects columns".into()));
+        }
+        (CopySource::Table { table_name, .. }, true) => format!("SELECT * FROM {table_name}"),
+        (CopySource::Query(q), true) => q.to_string(),
+        (CopySource::Table { table_name, .. }, false) => table_name.to_string(),
+        (CopySource::Query(_), false) => return Err(bad("the target must be a table".into())),
     };
-    if !columns.is_empty() {
-        return Err(bad("a column list is not supported yet; the source must have all the table's columns in order".into()));
-    }
     let CopyTarget::File { filename } = target else {
-        return Err(bad("the source must be a quoted file path or URL".into()));
+        return Err(bad("the file must be a quoted path or URL".into()));
     };
     let lower = filename.to_ascii_lowercase();
-    let mut format = if lower.ends_with(".parquet") || lower.ends_with(".pq") { CopyFormat::Parquet } else { CopyFormat::Csv };
+    let csv_name = lower.ends_with(".csv") || lower.ends_with(".tbl") || lower.ends_with(".txt");
+    let parquet_name = lower.ends_with(".parquet") || lower.ends_with(".pq");
+    // Reading guesses CSV, exporting Parquet (the format that keeps types).
+    let mut format = if parquet_name || (to && !csv_name) { CopyFormat::Parquet } else { CopyFormat::Csv };
     let mut header = true;
     let mut delimiter = if lower.ends_with(".tbl") { b'|' } else { b',' };
     if lower.ends_with(".tbl") {
@@ -92,9 +134,12 @@ pub fn parse_copy_from(sql: &str) -> Result<Option<CopyFrom>, EngineError> {
             other => return Err(bad(format!("option '{other}' is not supported"))),
         }
     }
-    let table = table_name.0.last().map(|p| p.to_string()).unwrap_or_default();
+    if to {
+        return Ok(Some(Copy::To(CopyTo { query, target: filename, format, header, delimiter })));
+    }
+    let table = query.rsplit('.').next().unwrap_or_default().to_string();
     let table = if table.starts_with('"') { table.trim_matches('"').to_string() } else { table.to_ascii_lowercase() };
-    Ok(Some(CopyFrom { table, source: filename, format, header, delimiter }))
+    Ok(Some(Copy::From(CopyFrom { table, source: filename, format, header, delimiter })))
 }
 
 fn ascii(c: char) -> Result<u8, String> {
@@ -113,6 +158,10 @@ mod tests {
         assert_eq!((p.table.as_str(), p.format), ("lineitem", CopyFormat::Parquet));
         assert!(parse_copy_from("SELECT 1").unwrap().is_none());
         assert!(parse_copy_from("COPY t TO 'out.csv'").unwrap().is_none());
+        let t = parse_copy_to("COPY (SELECT a FROM t WHERE a > 1) TO 's3://b/x' WITH (FORMAT csv, HEADER false)").unwrap().unwrap();
+        assert_eq!((t.query.as_str(), t.target.as_str(), t.format, t.header), ("SELECT a FROM t WHERE a > 1", "s3://b/x", CopyFormat::Csv, false));
+        let t = parse_copy_to("COPY t TO '/tmp/t.out'").unwrap().unwrap();
+        assert_eq!((t.query.as_str(), t.format), ("SELECT * FROM t", CopyFormat::Parquet));
         assert!(parse_copy_from("COPY t FROM 'a.csv' WITH (FORMAT orc)").is_err());
     }
 }

@@ -31,7 +31,7 @@ use crate::chunks::RequestPolicy;
 use crate::scheduler::SchedulerOptions;
 use crate::source::DataSource;
 use blobhouse_io::{DownloadManager, ManagerOptions};
-use crate::copy::{CopyFormat, CopyFrom, parse_copy_from};
+use crate::copy::{CopyFormat, CopyFrom, CopyTo, parse_copy_from, parse_copy_to};
 use crate::memory::{self, MemoryBudget, format_bytes, parse_limit};
 use crate::{dml, optimize};
 use crate::provider::{BlobSchemaProvider, DML_SCHEMA, ROW_ID_COLUMN, Scope, write_stream};
@@ -49,6 +49,8 @@ pub enum EngineError {
     Query(#[from] DataFusionError),
     #[error("COPY {table} FROM '{source_url}' failed: {message}")]
     Copy { table: String, source_url: String, message: String },
+    #[error("COPY … TO '{target}' failed: {message}")]
+    CopyTo { target: String, message: String },
     #[error("{0}")]
     Unsupported(String),
     #[error("cannot start the download manager: {0} (set EngineOptions::download to None to read through object_store)")]
@@ -242,6 +244,7 @@ type TxnSlot = Arc<tokio::sync::Mutex<Option<Transaction>>>;
 /// A statement, parsed: our own (COPY … FROM, OPTIMIZE) or SQL for DataFusion.
 enum Parsed {
     Copy(CopyFrom),
+    CopyTo(CopyTo),
     Optimize(String),
     Sql(DFStatement),
 }
@@ -435,10 +438,11 @@ impl Engine {
             let value = self.memory.limit().map_or("none".to_string(), |l| format_bytes(l as u64));
             return Ok(setting_result("memory_limit", &value, started));
         }
-        let parsed = match (parse_copy_from(sql)?, optimize::parse_optimize(sql)) {
-            (Some(copy), _) => Parsed::Copy(copy),
-            (None, Some(table)) => Parsed::Optimize(table),
-            (None, None) => Parsed::Sql(self.ctx.state().sql_to_statement(sql, &self.ctx.state().config().options().sql_parser.dialect)?),
+        let parsed = match (parse_copy_from(sql)?, parse_copy_to(sql)?, optimize::parse_optimize(sql)) {
+            (Some(copy), _, _) => Parsed::Copy(copy),
+            (None, Some(copy), _) => Parsed::CopyTo(copy),
+            (None, None, Some(table)) => Parsed::Optimize(table),
+            (None, None, None) => Parsed::Sql(self.ctx.state().sql_to_statement(sql, &self.ctx.state().config().options().sql_parser.dialect)?),
         };
         if let Parsed::Sql(statement) = &parsed
             && let Some(control) = transaction_control(statement)?
@@ -521,6 +525,10 @@ impl Engine {
             }
             Parsed::Optimize(table) => {
                 let rows = self.optimize(&scope, &table).await?;
+                return Ok(count_result(rows, started));
+            }
+            Parsed::CopyTo(copy) => {
+                let rows = self.copy_to(&scope, &copy).await?;
                 return Ok(count_result(rows, started));
             }
             Parsed::Sql(statement) => statement,
@@ -643,6 +651,38 @@ impl Engine {
         if !objects.is_empty() {
             txn.append(&dml.table, entry.id, objects).await?;
         }
+        Ok(rows)
+    }
+
+    /// COPY … TO: runs the query in the statement's scope (so it sees the
+    /// transaction's own changes, and never a deleted row) and writes one
+    /// Parquet or CSV file with DataFusion's writers, to a local path or any
+    /// store URL `--db` accepts. Returns the rows written.
+    async fn copy_to(&self, scope: &Scope, copy: &CopyTo) -> Result<u64, EngineError> {
+        let fail = |message: String| EngineError::CopyTo { target: copy.target.clone(), message };
+        let db_url = self.db.location().url.trim_end_matches('/');
+        let db_url = db_url.strip_prefix("file://").unwrap_or(db_url).to_string();
+        let target = copy.target.strip_prefix("file://").unwrap_or(&copy.target);
+        if target == db_url || target.starts_with(&format!("{db_url}/")) {
+            return Err(fail("the file would be inside the database, whose objects blobhouse never overwrites; export elsewhere".into()));
+        }
+        let ctx = self.statement_context(scope);
+        if let Some((scheme_host, _)) = split_url(&copy.target) {
+            let loc = open_location(&scheme_host, &self.store_options)?;
+            let url = url::Url::parse(&scheme_host).map_err(|e| fail(e.to_string()))?;
+            ctx.register_object_store(&url, loc.store);
+        }
+        let df = ctx.sql(&copy.query).await?;
+        let options = datafusion::dataframe::DataFrameWriteOptions::new().with_single_file_output(true);
+        let written = match copy.format {
+            CopyFormat::Parquet => df.write_parquet(&copy.target, options, None).await,
+            CopyFormat::Csv => {
+                let csv = datafusion::common::config::CsvOptions { has_header: Some(copy.header), delimiter: copy.delimiter, ..Default::default() };
+                df.write_csv(&copy.target, options, Some(csv)).await
+            }
+        }
+        .map_err(|e| fail(describe_df(&e)))?;
+        let rows = written.first().and_then(|b| b.column(0).as_any().downcast_ref::<UInt64Array>()).map_or(0, |c| c.value(0));
         Ok(rows)
     }
 

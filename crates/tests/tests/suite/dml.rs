@@ -6,7 +6,7 @@ use blobhouse_engine::EngineOptions;
 use crate::common::*;
 use crate::on_both_backends;
 
-on_both_backends!(delete_and_update_change_exactly_the_rows_they_select);
+on_both_backends!(delete_and_update_change_exactly_the_rows_they_select, copy_to_exports_exactly_the_current_rows);
 
 async fn delete_and_update_change_exactly_the_rows_they_select(b: Backend) {
     let db = TestDb::new(b, "dml");
@@ -166,4 +166,67 @@ async fn dml_agrees_with_duckdb_over_a_random_sequence() {
     assert!(dml + queries >= 200 && dml >= 80, "{dml} DML and {queries} query steps");
     assert!(effective * 2 >= dml, "only {effective} of {dml} DML steps changed rows: the test would prove little");
     eprintln!("{dml} DML steps ({effective} changed rows), {queries} queries, all agree with DuckDB");
+}
+
+/// DuckDB's answer on a Parquet or CSV file (read with its own readers).
+fn duckdb_on_file(file: &std::path::Path, csv: bool, query: &str) -> Vec<String> {
+    let reader = if csv { "read_csv" } else { "read_parquet" };
+    let script = format!(
+        "import duckdb\ncon = duckdb.connect()\ncon.execute(\"CREATE VIEW f AS SELECT * FROM {reader}('{}')\")\nfor r in con.execute({query:?}).fetchall():\n    print('|'.join(str(v) for v in r))",
+        file.display()
+    );
+    let out = std::process::Command::new("python3").args(["-c", &script]).output().expect("python3 runs");
+    assert!(out.status.success(), "DuckDB failed (run scripts/install-test-deps.sh): {}", String::from_utf8_lossy(&out.stderr));
+    String::from_utf8(out.stdout).unwrap().lines().map(str::to_string).collect()
+}
+
+/// COPY … TO writes the table as it is now — without deleted rows, with
+/// updated values — as a plain file any tool reads: DuckDB agrees, from a
+/// local file and from one exported to the store (fetched back here).
+async fn copy_to_exports_exactly_the_current_rows(b: Backend) {
+    let db = TestDb::new(b, "copy-to");
+    let e = db.engine(small_chunks(2048)).await;
+    run(&e, "CREATE TABLE t AS SELECT CAST(v AS BIGINT) AS id, CAST(v % 10 AS INT) AS g, 'row ' || CAST(v AS VARCHAR) AS s FROM generate_series(1, 1000) AS x(v)").await;
+    run(&e, "DELETE FROM t WHERE g = 3 OR id > 900").await;
+    run(&e, "UPDATE t SET s = 'changed', id = id + 10000 WHERE g = 7").await;
+    let summary = "SELECT count(*), sum(id), sum(g), min(s), max(s) FROM f";
+    let ours = lines(&run(&e, &summary.replace(" f", " t")).await);
+    // 900 - 90 rows with g = 3; sum(1..900) - sum of the g = 3 ids + 10000 x 90.
+    assert_eq!(ours, vec!["810|1265130|3780|changed|row 99"]);
+
+    let dir = tempfile::tempdir().unwrap();
+    let local = dir.path().join("t.parquet");
+    let written = run(&e, &format!("COPY (SELECT * FROM t) TO '{}'", local.display())).await;
+    assert_eq!(scalar(&written), "810");
+    assert_eq!(duckdb_on_file(&local, false, summary), ours);
+
+    // To the store the database is on, as CSV, then read back.
+    let (target, fetch_to) = match b {
+        Backend::Local => (dir.path().join("export.csv").display().to_string(), None),
+        Backend::Minio => {
+            let url = blobhouse_testkit::MinioServer::shared().fresh_url("copy-to-export");
+            (format!("{url}/t.csv"), Some(dir.path().join("fetched.csv")))
+        }
+    };
+    run(&e, &format!("COPY t TO '{target}' WITH (FORMAT csv, HEADER true)")).await;
+    let csv = match fetch_to {
+        None => std::path::PathBuf::from(&target),
+        Some(path) => {
+            let loc = blobhouse_storage::open_location(&target, &minio_options(blobhouse_testkit::MinioServer::shared())).unwrap();
+            let bytes = object_store::ObjectStoreExt::get(&loc.store, &loc.prefix).await.unwrap().bytes().await.unwrap();
+            std::fs::write(&path, &bytes).unwrap();
+            path
+        }
+    };
+    assert_eq!(duckdb_on_file(&csv, true, summary), ours);
+
+    // Inside a transaction the export sees the transaction's changes.
+    run(&e, "BEGIN").await;
+    run(&e, "DELETE FROM t WHERE g = 1").await;
+    let inside = dir.path().join("inside.parquet");
+    assert_eq!(scalar(&run(&e, &format!("COPY t TO '{}'", inside.display())).await), "720");
+    run(&e, "ROLLBACK").await;
+    // The database's own folder is refused: its objects are never overwritten.
+    let err = fail(&e, &format!("COPY t TO '{}/objects/x.parquet'", db.url)).await;
+    assert!(err.contains("inside the database"), "{err}");
 }
