@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use datafusion::arrow::array::{ArrayRef, BooleanArray, RecordBatch, RecordBatchOptions, UInt64Array};
+use datafusion::arrow::array::{ArrayRef, BooleanArray, BooleanBufferBuilder, RecordBatch, RecordBatchOptions, UInt64Array};
 use datafusion::arrow::compute::filter_record_batch;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
@@ -673,7 +673,14 @@ impl Decoding {
         let Some(deleted) = self.deleted.as_ref().filter(|d| d.range_cardinality(start as u32..(start + rows as u64) as u32) > 0) else {
             return Some(Ok((batch, 0)));
         };
-        let keep: BooleanArray = (start..start + rows as u64).map(|r| Some(!deleted.contains(r as u32))).collect();
+        // All true, then the deleted positions cleared: work in proportion
+        // to the deleted rows, not to the batch.
+        let mut bits = BooleanBufferBuilder::new(rows);
+        bits.append_n(rows, true);
+        for r in deleted.range(start as u32..(start + rows as u64) as u32) {
+            bits.set_bit((u64::from(r) - start) as usize, false);
+        }
+        let keep = BooleanArray::new(bits.finish(), None);
         let kept = keep.true_count();
         let result = if batch.num_columns() == 0 {
             RecordBatch::try_new_with_options(schema.clone(), vec![], &RecordBatchOptions::new().with_row_count(Some(kept))).map_err(Into::into)
