@@ -38,9 +38,15 @@ const LARGE_POOL: u64 = 256 << 20;
 /// Runs each statement; stops at the first error and returns it.
 pub async fn run_script(engine: &Engine, sql: &str) -> Result<()> {
     for (i, statement) in split_statements(sql).iter().enumerate() {
-        let r = engine.execute(statement).await.map_err(|e| anyhow::anyhow!("statement {} failed: {e}", i + 1))?;
-        print_result(&r);
+        match engine.execute(statement).await {
+            Ok(r) => print_result(&r),
+            Err(e) => {
+                roll_back_open_transaction(engine).await;
+                return Err(anyhow::anyhow!("statement {} failed: {e}", i + 1));
+            }
+        }
     }
+    roll_back_open_transaction(engine).await;
     Ok(())
 }
 
@@ -55,7 +61,12 @@ pub async fn interactive(engine: &Engine, url: &str) -> Result<()> {
     eprintln!("End statements with ';'. \\q quits, \\? helps.");
     let mut buffer = String::new();
     loop {
-        let prompt = if buffer.is_empty() { "blobhouse> " } else { "      ...> " };
+        // Inside BEGIN … COMMIT the prompt says so, as psql's `=*>` does.
+        let prompt = match (buffer.is_empty(), engine.in_transaction()) {
+            (true, false) => "blobhouse> ",
+            (true, true) => "blobhouse*> ",
+            (false, _) => "      ...> ",
+        };
         match editor.readline(prompt) {
             Ok(line) => {
                 let trimmed = line.trim();
@@ -91,5 +102,14 @@ pub async fn interactive(engine: &Engine, url: &str) -> Result<()> {
     if let Some(h) = &history {
         let _ = editor.save_history(h);
     }
+    roll_back_open_transaction(engine).await;
     Ok(())
+}
+
+/// A session that ends inside BEGIN … COMMIT commits nothing: say so.
+pub async fn roll_back_open_transaction(engine: &Engine) {
+    if engine.in_transaction() {
+        engine.rollback().await;
+        eprintln!("note: the open transaction was rolled back (end it with COMMIT to keep its changes)");
+    }
 }

@@ -87,3 +87,18 @@ fn help_has_examples_everywhere() {
         assert!(out.status.success() && text.contains("Examples:"), "{args:?}:\n{text}");
     }
 }
+
+#[test]
+fn a_script_that_ends_inside_a_transaction_commits_nothing_and_says_so() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().to_string_lossy().to_string();
+    ok(blobhouse(&db, &[], &["-c", "CREATE TABLE t (a INT); BEGIN; INSERT INTO t VALUES (1)"]));
+    let out = blobhouse(&db, &[], &["-c", "BEGIN; INSERT INTO t VALUES (2); COMMIT; BEGIN; DELETE FROM t; SELECT * FROM nope"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("statement 6 failed") && stderr.contains("rolled back"), "{stderr}");
+    let out = ok(blobhouse(&db, &[], &["-c", "SELECT count(*) AS n, sum(a) AS s FROM t"]));
+    assert!(out.contains("| 1 | 2 |"), "only the committed INSERT of 2 is there:\n{out}");
+    let out = blobhouse(&db, &[], &["-c", "BEGIN; INSERT INTO t VALUES (3)"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("the open transaction was rolled back"));
+}
