@@ -19,7 +19,9 @@
 pub mod chunks;
 pub mod copy;
 mod dml;
+mod history;
 mod optimize;
+mod time_travel;
 pub mod memory;
 pub mod provider;
 pub mod runtime_filter;

@@ -44,6 +44,8 @@ pub const DML_SCHEMA: &str = "blobhouse_dml";
 pub(crate) struct Scope {
     pub view: Arc<CatalogVersion>,
     pub txn: Arc<tokio::sync::Mutex<Option<Transaction>>>,
+    /// The past versions the statement reads tables at ([`crate::time_travel`]).
+    pub past: Vec<crate::time_travel::AsOf>,
 }
 
 /// The tables of a database as one statement sees them: with a [`Scope`],
@@ -58,11 +60,13 @@ pub struct BlobSchemaProvider {
     source: DataSource,
     scope: Option<Scope>,
     row_ids: bool,
+    /// A past version, read only (time travel).
+    past: Option<Arc<CatalogVersion>>,
 }
 
 impl BlobSchemaProvider {
     pub(crate) fn new(db: Arc<Database>, options: Arc<EngineOptions>, footers: Arc<FooterCache>, source: DataSource) -> Self {
-        BlobSchemaProvider { db, options, footers, source, scope: None, row_ids: false }
+        BlobSchemaProvider { db, options, footers, source, scope: None, row_ids: false, past: None }
     }
 
     /// The same tables, seen through `scope`; with the row-id column when
@@ -75,6 +79,20 @@ impl BlobSchemaProvider {
             source: self.source.clone(),
             scope: Some(scope),
             row_ids,
+            past: None,
+        }
+    }
+
+    /// The tables of past version `version`, read only.
+    pub(crate) fn at(&self, version: Arc<CatalogVersion>) -> Self {
+        BlobSchemaProvider {
+            db: self.db.clone(),
+            options: self.options.clone(),
+            footers: self.footers.clone(),
+            source: self.source.clone(),
+            scope: None,
+            row_ids: false,
+            past: Some(version),
         }
     }
 
@@ -91,13 +109,15 @@ impl BlobSchemaProvider {
             footers: self.footers.clone(),
             source: self.source.clone(),
             txn: None,
+            past: None,
         }
     }
 
     fn version(&self) -> Arc<CatalogVersion> {
-        match &self.scope {
-            Some(s) => s.view.clone(),
-            None => self.db.current(),
+        match (&self.past, &self.scope) {
+            (Some(past), _) => past.clone(),
+            (None, Some(s)) => s.view.clone(),
+            (None, None) => self.db.current(),
         }
     }
 }
@@ -132,6 +152,7 @@ impl SchemaProvider for BlobSchemaProvider {
             footers: self.footers.clone(),
             source: self.source.clone(),
             txn: self.scope.as_ref().map(|s| s.txn.clone()),
+            past: self.past.as_ref().map(|p| p.version),
         })))
     }
 
@@ -164,6 +185,8 @@ pub struct BlobTable {
     /// The statement's transaction, which INSERT joins; `None`: INSERT
     /// commits on its own.
     txn: Option<Arc<tokio::sync::Mutex<Option<Transaction>>>>,
+    /// The past version this table is read at (then it is read only).
+    past: Option<u64>,
 }
 
 impl BlobTable {
@@ -218,6 +241,9 @@ impl TableProvider for BlobTable {
         }
         if self.row_ids {
             return not_impl_err!("cannot INSERT through {DML_SCHEMA}; insert into {}", self.name);
+        }
+        if let Some(v) = self.past {
+            return not_impl_err!("cannot write to {} as of version {v}: past versions are read only (RESTORE TABLE {} TO VERSION {v} makes it current again)", self.name, self.name);
         }
         let sink = BlobSink {
             db: self.db.clone(),

@@ -8,8 +8,8 @@ use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray, UInt64Array};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use datafusion::arrow::array::{Array, ArrayRef, RecordBatch, StringArray, TimestampMillisecondArray, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
 use datafusion::common::{Column, DataFusionError};
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionContext;
@@ -19,13 +19,13 @@ use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::catalog::{CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList};
 use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, Expr, LogicalPlan, LogicalPlanBuilder, Statement, cast};
 use datafusion::sql::parser::Statement as DFStatement;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use roaring::RoaringBitmap;
 use datafusion::physical_plan::{ExecutionPlan, collect, execute_stream};
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig};
 
-use blobhouse_storage::format::DataObject;
-use blobhouse_storage::{Database, LiveObject, Location, StorageError, StoreOptions, TableWriter, Transaction, WriteOptions, open_location};
+use blobhouse_storage::format::{CatalogVersion, DataObject};
+use blobhouse_storage::{VersionSummary, Database, LiveObject, Location, StorageError, StoreOptions, TableWriter, Transaction, WriteOptions, open_location};
 
 use crate::chunks::RequestPolicy;
 use crate::scheduler::SchedulerOptions;
@@ -33,6 +33,8 @@ use crate::source::DataSource;
 use blobhouse_io::{DownloadManager, ManagerOptions};
 use crate::copy::{CopyFormat, CopyFrom, CopyTo, parse_copy_from, parse_copy_to};
 use crate::memory::{self, MemoryBudget, format_bytes, parse_limit};
+use crate::history::{self, History};
+use crate::time_travel::{self, AsOf};
 use crate::{dml, optimize};
 use crate::provider::{BlobSchemaProvider, DML_SCHEMA, ROW_ID_COLUMN, Scope, write_stream};
 use crate::selectivity;
@@ -243,6 +245,7 @@ type TxnSlot = Arc<tokio::sync::Mutex<Option<Transaction>>>;
 
 /// A statement, parsed: our own (COPY … FROM, OPTIMIZE) or SQL for DataFusion.
 enum Parsed {
+    History(History),
     Copy(CopyFrom),
     CopyTo(CopyTo),
     Optimize(String),
@@ -438,11 +441,18 @@ impl Engine {
             let value = self.memory.limit().map_or("none".to_string(), |l| format_bytes(l as u64));
             return Ok(setting_result("memory_limit", &value, started));
         }
-        let parsed = match (parse_copy_from(sql)?, parse_copy_to(sql)?, optimize::parse_optimize(sql)) {
-            (Some(copy), _, _) => Parsed::Copy(copy),
-            (None, Some(copy), _) => Parsed::CopyTo(copy),
-            (None, None, Some(table)) => Parsed::Optimize(table),
-            (None, None, None) => Parsed::Sql(self.ctx.state().sql_to_statement(sql, &self.ctx.state().config().options().sql_parser.dialect)?),
+        // Time travel is rewritten into schemas before anything parses the SQL.
+        let (rewritten, past) = match time_travel::rewrite(sql)? {
+            Some((rewritten, past)) => (rewritten, past),
+            None => (sql.to_string(), Vec::new()),
+        };
+        let sql = rewritten.as_str();
+        let parsed = match (history::parse(sql)?, parse_copy_from(sql)?, parse_copy_to(sql)?, optimize::parse_optimize(sql)) {
+            (Some(h), _, _, _) => Parsed::History(h),
+            (None, Some(copy), _, _) => Parsed::Copy(copy),
+            (None, None, Some(copy), _) => Parsed::CopyTo(copy),
+            (None, None, None, Some(table)) => Parsed::Optimize(table),
+            (None, None, None, None) => Parsed::Sql(self.ctx.state().sql_to_statement(sql, &self.ctx.state().config().options().sql_parser.dialect)?),
         };
         if let Parsed::Sql(statement) = &parsed
             && let Some(control) = transaction_control(statement)?
@@ -472,7 +482,7 @@ impl Engine {
         match explicit {
             Some(slot) => {
                 let view = slot.lock().await.as_ref().map(Transaction::view).ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
-                let result = self.run_in_scope(parsed, Scope { view, txn: slot.clone() }, started).await;
+                let result = self.run_in_scope(parsed, Scope { view, txn: slot.clone(), past }, started).await;
                 let mut mode = self.txn.lock().expect("txn lock");
                 *mode = match &result {
                     Ok(_) => TxnMode::Explicit(slot),
@@ -484,7 +494,7 @@ impl Engine {
                 // A statement of its own: one transaction, committed at its end.
                 let snapshot = self.db.refresh().await?;
                 let slot: TxnSlot = Arc::new(tokio::sync::Mutex::new(Some(Transaction::begin(&self.db, snapshot.clone()))));
-                let result = self.run_in_scope(parsed, Scope { view: snapshot, txn: slot.clone() }, started).await;
+                let result = self.run_in_scope(parsed, Scope { view: snapshot, txn: slot.clone(), past }, started).await;
                 let txn = slot.lock().await.take();
                 match (result, txn) {
                     (Ok(r), Some(txn)) => {
@@ -505,20 +515,50 @@ impl Engine {
 
     /// A DataFusion session for one statement: the session's settings and
     /// functions, with the tables seen through `scope`.
-    fn statement_context(&self, scope: &Scope) -> SessionContext {
+    async fn statement_context(&self, scope: &Scope) -> Result<SessionContext, EngineError> {
         let catalog = MemoryCatalogProvider::new();
         let public = Arc::new(self.tables.scoped(scope.clone(), false));
         let dml = Arc::new(self.tables.scoped(scope.clone(), true));
         catalog.register_schema("public", public).expect("memory catalog registers");
         catalog.register_schema(DML_SCHEMA, dml).expect("memory catalog registers");
+        for at in &scope.past {
+            let version = self.past_version(scope, at).await?;
+            catalog.register_schema(&at.schema(), Arc::new(self.tables.at(version))).expect("memory catalog registers");
+        }
         let catalogs = MemoryCatalogProviderList::new();
         catalogs.register_catalog(self.ctx.state().config().options().catalog.default_catalog.clone(), Arc::new(catalog));
         let state = SessionStateBuilder::new_from_existing(self.ctx.state()).with_catalog_list(Arc::new(catalogs)).build();
-        SessionContext::new_with_state(state)
+        Ok(SessionContext::new_with_state(state))
+    }
+
+    /// The number of the version `at` names, as `scope` sees the history.
+    async fn past_version_number(&self, scope: &Scope, at: &AsOf) -> Result<u64, EngineError> {
+        let v = match at {
+            AsOf::Version(v) => *v,
+            AsOf::Timestamp(ms) => self.db.version_at(*ms).await?,
+            AsOf::Snapshot(name) => scope.view.snapshots.get(name).ok_or_else(|| StorageError::SnapshotNotFound(name.clone()))?.version,
+        };
+        if v < scope.view.gc_horizon {
+            return Err(StorageError::VersionExpired { version: v, horizon: scope.view.gc_horizon }.into());
+        }
+        if v == 0 {
+            return Err(EngineError::Unsupported("version 0 is the empty database; versions start at 1 (SHOW VERSIONS lists them)".into()));
+        }
+        Ok(v)
+    }
+
+    /// The version `at` names.
+    async fn past_version(&self, scope: &Scope, at: &AsOf) -> Result<Arc<CatalogVersion>, EngineError> {
+        let v = self.past_version_number(scope, at).await?;
+        if v == scope.view.version {
+            return Ok(scope.view.clone());
+        }
+        Ok(Arc::new(self.db.read_version(v).await?))
     }
 
     async fn run_in_scope(&self, parsed: Parsed, scope: Scope, started: Instant) -> Result<QueryResult, EngineError> {
         let statement = match parsed {
+            Parsed::History(h) => return self.run_history(&scope, h, started).await,
             Parsed::Copy(copy) => {
                 let rows = self.copy_from(&copy, &scope).await?;
                 return Ok(count_result(rows, started));
@@ -533,7 +573,7 @@ impl Engine {
             }
             Parsed::Sql(statement) => statement,
         };
-        let ctx = self.statement_context(&scope);
+        let ctx = self.statement_context(&scope).await?;
         if let DFStatement::Statement(s) = &statement {
             let columns = |t: &str| scope.view.tables.get(t).map(|e| e.schema.fields().iter().map(|f| f.name().clone()).collect());
             if let Some(dml) = dml::rewrite(s, columns)? {
@@ -654,6 +694,95 @@ impl Engine {
         Ok(rows)
     }
 
+    /// Snapshots, SHOW VERSIONS and RESTORE ([`crate::history`]).
+    async fn run_history(&self, scope: &Scope, h: History, started: Instant) -> Result<QueryResult, EngineError> {
+        match h {
+            History::CreateSnapshot { name, at } => {
+                let version = match &at {
+                    Some(at) => self.past_version_number(scope, at).await?,
+                    None => {
+                        let read_only = scope.txn.lock().await.as_ref().is_none_or(Transaction::is_read_only);
+                        if !read_only {
+                            return Err(EngineError::Transaction("CREATE SNAPSHOT inside a transaction that changed something would name a version without those changes; COMMIT first, or give AT(VERSION => n)".into()));
+                        }
+                        scope.view.version
+                    }
+                };
+                if version == 0 {
+                    return Err(EngineError::Unsupported("the database has no version yet to snapshot".into()));
+                }
+                stage(scope, |t| t.create_snapshot(&name, version)).await?;
+                Ok(empty_result(started))
+            }
+            History::DropSnapshot { name, if_exists } => {
+                stage(scope, |t| t.drop_snapshot(&name, if_exists)).await?;
+                Ok(empty_result(started))
+            }
+            History::Restore { tables, to } => {
+                let target = self.past_version(scope, &to).await?;
+                stage(scope, |t| t.restore(&target, tables.as_deref())).await?;
+                Ok(empty_result(started))
+            }
+            History::ShowVersions { limit } => {
+                let newest = scope.view.version.max(self.db.current().version);
+                let oldest = scope.view.gc_horizon.max(1);
+                let wanted: Vec<u64> = (oldest..=newest).rev().take(limit).collect();
+                let fetches: Vec<_> = wanted.iter().map(|v| self.db.version_summary(*v)).collect();
+                let summaries: Vec<VersionSummary> = futures::stream::iter(fetches).buffered(16).try_collect().await?;
+                let schema = Arc::new(Schema::new(vec![
+                    Field::new("version", DataType::UInt64, false),
+                    Field::new("committed_at", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), false),
+                    Field::new("operation", DataType::Utf8, false),
+                ]));
+                let columns: Vec<ArrayRef> = vec![
+                    Arc::new(summaries.iter().map(|s| s.version).collect::<UInt64Array>()),
+                    Arc::new(TimestampMillisecondArray::from(summaries.iter().map(|s| s.committed_at_ms as i64).collect::<Vec<_>>()).with_timezone("UTC")),
+                    Arc::new(summaries.iter().map(|s| Some(s.operation.as_str())).collect::<StringArray>()),
+                ];
+                let batch = RecordBatch::try_new(schema.clone(), columns).map_err(DataFusionError::from)?;
+                Ok(QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) })
+            }
+            History::ShowSnapshots => {
+                let mut rows = Vec::new();
+                for (name, s) in &scope.view.snapshots {
+                    let pinned = self.bytes_pinned(scope, s.version).await?;
+                    rows.push((name.clone(), s.version, s.created_at_ms, pinned));
+                }
+                let schema = Arc::new(Schema::new(vec![
+                    Field::new("name", DataType::Utf8, false),
+                    Field::new("version", DataType::UInt64, false),
+                    Field::new("created_at", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), false),
+                    Field::new("bytes_pinned", DataType::UInt64, false),
+                ]));
+                let columns: Vec<ArrayRef> = vec![
+                    Arc::new(rows.iter().map(|r| Some(r.0.as_str())).collect::<StringArray>()),
+                    Arc::new(rows.iter().map(|r| r.1).collect::<UInt64Array>()),
+                    Arc::new(TimestampMillisecondArray::from(rows.iter().map(|r| r.2 as i64).collect::<Vec<_>>()).with_timezone("UTC")),
+                    Arc::new(rows.iter().map(|r| r.3).collect::<UInt64Array>()),
+                ];
+                let batch = RecordBatch::try_new(schema.clone(), columns).map_err(DataFusionError::from)?;
+                Ok(QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) })
+            }
+        }
+    }
+
+    /// Bytes of the data objects version `v` references that the current
+    /// view does not: what a snapshot of `v` keeps from garbage collection.
+    async fn bytes_pinned(&self, scope: &Scope, v: u64) -> Result<u64, EngineError> {
+        let then = self.past_version(scope, &AsOf::Version(v)).await?;
+        let mut live_now = std::collections::HashSet::new();
+        for entry in scope.view.tables.values() {
+            let data = self.db.table_data(entry).await?;
+            live_now.extend(data.objects.iter().map(|l| data.object(l).key));
+        }
+        let mut pinned = 0;
+        for entry in then.tables.values() {
+            let data = self.db.table_data(entry).await?;
+            pinned += data.objects.iter().map(|l| data.object(l)).filter(|o| !live_now.contains(&o.key)).map(|o| o.size).sum::<u64>();
+        }
+        Ok(pinned)
+    }
+
     /// COPY … TO: runs the query in the statement's scope (so it sees the
     /// transaction's own changes, and never a deleted row) and writes one
     /// Parquet or CSV file with DataFusion's writers, to a local path or any
@@ -666,7 +795,7 @@ impl Engine {
         if target == db_url || target.starts_with(&format!("{db_url}/")) {
             return Err(fail("the file would be inside the database, whose objects blobhouse never overwrites; export elsewhere".into()));
         }
-        let ctx = self.statement_context(scope);
+        let ctx = self.statement_context(scope).await?;
         if let Some((scheme_host, _)) = split_url(&copy.target) {
             let loc = open_location(&scheme_host, &self.store_options)?;
             let url = url::Url::parse(&scheme_host).map_err(|e| fail(e.to_string()))?;
@@ -693,7 +822,7 @@ impl Engine {
         let data = self.db.table_data(&entry).await?;
         let files = self.db.manifest_files(&entry).await?;
         let Some(plan) = optimize::plan(&entry, &data, &files, self.options.write.target_chunk_bytes) else { return Ok(0) };
-        let ctx = self.statement_context(scope);
+        let ctx = self.statement_context(scope).await?;
         let provider = self.tables.table_over(table, &entry, plan.rewrite);
         let scan = datafusion::datasource::TableProvider::scan(&provider, &ctx.state(), None, &[], None).await?;
         let stream = execute_stream(scan, ctx.task_ctx())?;

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use datafusion::arrow::datatypes::Schema;
 
 use crate::error::{Result, StorageError};
-use crate::format::{DeleteRef, ManifestRef, TableEntry};
+use crate::format::{CatalogVersion, DeleteRef, ManifestRef, SnapshotEntry, TableEntry};
 
 /// One change of a transaction. Every object it names is uploaded already.
 #[derive(Debug, Clone)]
@@ -64,7 +64,25 @@ pub enum Change {
         /// longer needs to hold.
         forgotten: Vec<u64>,
     },
+    /// Name version `version` as snapshot `name`.
+    CreateSnapshot { name: String, version: u64, created_at_ms: u64 },
+    /// Forget snapshot `name`.
+    DropSnapshot { name: String, if_exists: bool },
+    /// Make tables what they were at version `target` (RESTORE): `tables`
+    /// are the target's entries of the tables restored (a name missing there
+    /// is dropped), `expected` what each of those names was in the
+    /// restoring transaction's snapshot (a concurrent change to one of them
+    /// is a serialization failure).
+    Restore {
+        target: u64,
+        tables: BTreeMap<String, Option<TableEntry>>,
+        expected: BTreeMap<String, Expected>,
+    },
 }
+
+/// What a RESTORE expects of a table it replaces: absent, or this id at
+/// this table version (as in the restoring transaction's snapshot).
+pub type Expected = Option<(u64, u64)>;
 
 /// A data object's new deletion vector.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -95,17 +113,6 @@ pub struct RemovedObject {
 }
 
 impl Change {
-    /// The table the change is about.
-    pub fn table(&self) -> &str {
-        match self {
-            Change::CreateTable { name, .. }
-            | Change::DropTable { name, .. }
-            | Change::Append { name, .. }
-            | Change::Delete { name, .. }
-            | Change::Rewrite { name, .. } => name,
-        }
-    }
-
     /// For people reading the history: "DELETE 3 rows from t".
     pub fn describe(&self) -> String {
         match self {
@@ -118,15 +125,22 @@ impl Change {
                 format!("DELETE {rows} rows from {name}")
             }
             Change::Rewrite { name, removed, .. } => format!("OPTIMIZE {name}: {} objects rewritten", removed.len()),
+            Change::CreateSnapshot { name, version, .. } => format!("CREATE SNAPSHOT {name} of version {version}"),
+            Change::DropSnapshot { name, .. } => format!("DROP SNAPSHOT {name}"),
+            Change::Restore { target, tables, .. } => {
+                let names: Vec<&str> = tables.keys().map(String::as_str).collect();
+                format!("RESTORE {} TO VERSION {target}", names.join(", "))
+            }
         }
     }
 }
 
-/// Applies `change` to `tables` (a version's tables), validating it against
-/// them. Returns whether anything changed (`false`: IF [NOT] EXISTS
-/// matched, or nothing to append). On a conflict `tables` may be half
-/// changed: callers apply to a copy.
-pub fn apply(tables: &mut BTreeMap<String, TableEntry>, change: &Change) -> Result<bool> {
+/// Applies `change` to `version`, validating it against it. Returns whether
+/// anything changed (`false`: IF [NOT] EXISTS matched, or nothing to
+/// append). On a conflict `version` may be half changed: callers apply to a
+/// copy.
+pub fn apply(version: &mut CatalogVersion, change: &Change) -> Result<bool> {
+    let tables = &mut version.tables;
     match change {
         Change::CreateTable { name, id, schema, if_not_exists, manifest } => {
             if tables.contains_key(name) {
@@ -217,7 +231,50 @@ pub fn apply(tables: &mut BTreeMap<String, TableEntry>, change: &Change) -> Resu
             entry.table_version += 1;
             Ok(true)
         }
+        Change::CreateSnapshot { name, version: v, created_at_ms } => {
+            if version.snapshots.contains_key(name) {
+                return Err(StorageError::SnapshotExists(name.clone()));
+            }
+            not_expired(version.gc_horizon, *v)?;
+            version.snapshots.insert(name.clone(), SnapshotEntry { version: *v, created_at_ms: *created_at_ms });
+            Ok(true)
+        }
+        Change::DropSnapshot { name, if_exists } => match version.snapshots.remove(name) {
+            Some(_) => Ok(true),
+            None if *if_exists => Ok(false),
+            None => Err(StorageError::SnapshotNotFound(name.clone())),
+        },
+        Change::Restore { target, tables: restored, expected } => {
+            not_expired(version.gc_horizon, *target)?;
+            for (name, want) in expected {
+                let now = tables.get(name).map(|t| (t.id, t.table_version));
+                if now != *want {
+                    return Err(StorageError::Serialization {
+                        table: name.clone(),
+                        reason: "the table was changed by a concurrent transaction since the RESTORE began".into(),
+                    });
+                }
+            }
+            for (name, entry) in restored {
+                let current = tables.remove(name);
+                if let Some(mut e) = entry.clone() {
+                    // Table versions only grow, so readers never see one twice.
+                    e.table_version = e.table_version.max(current.map_or(0, |c| c.table_version)) + 1;
+                    tables.insert(name.clone(), e);
+                }
+            }
+            version.restored_from = Some(*target);
+            Ok(true)
+        }
     }
+}
+
+/// Fails unless version `v` is at or after the garbage-collection horizon.
+fn not_expired(horizon: u64, v: u64) -> Result<()> {
+    if v < horizon {
+        return Err(StorageError::VersionExpired { version: v, horizon });
+    }
+    Ok(())
 }
 
 fn add_manifest(entry: &mut TableEntry, m: ManifestRef) {
@@ -278,29 +335,47 @@ mod tests {
 
     #[test]
     fn appends_commute_but_two_deletes_from_one_object_do_not() {
-        let mut tables = BTreeMap::new();
-        assert!(apply(&mut tables, &create(1)).unwrap());
+        let mut v = CatalogVersion::default();
+        assert!(apply(&mut v, &create(1)).unwrap());
         let append = |key| Change::Append { name: "t".into(), table_id: 1, manifest: ManifestRef { key, objects: 1, rows: 7, bytes: 70 } };
         // Two transactions from the same snapshot: both appends land.
-        apply(&mut tables, &append(11)).unwrap();
-        apply(&mut tables, &append(12)).unwrap();
-        assert_eq!(tables["t"].rows, 114);
+        apply(&mut v, &append(11)).unwrap();
+        apply(&mut v, &append(12)).unwrap();
+        assert_eq!(v.tables["t"].rows, 114);
         // Both delete from object 5, starting from no vector: the first wins.
-        apply(&mut tables, &delete(None, 20, 3)).unwrap();
-        assert_eq!(tables["t"].rows, 111);
-        let err = apply(&mut tables, &delete(None, 21, 1)).unwrap_err();
+        apply(&mut v, &delete(None, 20, 3)).unwrap();
+        assert_eq!(v.tables["t"].rows, 111);
+        let err = apply(&mut v, &delete(None, 21, 1)).unwrap_err();
         assert!(matches!(err, StorageError::Serialization { .. }), "{err}");
         assert!(err.to_string().contains("table 't'"), "{err}");
         // A delete that read the winner's vector goes on top of it.
-        apply(&mut tables, &delete(Some(DeleteRef { key: 20, rows: 3 }), 22, 5)).unwrap();
-        assert_eq!(tables["t"].rows, 109);
+        apply(&mut v, &delete(Some(DeleteRef { key: 20, rows: 3 }), 22, 5)).unwrap();
+        assert_eq!(v.tables["t"].rows, 109);
+    }
+
+    #[test]
+    fn a_restore_conflicts_with_a_concurrent_change_and_expired_versions_are_refused() {
+        let mut v = CatalogVersion::default();
+        apply(&mut v, &create(1)).unwrap();
+        let target = v.clone();
+        let expected: BTreeMap<String, Expected> = [("t".to_string(), Some((1, 0)))].into();
+        let restore = Change::Restore { target: 1, tables: target.tables.iter().map(|(n, t)| (n.clone(), Some(t.clone()))).collect(), expected };
+        // Someone appended since the restorer's snapshot.
+        let mut moved = v.clone();
+        apply(&mut moved, &Change::Append { name: "t".into(), table_id: 1, manifest: ManifestRef { key: 11, objects: 1, rows: 1, bytes: 1 } }).unwrap();
+        assert!(matches!(apply(&mut moved, &restore), Err(StorageError::Serialization { .. })));
+        apply(&mut v.clone(), &restore).unwrap();
+        v.gc_horizon = 2;
+        assert!(matches!(apply(&mut v.clone(), &restore), Err(StorageError::VersionExpired { version: 1, horizon: 2 })));
+        let snapshot = Change::CreateSnapshot { name: "s".into(), version: 1, created_at_ms: 0 };
+        assert!(matches!(apply(&mut v, &snapshot), Err(StorageError::VersionExpired { .. })));
     }
 
     #[test]
     fn a_rewrite_conflicts_with_a_delete_and_a_recreated_table_with_everything() {
-        let mut tables = BTreeMap::new();
-        apply(&mut tables, &create(1)).unwrap();
-        apply(&mut tables, &delete(None, 20, 3)).unwrap();
+        let mut v = CatalogVersion::default();
+        apply(&mut v, &create(1)).unwrap();
+        apply(&mut v, &delete(None, 20, 3)).unwrap();
         let rewrite = Change::Rewrite {
             name: "t".into(),
             table_id: 1,
@@ -309,11 +384,11 @@ mod tests {
             dropped_manifests: Vec::new(),
             forgotten: Vec::new(),
         };
-        assert!(matches!(apply(&mut tables.clone(), &rewrite), Err(StorageError::Serialization { .. })));
+        assert!(matches!(apply(&mut v.clone(), &rewrite), Err(StorageError::Serialization { .. })));
         let drop = Change::DropTable { name: "t".into(), id: Some(1), if_exists: false };
-        apply(&mut tables, &drop).unwrap();
-        apply(&mut tables, &create(2)).unwrap();
-        assert!(matches!(apply(&mut tables, &delete(None, 30, 1)), Err(StorageError::Conflict { .. })));
-        assert!(matches!(apply(&mut tables, &drop), Err(StorageError::Conflict { .. })));
+        apply(&mut v, &drop).unwrap();
+        apply(&mut v, &create(2)).unwrap();
+        assert!(matches!(apply(&mut v, &delete(None, 30, 1)), Err(StorageError::Conflict { .. })));
+        assert!(matches!(apply(&mut v, &drop), Err(StorageError::Conflict { .. })));
     }
 }

@@ -272,6 +272,38 @@ impl Database {
         Ok(version)
     }
 
+    /// Version `v`'s number, time and operation (one GET; for history
+    /// listings).
+    pub async fn version_summary(&self, v: u64) -> Result<VersionSummary> {
+        let (path, bytes) = self.version_object(v).await?;
+        let summary: VersionSummary = parse_json(&self.loc, &path, &bytes)?;
+        if summary.version != v {
+            return Err(StorageError::Corrupt { location: self.loc.display(&path), reason: format!("it claims to be version {}", summary.version) });
+        }
+        Ok(summary)
+    }
+
+    /// The version that was current at `at_ms` (milliseconds since the
+    /// epoch): the newest committed at or before it. Binary search over
+    /// the dense version numbers, one GET per step.
+    pub async fn version_at(&self, at_ms: u64) -> Result<u64> {
+        let newest = self.refresh().await?;
+        let (mut lo, mut hi) = (newest.gc_horizon.max(1), newest.version);
+        if hi == 0 || self.version_summary(lo).await?.committed_at_ms > at_ms {
+            return Err(StorageError::NoVersionAt { at_ms, oldest: lo });
+        }
+        // Invariant: version lo was committed at or before at_ms.
+        while lo < hi {
+            let mid = lo + (hi - lo).div_ceil(2);
+            if self.version_summary(mid).await?.committed_at_ms <= at_ms {
+                lo = mid;
+            } else {
+                hi = mid - 1;
+            }
+        }
+        Ok(lo)
+    }
+
     /// Checkpoint `c`: from the cache when it is the newest one read.
     async fn read_checkpoint(&self, c: u64) -> Result<Arc<Checkpoint>> {
         if let Some(cached) = self.checkpoint.lock().expect("checkpoint cache").as_ref().filter(|k| k.version == c) {
@@ -387,11 +419,14 @@ impl Database {
                 committed_at_ms: now_ms(),
                 operation: describe(changes),
                 tables: base.tables.clone(),
+                snapshots: base.snapshots.clone(),
+                restored_from: None,
+                gc_horizon: base.gc_horizon,
                 checkpoint: base.checkpoint.clone(),
             };
             let mut changed = false;
             for change in changes {
-                changed |= changes::apply(&mut next.tables, change)?;
+                changed |= changes::apply(&mut next, change)?;
             }
             if !changed {
                 return Ok(CommitOutcome::NoOp);
@@ -501,6 +536,14 @@ impl Database {
         }
         Ok(TableData { manifest, objects })
     }
+}
+
+/// A version's number, time and operation, without its tables.
+#[derive(Debug, Clone, serde::Deserialize)]
+pub struct VersionSummary {
+    pub version: u64,
+    pub committed_at_ms: u64,
+    pub operation: String,
 }
 
 /// A table version's data as scans and DML read it.

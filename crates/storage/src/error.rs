@@ -41,6 +41,22 @@ pub enum StorageError {
     #[error("database {location} has no version {version} (it was never committed, or garbage collection removed it)")]
     VersionNotFound { location: String, version: u64 },
 
+    /// A version older than the garbage-collection horizon.
+    #[error("version {version} has expired: VACUUM removed the versions before {horizon} (SHOW VERSIONS lists what is left; snapshots keep versions from expiring)")]
+    VersionExpired { version: u64, horizon: u64 },
+
+    /// Time travel to before the oldest version kept.
+    #[error("no version was current at {} UTC: the oldest version kept is {oldest} (SHOW VERSIONS lists them)", crate::format::format_ms(*at_ms))]
+    NoVersionAt { at_ms: u64, oldest: u64 },
+
+    /// A snapshot name already in use.
+    #[error("snapshot '{0}' already exists (SHOW SNAPSHOTS lists them; DROP SNAPSHOT frees the name)")]
+    SnapshotExists(String),
+
+    /// No snapshot of that name.
+    #[error("snapshot '{0}' does not exist (SHOW SNAPSHOTS lists them)")]
+    SnapshotNotFound(String),
+
     /// A table that the operation needs does not exist.
     #[error("table '{0}' does not exist (SHOW TABLES lists the tables)")]
     TableNotFound(String),

@@ -63,6 +63,13 @@ pub struct CatalogVersion {
     pub operation: String,
     /// The tables of this version, by name (each with all its manifests).
     pub tables: BTreeMap<String, TableEntry>,
+    /// Named snapshots: versions kept readable until dropped.
+    pub snapshots: BTreeMap<String, SnapshotEntry>,
+    /// When this version is a RESTORE: the version it restored.
+    pub restored_from: Option<u64>,
+    /// Versions older than this are expired by garbage collection: they
+    /// cannot be read, restored or snapshotted (0: none is).
+    pub gc_horizon: u64,
     /// The checkpoint the next commit writes its delta against; `None`
     /// makes the next commit write a checkpoint (a version-1 version, or
     /// the empty database).
@@ -108,6 +115,30 @@ pub struct VersionFile {
     /// Delta only: tables of the checkpoint that no longer exist.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<String>,
+    /// Named snapshots, all of them (checkpoint and delta alike: the list
+    /// is small).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub snapshots: BTreeMap<String, SnapshotEntry>,
+    /// This version restored the tables of that version (RESTORE).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub restored_from: Option<u64>,
+    /// Versions older than this are expired by garbage collection.
+    #[serde(default, skip_serializing_if = "is_zero")]
+    pub gc_horizon: u64,
+}
+
+fn is_zero(v: &u64) -> bool {
+    *v == 0
+}
+
+/// A named snapshot: a version kept readable (and restorable) until the
+/// snapshot is dropped. Creating one copies nothing.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]
+pub struct SnapshotEntry {
+    /// The version it names.
+    pub version: u64,
+    /// When it was created, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
 }
 
 /// A table in a database version.
@@ -280,6 +311,11 @@ impl ColumnChunkMeta {
     pub fn range(&self) -> std::ops::Range<u64> {
         self.offset..self.offset + self.length
     }
+}
+
+/// `ms` (since the Unix epoch) as `2026-11-23 05:00:00.000`, UTC.
+pub fn format_ms(ms: u64) -> String {
+    datafusion::arrow::temporal_conversions::timestamp_ms_to_datetime(ms as i64).map_or_else(|| format!("{ms} ms"), |t| t.format("%Y-%m-%d %H:%M:%S%.3f").to_string())
 }
 
 /// Milliseconds since the Unix epoch, now.

@@ -71,7 +71,7 @@ impl Transaction {
     /// Returns whether it changed anything.
     pub fn stage(&mut self, change: Change) -> Result<bool> {
         let mut view = self.view.as_ref().clone();
-        if !changes::apply(&mut view.tables, &change)? {
+        if !changes::apply(&mut view, &change)? {
             return Ok(false);
         }
         view.operation = change.describe();
@@ -141,6 +141,34 @@ impl Transaction {
         let table_version = self.view.tables.get(name).map_or(0, |t| t.table_version + 1);
         let manifest = self.upload_manifest(table_id, table_version, &objects).await?;
         self.stage(Change::Rewrite { name: name.to_string(), table_id, removed, manifest, dropped_manifests, forgotten })
+    }
+
+    /// Stages CREATE SNAPSHOT `name` of version `version`.
+    pub fn create_snapshot(&mut self, name: &str, version: u64) -> Result<bool> {
+        self.stage(Change::CreateSnapshot { name: name.to_string(), version, created_at_ms: crate::format::now_ms() })
+    }
+
+    /// Stages DROP SNAPSHOT `name`.
+    pub fn drop_snapshot(&mut self, name: &str, if_exists: bool) -> Result<bool> {
+        self.stage(Change::DropSnapshot { name: name.to_string(), if_exists })
+    }
+
+    /// Stages RESTORE of `tables` (all of the database's when `None`) to
+    /// what they were in `target`: tables created since are dropped,
+    /// dropped ones come back, nothing is copied.
+    pub fn restore(&mut self, target: &CatalogVersion, tables: Option<&[String]>) -> Result<bool> {
+        let names: Vec<String> = match tables {
+            Some(names) => {
+                if let Some(missing) = names.iter().find(|n| !target.tables.contains_key(*n)) {
+                    return Err(StorageError::InvalidData(format!("table '{missing}' did not exist at version {}; RESTORE TABLE brings back tables that existed then", target.version)));
+                }
+                names.to_vec()
+            }
+            None => self.view.tables.keys().chain(target.tables.keys()).cloned().collect::<std::collections::BTreeSet<_>>().into_iter().collect(),
+        };
+        let restored = names.iter().map(|n| (n.clone(), target.tables.get(n).cloned())).collect();
+        let expected = names.iter().map(|n| (n.clone(), self.view.tables.get(n).map(|t| (t.id, t.table_version)))).collect();
+        self.stage(Change::Restore { target: target.version, tables: restored, expected })
     }
 
     async fn upload_manifest(&mut self, table_id: u64, table_version: u64, objects: &[DataObject]) -> Result<Option<ManifestRef>> {

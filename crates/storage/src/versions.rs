@@ -73,6 +73,7 @@ pub fn from_v1(location: &str, v1: V1CatalogVersion) -> Result<CatalogVersion> {
         operation: v1.operation,
         tables,
         checkpoint: None,
+        ..Default::default()
     })
 }
 
@@ -126,6 +127,9 @@ pub fn resolve(location: &str, file: VersionFile, bytes: usize, checkpoint: Opti
         committed_at_ms: file.committed_at_ms,
         operation: file.operation,
         tables,
+        snapshots: file.snapshots,
+        restored_from: file.restored_from,
+        gc_horizon: file.gc_horizon,
         checkpoint: Some(checkpoint),
     })
 }
@@ -149,6 +153,9 @@ pub fn encode(next: &mut CatalogVersion, force_checkpoint: bool) -> Vec<u8> {
         checkpoint: None,
         tables: next.tables.clone(),
         dropped: Vec::new(),
+        snapshots: next.snapshots.clone(),
+        restored_from: next.restored_from,
+        gc_horizon: next.gc_horizon,
     };
     let body = serde_json::to_vec(&file).expect("format types always serialise");
     next.checkpoint = Some(Arc::new(Checkpoint { version: next.version, bytes: body.len(), tables: next.tables.clone() }));
@@ -180,6 +187,9 @@ fn delta(next: &CatalogVersion, base: &Checkpoint) -> VersionFile {
         checkpoint: Some(base.version),
         tables,
         dropped: base.tables.keys().filter(|n| !next.tables.contains_key(*n)).cloned().collect(),
+        snapshots: next.snapshots.clone(),
+        restored_from: next.restored_from,
+        gc_horizon: next.gc_horizon,
     }
 }
 
@@ -221,6 +231,7 @@ mod tests {
             operation: format!("v{v}"),
             tables: tables.iter().map(|(n, t)| (n.to_string(), t.clone())).collect(),
             checkpoint,
+            ..Default::default()
         }
     }
 

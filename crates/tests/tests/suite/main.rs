@@ -9,6 +9,7 @@ mod bad_input;
 mod concurrency;
 mod dml;
 mod format;
+mod history;
 mod join_estimates;
 mod memory;
 mod runtime_filters;
