@@ -7,6 +7,7 @@
 //! SHOW VERSIONS [n]                           -- the newest n versions (default 100)
 //! RESTORE DATABASE TO VERSION n | TIMESTAMP '…' | SNAPSHOT name
 //! RESTORE TABLE t [, u …] TO VERSION n | TIMESTAMP '…' | SNAPSHOT name
+//! VACUUM [RETAIN '7 days'] [DRY RUN]         -- garbage collection
 //! ```
 //!
 //! DataFusion's parser knows none of these; they are recognised by their
@@ -25,6 +26,7 @@ pub(crate) enum History {
     ShowVersions { limit: usize },
     /// `tables`: `None` for the whole database.
     Restore { tables: Option<Vec<String>>, to: AsOf },
+    Vacuum { retain: std::time::Duration, dry_run: bool },
 }
 
 /// Default of `SHOW VERSIONS`.
@@ -67,6 +69,22 @@ pub(crate) fn parse(sql: &str) -> Result<Option<History>, EngineError> {
             Some(n) => n.parse().map_err(|_| bad(format!("SHOW VERSIONS [n]: '{n}' is not a number")))?,
         };
         return Ok(Some(History::ShowVersions { limit }));
+    }
+    if kw(0, "VACUUM") {
+        let mut rest = &words[1..];
+        let mut dry_run = false;
+        if rest.len() >= 2 && rest[rest.len() - 2].eq_ignore_ascii_case("DRY") && rest[rest.len() - 1].eq_ignore_ascii_case("RUN") {
+            dry_run = true;
+            rest = &rest[..rest.len() - 2];
+        }
+        let retain = match rest {
+            [] => blobhouse_storage::gc::DEFAULT_RETAIN,
+            [r, interval @ ..] if r.eq_ignore_ascii_case("RETAIN") && !interval.is_empty() => {
+                blobhouse_storage::gc::parse_interval(&interval.join(" ")).map_err(|e| bad(format!("VACUUM RETAIN: {e}")))?
+            }
+            _ => return Err(bad(format!("VACUUM [RETAIN '7 days'] [DRY RUN], not '{text}'"))),
+        };
+        return Ok(Some(History::Vacuum { retain, dry_run }));
     }
     if kw(0, "RESTORE") {
         let to = words.iter().position(|w| w.eq_ignore_ascii_case("TO")).ok_or_else(|| bad("RESTORE DATABASE | TABLE t TO VERSION n | TIMESTAMP '…' | SNAPSHOT name".into()))?;
@@ -121,6 +139,9 @@ mod tests {
             Some(History::Restore { tables: Some(vec!["a".into(), "b".into()]), to: AsOf::Version(12) })
         );
         assert!(matches!(parse("RESTORE TABLE t TO TIMESTAMP '2026-11-23 00:00:01'").unwrap(), Some(History::Restore { to: AsOf::Timestamp(1_795_392_001_000), .. })));
+        assert_eq!(parse("VACUUM").unwrap(), Some(History::Vacuum { retain: std::time::Duration::from_secs(7 * 86400), dry_run: false }));
+        assert_eq!(parse("vacuum retain '0 seconds' dry run").unwrap(), Some(History::Vacuum { retain: std::time::Duration::ZERO, dry_run: true }));
+        assert!(parse("VACUUM t").is_err());
         assert!(parse("SELECT 1").unwrap().is_none());
         assert!(parse("RESTORE DATABASE TO YESTERDAY").is_err());
     }

@@ -538,8 +538,8 @@ impl Engine {
             AsOf::Timestamp(ms) => self.db.version_at(*ms).await?,
             AsOf::Snapshot(name) => scope.view.snapshots.get(name).ok_or_else(|| StorageError::SnapshotNotFound(name.clone()))?.version,
         };
-        if v < scope.view.gc_horizon {
-            return Err(StorageError::VersionExpired { version: v, horizon: scope.view.gc_horizon }.into());
+        if v < scope.view.gc.horizon && !scope.view.snapshots.values().any(|s| s.version == v) {
+            return Err(StorageError::VersionExpired { version: v, horizon: scope.view.gc.horizon }.into());
         }
         if v == 0 {
             return Err(EngineError::Unsupported("version 0 is the empty database; versions start at 1 (SHOW VERSIONS lists them)".into()));
@@ -723,9 +723,16 @@ impl Engine {
                 stage(scope, |t| t.restore(&target, tables.as_deref())).await?;
                 Ok(empty_result(started))
             }
+            History::Vacuum { retain, dry_run } => {
+                if self.in_transaction() {
+                    return Err(EngineError::Transaction("VACUUM cannot run inside a transaction block; COMMIT or ROLLBACK first".into()));
+                }
+                let report = blobhouse_storage::gc::vacuum(&self.db, retain, dry_run).await?;
+                Ok(vacuum_result(&report, dry_run, started))
+            }
             History::ShowVersions { limit } => {
                 let newest = scope.view.version.max(self.db.current().version);
-                let oldest = scope.view.gc_horizon.max(1);
+                let oldest = scope.view.gc.horizon.max(1);
                 let wanted: Vec<u64> = (oldest..=newest).rev().take(limit).collect();
                 let fetches: Vec<_> = wanted.iter().map(|v| self.db.version_summary(*v)).collect();
                 let summaries: Vec<VersionSummary> = futures::stream::iter(fetches).buffered(16).try_collect().await?;
@@ -1078,6 +1085,29 @@ impl QueryResult {
         self.schema = schema;
         self
     }
+}
+
+/// VACUUM's answer: what it would delete and why (dry run), or what it did.
+fn vacuum_result(r: &blobhouse_storage::gc::VacuumReport, dry_run: bool, started: Instant) -> QueryResult {
+    let (schema, columns): (Schema, Vec<ArrayRef>) = if dry_run {
+        (
+            Schema::new(vec![Field::new("path", DataType::Utf8, false), Field::new("reason", DataType::Utf8, false)]),
+            vec![
+                Arc::new(r.deleted.iter().map(|(p, _)| Some(p.as_str())).collect::<StringArray>()),
+                Arc::new(r.deleted.iter().map(|(_, why)| Some(why.as_str())).collect::<StringArray>()),
+            ],
+        )
+    } else {
+        let names = ["previous_horizon", "horizon", "versions_scanned", "candidates", "kept", "deferred", "deleted", "gets", "deletes"];
+        let values = [r.previous_horizon, r.horizon, r.versions_scanned, r.candidates, r.kept, r.deferred, r.deleted.len() as u64, r.gets, r.deletes];
+        (
+            Schema::new(names.iter().map(|n| Field::new(*n, DataType::UInt64, false)).collect::<Vec<_>>()),
+            values.iter().map(|v| Arc::new(UInt64Array::from(vec![*v])) as ArrayRef).collect(),
+        )
+    };
+    let schema = Arc::new(schema);
+    let batch = RecordBatch::try_new(schema.clone(), columns).expect("vacuum batch");
+    QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) }
 }
 
 fn count_result(rows: u64, started: Instant) -> QueryResult {

@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use datafusion::arrow::datatypes::Schema;
 
 use crate::error::{Result, StorageError};
-use crate::format::{CatalogVersion, DeleteRef, ManifestRef, SnapshotEntry, TableEntry};
+use crate::format::{CatalogVersion, DeleteRef, GcState, ManifestRef, RestoreRecord, Retired, SnapshotEntry, TableEntry};
 
 /// One change of a transaction. Every object it names is uploaded already.
 #[derive(Debug, Clone)]
@@ -68,6 +68,10 @@ pub enum Change {
     CreateSnapshot { name: String, version: u64, created_at_ms: u64 },
     /// Forget snapshot `name`.
     DropSnapshot { name: String, if_exists: bool },
+    /// Move the GC horizon (VACUUM): valid only if the GC state, the
+    /// snapshots and the restores are still what the VACUUM computed its
+    /// deletions from (`expected`).
+    Vacuum { gc: GcState, expected: Box<(GcState, BTreeMap<String, SnapshotEntry>, Vec<RestoreRecord>)> },
     /// Make tables what they were at version `target` (RESTORE): `tables`
     /// are the target's entries of the tables restored (a name missing there
     /// is dropped), `expected` what each of those names was in the
@@ -126,6 +130,7 @@ impl Change {
             }
             Change::Rewrite { name, removed, .. } => format!("OPTIMIZE {name}: {} objects rewritten", removed.len()),
             Change::CreateSnapshot { name, version, .. } => format!("CREATE SNAPSHOT {name} of version {version}"),
+            Change::Vacuum { gc, .. } => format!("VACUUM: versions before {} expire", gc.horizon),
             Change::DropSnapshot { name, .. } => format!("DROP SNAPSHOT {name}"),
             Change::Restore { target, tables, .. } => {
                 let names: Vec<&str> = tables.keys().map(String::as_str).collect();
@@ -235,7 +240,7 @@ pub fn apply(version: &mut CatalogVersion, change: &Change) -> Result<bool> {
             if version.snapshots.contains_key(name) {
                 return Err(StorageError::SnapshotExists(name.clone()));
             }
-            not_expired(version.gc_horizon, *v)?;
+            not_expired(version, *v)?;
             version.snapshots.insert(name.clone(), SnapshotEntry { version: *v, created_at_ms: *created_at_ms });
             Ok(true)
         }
@@ -245,7 +250,10 @@ pub fn apply(version: &mut CatalogVersion, change: &Change) -> Result<bool> {
             None => Err(StorageError::SnapshotNotFound(name.clone())),
         },
         Change::Restore { target, tables: restored, expected } => {
-            not_expired(version.gc_horizon, *target)?;
+            let tables = {
+                not_expired(version, *target)?;
+                &mut version.tables
+            };
             for (name, want) in expected {
                 let now = tables.get(name).map(|t| (t.id, t.table_version));
                 if now != *want {
@@ -264,15 +272,32 @@ pub fn apply(version: &mut CatalogVersion, change: &Change) -> Result<bool> {
                 }
             }
             version.restored_from = Some(*target);
+            version.restores.push(RestoreRecord { version: version.version, target: *target });
+            Ok(true)
+        }
+        Change::Vacuum { gc, expected } => {
+            let (old_gc, snapshots, restores) = expected.as_ref();
+            if version.gc != *old_gc || version.snapshots != *snapshots || version.restores != *restores {
+                return Err(StorageError::Conflict {
+                    table: "(database)".into(),
+                    reason: "a concurrent VACUUM, snapshot or RESTORE committed while this VACUUM planned; run VACUUM again".into(),
+                });
+            }
+            if gc.horizon < old_gc.horizon {
+                return Err(StorageError::InvalidData(format!("VACUUM cannot move the horizon back from {} to {}", old_gc.horizon, gc.horizon)));
+            }
+            version.gc = gc.clone();
+            version.restores.retain(|r| r.version > gc.horizon);
             Ok(true)
         }
     }
 }
 
-/// Fails unless version `v` is at or after the garbage-collection horizon.
-fn not_expired(horizon: u64, v: u64) -> Result<()> {
-    if v < horizon {
-        return Err(StorageError::VersionExpired { version: v, horizon });
+/// Fails unless version `v` is still kept: at or after the
+/// garbage-collection horizon, or named by a snapshot.
+fn not_expired(version: &CatalogVersion, v: u64) -> Result<()> {
+    if v < version.gc.horizon && !version.snapshots.values().any(|s| s.version == v) {
+        return Err(StorageError::VersionExpired { version: v, horizon: version.gc.horizon });
     }
     Ok(())
 }
@@ -354,6 +379,33 @@ mod tests {
     }
 
     #[test]
+    fn a_commit_retires_what_it_stops_referencing() {
+        let mut base = CatalogVersion::default();
+        apply(&mut base, &create(1)).unwrap();
+        apply(&mut base, &delete(None, 20, 3)).unwrap();
+        let mut next = base.clone();
+        let later = delete(Some(DeleteRef { key: 20, rows: 3 }), 21, 4);
+        apply(&mut next, &later).unwrap();
+        assert_eq!(retired(&base, &next, &[later]), Retired { vectors: vec![20], ..Default::default() });
+        let rewrite = Change::Rewrite {
+            name: "t".into(),
+            table_id: 1,
+            removed: vec![RemovedObject { object: 5, manifest: 10, base: Some(DeleteRef { key: 21, rows: 4 }), live_rows: 46, bytes: 500 }],
+            manifest: None,
+            dropped_manifests: vec![10],
+            forgotten: vec![5],
+        };
+        let mut optimized = next.clone();
+        apply(&mut optimized, &rewrite).unwrap();
+        let r = retired(&next, &optimized, &[rewrite]);
+        assert_eq!((r.manifests, r.vectors), (vec![10], vec![21]));
+        let mut dropped = next.clone();
+        let drop = Change::DropTable { name: "t".into(), id: None, if_exists: false };
+        apply(&mut dropped, &drop).unwrap();
+        assert_eq!(retired(&next, &dropped, &[drop]), Retired { manifests: vec![10], vectors: vec![21], objects: vec![] });
+    }
+
+    #[test]
     fn a_restore_conflicts_with_a_concurrent_change_and_expired_versions_are_refused() {
         let mut v = CatalogVersion::default();
         apply(&mut v, &create(1)).unwrap();
@@ -365,7 +417,7 @@ mod tests {
         apply(&mut moved, &Change::Append { name: "t".into(), table_id: 1, manifest: ManifestRef { key: 11, objects: 1, rows: 1, bytes: 1 } }).unwrap();
         assert!(matches!(apply(&mut moved, &restore), Err(StorageError::Serialization { .. })));
         apply(&mut v.clone(), &restore).unwrap();
-        v.gc_horizon = 2;
+        v.gc.horizon = 2;
         assert!(matches!(apply(&mut v.clone(), &restore), Err(StorageError::VersionExpired { version: 1, horizon: 2 })));
         let snapshot = Change::CreateSnapshot { name: "s".into(), version: 1, created_at_ms: 0 };
         assert!(matches!(apply(&mut v, &snapshot), Err(StorageError::VersionExpired { .. })));
@@ -391,4 +443,29 @@ mod tests {
         assert!(matches!(apply(&mut v, &delete(None, 30, 1)), Err(StorageError::Conflict { .. })));
         assert!(matches!(apply(&mut v, &drop), Err(StorageError::Conflict { .. })));
     }
+}
+
+/// What `next` stopped referencing that `base` referenced; `changes` name
+/// the manifest file of each object a rewrite removed.
+pub fn retired(base: &CatalogVersion, next: &CatalogVersion, changes: &[Change]) -> Retired {
+    let mut out = Retired::default();
+    let listing: std::collections::HashMap<u64, u64> = changes
+        .iter()
+        .flat_map(|c| match c {
+            Change::Rewrite { removed, .. } => removed.iter().map(|r| (r.object, r.manifest)).collect::<Vec<_>>(),
+            _ => Vec::new(),
+        })
+        .collect();
+    for (name, old) in &base.tables {
+        let new = next.tables.get(name).filter(|t| t.id == old.id);
+        let keep_manifests: std::collections::HashSet<u64> = new.map(|t| t.manifests.iter().map(|m| m.key).collect()).unwrap_or_default();
+        let keep_vectors: std::collections::HashSet<u64> = new.map(|t| t.deletes.values().map(|d| d.key).collect()).unwrap_or_default();
+        out.manifests.extend(old.manifests.iter().map(|m| m.key).filter(|k| !keep_manifests.contains(k)));
+        out.vectors.extend(old.deletes.values().map(|d| d.key).filter(|k| !keep_vectors.contains(k)));
+        if let Some(new) = new {
+            let before: std::collections::HashSet<u64> = old.removed.iter().copied().collect();
+            out.objects.extend(new.removed.iter().filter(|k| !before.contains(k)).map(|k| [*k, listing.get(k).copied().unwrap_or(0)]));
+        }
+    }
+    out
 }

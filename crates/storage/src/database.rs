@@ -221,7 +221,7 @@ impl Database {
 
     /// GETs version `v`'s object from where it may be: `log/`, or
     /// `catalog/` (format 1, and the version that upgraded the database).
-    async fn version_object(&self, v: u64) -> Result<(Path, Bytes)> {
+    pub(crate) async fn version_object(&self, v: u64) -> Result<(Path, Bytes)> {
         let mut places = [log_path(v), catalog_path(v)];
         if !self.upgraded.load(std::sync::atomic::Ordering::Relaxed) {
             places.reverse();
@@ -288,7 +288,7 @@ impl Database {
     /// the dense version numbers, one GET per step.
     pub async fn version_at(&self, at_ms: u64) -> Result<u64> {
         let newest = self.refresh().await?;
-        let (mut lo, mut hi) = (newest.gc_horizon.max(1), newest.version);
+        let (mut lo, mut hi) = (newest.gc.horizon.max(1), newest.version);
         if hi == 0 || self.version_summary(lo).await?.committed_at_ms > at_ms {
             return Err(StorageError::NoVersionAt { at_ms, oldest: lo });
         }
@@ -421,7 +421,7 @@ impl Database {
                 tables: base.tables.clone(),
                 snapshots: base.snapshots.clone(),
                 restored_from: None,
-                gc_horizon: base.gc_horizon,
+                gc: base.gc.clone(), restores: base.restores.clone(), retired: Retired::default(),
                 checkpoint: base.checkpoint.clone(),
             };
             let mut changed = false;
@@ -431,6 +431,7 @@ impl Database {
             if !changed {
                 return Ok(CommitOutcome::NoOp);
             }
+            next.retired = changes::retired(&base, &next, changes);
             // The first commit on a version-1 database upgrades it: a
             // checkpoint in catalog/, where version-1 readers and writers
             // look (and then refuse to go on), and log/ from then on.

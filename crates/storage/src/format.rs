@@ -67,9 +67,14 @@ pub struct CatalogVersion {
     pub snapshots: BTreeMap<String, SnapshotEntry>,
     /// When this version is a RESTORE: the version it restored.
     pub restored_from: Option<u64>,
-    /// Versions older than this are expired by garbage collection: they
-    /// cannot be read, restored or snapshotted (0: none is).
-    pub gc_horizon: u64,
+    /// Garbage collection's state: versions older than its horizon are
+    /// expired (they cannot be read, restored or snapshotted).
+    pub gc: GcState,
+    /// RESTOREs committed after the GC horizon: the versions that may
+    /// reference what older versions stopped referencing.
+    pub restores: Vec<RestoreRecord>,
+    /// What this version's commit stopped referencing.
+    pub retired: Retired,
     /// The checkpoint the next commit writes its delta against; `None`
     /// makes the next commit write a checkpoint (a version-1 version, or
     /// the empty database).
@@ -122,13 +127,71 @@ pub struct VersionFile {
     /// This version restored the tables of that version (RESTORE).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub restored_from: Option<u64>,
-    /// Versions older than this are expired by garbage collection.
-    #[serde(default, skip_serializing_if = "is_zero")]
-    pub gc_horizon: u64,
+    /// Garbage collection's state (whole, in checkpoints and deltas).
+    #[serde(default, skip_serializing_if = "GcState::is_empty")]
+    pub gc: GcState,
+    /// RESTOREs after the GC horizon (whole, in checkpoints and deltas).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub restores: Vec<RestoreRecord>,
+    /// What this version's commit stopped referencing (this version only).
+    #[serde(default, skip_serializing_if = "Retired::is_empty")]
+    pub retired: Retired,
 }
 
-fn is_zero(v: &u64) -> bool {
-    *v == 0
+/// Garbage collection's state in the catalog (see `crate::gc`).
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct GcState {
+    /// Versions before this one are expired.
+    pub horizon: u64,
+    /// When the horizon was last moved (milliseconds since the epoch).
+    pub at_ms: u64,
+    /// Key of the newest VACUUM's list object (`objects/…/<key>.gc.json`):
+    /// what it deletes and what it defers.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list: Option<u64>,
+}
+
+impl GcState {
+    fn is_empty(&self) -> bool {
+        *self == GcState::default()
+    }
+}
+
+/// A RESTORE: version `version` brought back the tables of `target`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
+pub struct RestoreRecord {
+    pub version: u64,
+    pub target: u64,
+}
+
+/// What one commit stopped referencing (SAP IQ's roll-forward bitmap):
+/// candidates for garbage collection once no retained version, snapshot or
+/// restore references them.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize, Deserialize)]
+pub struct Retired {
+    /// Manifest files no longer listed, with every data object they list.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub manifests: Vec<u64>,
+    /// Data objects no longer part of their table, each with the manifest
+    /// file that lists it (0: unknown).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub objects: Vec<[u64; 2]>,
+    /// Deletion vectors replaced or dropped.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub vectors: Vec<u64>,
+}
+
+impl Retired {
+    pub fn is_empty(&self) -> bool {
+        self.manifests.is_empty() && self.objects.is_empty() && self.vectors.is_empty()
+    }
+
+    /// Adds `other`'s items.
+    pub fn extend(&mut self, other: &Retired) {
+        self.manifests.extend(&other.manifests);
+        self.objects.extend(&other.objects);
+        self.vectors.extend(&other.vectors);
+    }
 }
 
 /// A named snapshot: a version kept readable (and restorable) until the

@@ -9,6 +9,7 @@
 //!   makes concurrent commits safe (snapshot isolation).
 //! - [`database`]: the catalog's version log and atomic commits.
 //! - [`transaction`]: a snapshot, its changes and its uploads.
+//! - [`gc`]: VACUUM — what no retained version references is deleted.
 //! - [`writer`]: record batches → Parquet data objects with zone maps.
 //!
 //! Invariant of the whole layer: no object is ever written twice. Every PUT
@@ -18,6 +19,7 @@ pub mod changes;
 pub mod database;
 pub mod error;
 pub mod format;
+pub mod gc;
 pub mod keys;
 pub mod location;
 pub mod transaction;

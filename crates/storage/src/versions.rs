@@ -129,7 +129,7 @@ pub fn resolve(location: &str, file: VersionFile, bytes: usize, checkpoint: Opti
         tables,
         snapshots: file.snapshots,
         restored_from: file.restored_from,
-        gc_horizon: file.gc_horizon,
+        gc: file.gc, restores: file.restores, retired: file.retired,
         checkpoint: Some(checkpoint),
     })
 }
@@ -155,7 +155,7 @@ pub fn encode(next: &mut CatalogVersion, force_checkpoint: bool) -> Vec<u8> {
         dropped: Vec::new(),
         snapshots: next.snapshots.clone(),
         restored_from: next.restored_from,
-        gc_horizon: next.gc_horizon,
+        gc: next.gc.clone(), restores: next.restores.clone(), retired: next.retired.clone(),
     };
     let body = serde_json::to_vec(&file).expect("format types always serialise");
     next.checkpoint = Some(Arc::new(Checkpoint { version: next.version, bytes: body.len(), tables: next.tables.clone() }));
@@ -189,7 +189,7 @@ fn delta(next: &CatalogVersion, base: &Checkpoint) -> VersionFile {
         dropped: base.tables.keys().filter(|n| !next.tables.contains_key(*n)).cloned().collect(),
         snapshots: next.snapshots.clone(),
         restored_from: next.restored_from,
-        gc_horizon: next.gc_horizon,
+        gc: next.gc.clone(), restores: next.restores.clone(), retired: next.retired.clone(),
     }
 }
 

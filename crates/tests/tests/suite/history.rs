@@ -98,7 +98,7 @@ fn at_version(query: &str, v: u64) -> String {
     let mut out = String::new();
     let mut word = String::new();
     let mut previous = String::new();
-    let mut flush = |word: &mut String, out: &mut String, previous: &mut String| {
+    let flush = |word: &mut String, out: &mut String, previous: &mut String| {
         if word.is_empty() {
             return;
         }

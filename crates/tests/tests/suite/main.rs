@@ -11,6 +11,7 @@ mod dml;
 mod format;
 mod history;
 mod join_estimates;
+mod lifecycle;
 mod memory;
 mod runtime_filters;
 mod scan;

@@ -1,0 +1,426 @@
+//! Garbage collection: `VACUUM [RETAIN interval]`.
+//!
+//! Every commit records what it stopped referencing (`Retired`, SAP IQ's
+//! roll-forward bitmap). VACUUM deletes those items once no version a
+//! reader may still ask for references them:
+//!
+//! 1. The **horizon** H is the version that was current `retain` ago
+//!    (default 7 days). Versions ≥ H are retained; older ones expire.
+//! 2. Candidates: the items retired by versions in (previous H, H], and the
+//!    previous VACUUM's deferred items.
+//! 3. An item still referenced by version H or by a RESTORE version after
+//!    H is kept (it will be retired again when no longer referenced). One
+//!    referenced only by a snapshot is **deferred** to the next VACUUM.
+//!    Everything else is deleted.
+//! 4. Version objects before H are deleted, except the checkpoint version
+//!    H's delta needs and snapshot versions.
+//!
+//! The plan (deletions, deferrals) is written to a list object and
+//! committed as a version that moves the horizon; the commit validates that
+//! no VACUUM, snapshot or RESTORE committed since the plan was made, and
+//! every RESTORE or snapshot committed later is refused below H
+//! (`changes::apply`). Deletion happens only after that commit, objects
+//! before the manifests that list them. The next VACUUM deletes the
+//! previous list's items again before its own (deletes are idempotent), so
+//! a VACUUM that crashed half-way is finished by the next one; then it
+//! deletes the previous list. Why this is safe with concurrent writers,
+//! readers and VACUUMs: docs/lifecycle.md.
+//!
+//! Why no crate: the rules follow blobhouse's own layout.
+
+use std::collections::{BTreeSet, HashMap, HashSet};
+use std::sync::Arc;
+use std::time::Duration;
+
+use bytes::Bytes;
+use futures::StreamExt;
+use serde::{Deserialize, Serialize};
+
+use crate::changes::Change;
+use crate::database::{CommitOutcome, Database};
+use crate::error::{Result, StorageError};
+use crate::format::*;
+use crate::keys::object_name;
+use crate::versions::{catalog_path, log_path, manifest_path};
+
+/// Default retention, as Delta Lake's VACUUM.
+pub const DEFAULT_RETAIN: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Extension of VACUUM's list objects.
+pub const LIST_EXT: &str = "gc.json";
+/// How often VACUUM re-plans when a concurrent VACUUM, snapshot or
+/// RESTORE committed first.
+const ATTEMPTS: u32 = 30;
+
+/// What one VACUUM decided: deletions, deferrals, expired versions.
+#[derive(Debug, Clone, Default, Serialize, Deserialize)]
+struct GcList {
+    horizon: u64,
+    /// Items to delete (manifests with all their objects).
+    delete: Retired,
+    /// Version objects to delete.
+    versions: Vec<u64>,
+    /// Items only snapshots reference, and snapshot versions below the
+    /// horizon: for the next VACUUM.
+    deferred: Retired,
+    deferred_versions: Vec<u64>,
+}
+
+/// What a VACUUM did (or, dry, would do).
+#[derive(Debug, Clone, Default)]
+pub struct VacuumReport {
+    pub previous_horizon: u64,
+    pub horizon: u64,
+    /// Version objects read to find the retired items.
+    pub versions_scanned: u64,
+    /// Items considered, kept because a retained version references them,
+    /// deferred for snapshots.
+    pub candidates: u64,
+    pub kept: u64,
+    pub deferred: u64,
+    /// Paths deleted (dry run: to delete), each with why.
+    pub deleted: Vec<(String, String)>,
+    /// Requests to the store: GETs, DELETEs (bulk deletes count one per
+    /// 1,000 keys on S3; each path is counted here).
+    pub gets: u64,
+    pub deletes: u64,
+}
+
+/// Runs VACUUM on `db`. `dry_run`: plan and report, delete nothing.
+pub async fn vacuum(db: &Arc<Database>, retain: Duration, dry_run: bool) -> Result<VacuumReport> {
+    for attempt in 0..ATTEMPTS {
+        let before = db.refresh().await?.gc.clone();
+        match vacuum_once(db, retain, dry_run).await {
+            Ok(report) => return Ok(report),
+            Err(e) if attempt + 1 < ATTEMPTS => {
+                // Another VACUUM committed while this one planned (and may
+                // have deleted versions or its list this one was reading):
+                // plan again on its result.
+                let moved = db.refresh().await?.gc != before;
+                if !(moved || matches!(e, StorageError::Conflict { .. })) {
+                    return Err(e);
+                }
+                // Two VACUUMs re-planning in step would collide again.
+                use rand::Rng;
+                let pause = rand::rng().random_range(5..=20 + 10 * u64::from(attempt.min(10)));
+                tokio::time::sleep(Duration::from_millis(pause)).await;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    unreachable!("the last attempt returns")
+}
+
+async fn vacuum_once(db: &Arc<Database>, retain: Duration, dry_run: bool) -> Result<VacuumReport> {
+    let newest = db.refresh().await?;
+    let old = newest.gc.clone();
+    let mut report = VacuumReport { previous_horizon: old.horizon, horizon: old.horizon, ..Default::default() };
+    if newest.version == 0 {
+        return Ok(report);
+    }
+    let cutoff = now_ms().saturating_sub(retain.as_millis() as u64);
+    let horizon = match db.version_at(cutoff).await {
+        Ok(v) => v.max(old.horizon),
+        Err(StorageError::NoVersionAt { .. }) => old.horizon.max(1),
+        Err(e) => return Err(e),
+    };
+    report.horizon = horizon;
+
+    // The previous VACUUM's list: unfinished deletions, deferred items.
+    let previous = match old.list {
+        Some(key) => {
+            report.gets += 1;
+            let list: GcList = read_json(db, &object_name(key, LIST_EXT)).await?;
+            Some((key, list))
+        }
+        None => None,
+    };
+
+    // Candidates.
+    let mut candidates = Retired::default();
+    let mut candidate_versions: Vec<u64> = Vec::new();
+    if let Some((_, list)) = &previous {
+        candidates.extend(&list.deferred);
+        candidate_versions.extend(&list.deferred_versions);
+    }
+    let first = old.horizon.max(1);
+    for v in (old.horizon + 1).max(1)..=horizon {
+        let r: RetiredOnly = version_json(db, v).await?;
+        report.versions_scanned += 1;
+        report.gets += 1;
+        candidates.extend(&r.retired);
+    }
+    candidate_versions.extend(first..horizon);
+
+    // What protects them.
+    let mut retained = vec![horizon];
+    retained.extend(newest.restores.iter().map(|r| r.version).filter(|v| *v > horizon));
+    let snapshot_versions: BTreeSet<u64> = newest.snapshots.values().map(|s| s.version).collect();
+    let mut by_retained = References::default();
+    for v in retained {
+        report.gets += 2;
+        by_retained.add(&*read(db, v, &newest).await?);
+    }
+    let mut by_snapshots = References::default();
+    let mut snapshot_checkpoints = Vec::new();
+    for v in &snapshot_versions {
+        report.gets += 2;
+        by_snapshots.add(&*read(db, *v, &newest).await?);
+        snapshot_checkpoints.extend(checkpoint_of(db, *v).await?);
+    }
+
+    let mut list = GcList { horizon, ..Default::default() };
+    let mut sort = |kind: Kind, item: u64, manifest: u64| {
+        report.candidates += 1;
+        if by_retained.references(kind, item, manifest) {
+            report.kept += 1;
+            return;
+        }
+        let target = if by_snapshots.references(kind, item, manifest) {
+            report.deferred += 1;
+            &mut list.deferred
+        } else {
+            &mut list.delete
+        };
+        match kind {
+            Kind::Manifest => target.manifests.push(item),
+            Kind::Object => target.objects.push([item, manifest]),
+            Kind::Vector => target.vectors.push(item),
+        }
+    };
+    for m in dedup(&candidates.manifests) {
+        sort(Kind::Manifest, m, 0);
+    }
+    let mut seen = HashSet::new();
+    for [o, m] in candidates.objects.iter().copied() {
+        if seen.insert(o) {
+            sort(Kind::Object, o, m);
+        }
+    }
+    for d in dedup(&candidates.vectors) {
+        sort(Kind::Vector, d, 0);
+    }
+    // Versions below the horizon: H's checkpoint and snapshot versions stay.
+    let keep: HashSet<u64> = checkpoint_of(db, horizon).await?.into_iter().collect();
+    for v in dedup(&candidate_versions) {
+        if v >= horizon {
+            continue;
+        }
+        if snapshot_versions.contains(&v) || snapshot_checkpoints.contains(&v) {
+            list.deferred_versions.push(v);
+        } else if !keep.contains(&v) {
+            list.versions.push(v);
+        }
+    }
+
+    if dry_run {
+        report.deleted = describe(db, &list, &mut report).await?;
+        return Ok(report);
+    }
+    // Commit the plan, then carry it out.
+    let (key, path) = db.new_object(LIST_EXT).await?;
+    db.put_new(&path, Bytes::from(serde_json::to_vec(&list).expect("gc list serialises"))).await?;
+    let gc = GcState { horizon, at_ms: now_ms(), list: Some(key) };
+    let expected = Box::new((old.clone(), newest.snapshots.clone(), newest.restores.clone()));
+    match db.commit(&[Change::Vacuum { gc, expected }]).await {
+        Ok(CommitOutcome::Committed(_)) | Ok(CommitOutcome::NoOp) => {}
+        Err(e) => {
+            db.delete_unreferenced(vec![path]).await;
+            return Err(e);
+        }
+    }
+    if let Some((prev_key, prev_list)) = previous {
+        // Finishes the previous VACUUM if it crashed half-way (else finds
+        // its items gone).
+        carry_out(db, &prev_list, &mut report).await?;
+        db.delete_unreferenced(vec![object_name(prev_key, LIST_EXT)]).await;
+    }
+    report.deleted = carry_out(db, &list, &mut report).await?;
+    Ok(report)
+}
+
+#[derive(Clone, Copy)]
+enum Kind {
+    Manifest,
+    Object,
+    Vector,
+}
+
+/// What some versions reference, in the terms retire records use.
+#[derive(Default)]
+struct References {
+    versions: Vec<VersionRefs>,
+}
+
+/// What one version references.
+struct VersionRefs {
+    manifests: HashSet<u64>,
+    vectors: HashSet<u64>,
+    /// Manifest key → the removed objects of the table listing it.
+    removed_by_manifest: HashMap<u64, Arc<HashSet<u64>>>,
+}
+
+impl References {
+    fn add(&mut self, v: &CatalogVersion) {
+        let mut refs = VersionRefs { manifests: HashSet::new(), vectors: HashSet::new(), removed_by_manifest: HashMap::new() };
+        for t in v.tables.values() {
+            let removed = Arc::new(t.removed.iter().copied().collect::<HashSet<u64>>());
+            for m in &t.manifests {
+                refs.manifests.insert(m.key);
+                refs.removed_by_manifest.insert(m.key, removed.clone());
+            }
+            refs.vectors.extend(t.deletes.values().map(|d| d.key));
+        }
+        self.versions.push(refs);
+    }
+
+    fn references(&self, kind: Kind, item: u64, manifest: u64) -> bool {
+        self.versions.iter().any(|v| match kind {
+            Kind::Manifest => v.manifests.contains(&item),
+            Kind::Vector => v.vectors.contains(&item),
+            // Listing unknown (a RESTORE removed it): kept; the orphan
+            // sweep of the crash-recovery GC finds it once unreferenced.
+            Kind::Object if manifest == 0 => true,
+            Kind::Object => v.removed_by_manifest.get(&manifest).is_some_and(|removed| !removed.contains(&item)),
+        })
+    }
+}
+
+/// Version `v`, resolved (the newest is at hand).
+async fn read(db: &Database, v: u64, newest: &Arc<CatalogVersion>) -> Result<Arc<CatalogVersion>> {
+    if v == newest.version {
+        return Ok(newest.clone());
+    }
+    Ok(Arc::new(db.read_version(v).await?))
+}
+
+/// The checkpoint version `v` is a delta of (none if it is a checkpoint).
+async fn checkpoint_of(db: &Database, v: u64) -> Result<Option<u64>> {
+    let header: CheckpointOnly = version_json(db, v).await?;
+    Ok(header.checkpoint)
+}
+
+/// Deletes the items of `list`: objects of the manifests and the objects,
+/// vectors, then the manifests, then the versions. Returns what it deleted.
+async fn carry_out(db: &Database, list: &GcList, report: &mut VacuumReport) -> Result<Vec<(String, String)>> {
+    let deleted = describe(db, list, report).await?;
+    // Data before the manifests that list them: a crash in between leaves
+    // manifests whose objects are gone, which the retry deletes again.
+    let (manifests, rest): (Vec<_>, Vec<_>) = deleted.iter().map(|(p, _)| p.clone()).partition(|p| p.ends_with(MANIFEST_EXT));
+    let (versions, data): (Vec<_>, Vec<_>) = rest.into_iter().partition(|p| p.starts_with(LOG_DIR) || p.starts_with(CATALOG_DIR));
+    for batch in [data, manifests, versions] {
+        report.deletes += batch.len() as u64;
+        delete_all(db, batch).await?;
+    }
+    Ok(deleted)
+}
+
+/// Every path `list` deletes, with the reason (GETs the manifests it
+/// deletes, to name their objects).
+async fn describe(db: &Database, list: &GcList, report: &mut VacuumReport) -> Result<Vec<(String, String)>> {
+    let mut out = Vec::new();
+    let h = list.horizon;
+    for m in &list.delete.manifests {
+        let path = manifest_path(&ManifestRef { key: *m, objects: 0, rows: 0, bytes: 0 });
+        report.gets += 1;
+        match read_json::<Manifest>(db, &path).await {
+            Ok(manifest) => {
+                for o in manifest.objects {
+                    out.push((o.path, format!("data object of manifest {m:016x}, no longer listed before version {h}")));
+                }
+            }
+            // Deleted by an earlier, interrupted VACUUM after its objects.
+            Err(StorageError::Store { source: object_store::Error::NotFound { .. }, .. }) => {}
+            Err(e) => return Err(e),
+        }
+        out.push((path, format!("manifest no longer listed before version {h}")));
+    }
+    for [o, _] in &list.delete.objects {
+        out.push((object_name(*o, "parquet"), format!("data object rewritten by OPTIMIZE before version {h}")));
+    }
+    for d in &list.delete.vectors {
+        out.push((object_name(*d, DV_EXT), format!("deletion vector replaced or dropped before version {h}")));
+    }
+    for v in &list.versions {
+        // Where it lives depends on the format it was written in; deleting
+        // the other name finds nothing.
+        out.push((log_path(*v), format!("version expired (before {h})")));
+        out.push((catalog_path(*v), format!("version expired (before {h}), if written in format 1")));
+    }
+    Ok(out)
+}
+
+async fn delete_all(db: &Database, paths: Vec<String>) -> Result<()> {
+    let store = db.store().clone();
+    let locations: Vec<object_store::Result<object_store::path::Path>> = paths.iter().map(|p| Ok(db.location().child(p))).collect();
+    let results: Vec<object_store::Result<object_store::path::Path>> = store.delete_stream(futures::stream::iter(locations).boxed()).collect().await;
+    for r in results {
+        match r {
+            Ok(_) | Err(object_store::Error::NotFound { .. }) => {}
+            Err(e) => return Err(StorageError::store("DELETE", db.location().url.clone(), e)),
+        }
+    }
+    Ok(())
+}
+
+/// Version `v`'s object, parsed as `T`.
+async fn version_json<T: serde::de::DeserializeOwned>(db: &Database, v: u64) -> Result<T> {
+    let (path, bytes) = db.version_object(v).await?;
+    serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt { location: db.location().display(&path), reason: format!("invalid JSON ({e})") })
+}
+
+async fn read_json<T: serde::de::DeserializeOwned>(db: &Database, relative: &str) -> Result<T> {
+    let path = db.location().child(relative);
+    let bytes = db.get(&path).await?;
+    serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt { location: db.location().display(&path), reason: format!("invalid JSON ({e})") })
+}
+
+fn dedup(items: &[u64]) -> Vec<u64> {
+    let set: BTreeSet<u64> = items.iter().copied().collect();
+    set.into_iter().collect()
+}
+
+/// Only the retire record of a version object.
+#[derive(Deserialize)]
+struct RetiredOnly {
+    #[serde(default)]
+    retired: Retired,
+}
+
+/// Only the checkpoint a version object is a delta of.
+#[derive(Deserialize)]
+struct CheckpointOnly {
+    #[serde(default)]
+    checkpoint: Option<u64>,
+}
+
+/// Parses `'7 days'`, `'12h'`, `'0 seconds'`, `'30 min'` into a duration.
+pub fn parse_interval(text: &str) -> std::result::Result<Duration, String> {
+    let t = text.trim().trim_matches('\'').trim().to_ascii_lowercase();
+    let split = t.find(|c: char| !c.is_ascii_digit() && c != '.').unwrap_or(t.len());
+    let (number, unit) = t.split_at(split);
+    let n: f64 = number.parse().map_err(|_| format!("'{text}' is not an interval like '7 days' or '12 hours'"))?;
+    let seconds = match unit.trim() {
+        "s" | "sec" | "secs" | "second" | "seconds" => 1.0,
+        "m" | "min" | "mins" | "minute" | "minutes" => 60.0,
+        "h" | "hour" | "hours" => 3600.0,
+        "d" | "day" | "days" => 86400.0,
+        "w" | "week" | "weeks" => 7.0 * 86400.0,
+        other => return Err(format!("unknown unit '{other}' in '{text}'; use seconds, minutes, hours, days or weeks")),
+    };
+    Ok(Duration::from_secs_f64(n * seconds))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::parse_interval;
+    use std::time::Duration;
+
+    #[test]
+    fn intervals() {
+        assert_eq!(parse_interval("'7 days'").unwrap(), Duration::from_secs(7 * 86400));
+        assert_eq!(parse_interval("12h").unwrap(), Duration::from_secs(12 * 3600));
+        assert_eq!(parse_interval("0 seconds").unwrap(), Duration::ZERO);
+        assert!(parse_interval("soon").is_err());
+        assert!(parse_interval("3 fortnights").is_err());
+    }
+}
