@@ -35,8 +35,11 @@ enum Command {
     #[command(after_help = "Examples:\n  blobhouse demo\n  blobhouse demo --sf 0.1 --dir /tmp/bh-demo\n  blobhouse demo --fresh        # reload the data instead of reusing it")]
     Demo(demo::DemoArgs),
     /// Run SQL against a database: an interactive shell, or -c / -f for scripts.
-    #[command(after_help = "Examples:\n  blobhouse sql --db ./mydb\n  blobhouse sql --db ./mydb -c \"CREATE TABLE t AS SELECT 1 AS x; SELECT * FROM t\"\n  blobhouse sql --db s3://bucket/db -f queries.sql\n  blobhouse sql --db ./mydb --memory-limit 4G --spill-dir /mnt/ssd/spill\n\nStatements: SELECT (all of DataFusion's SQL), EXPLAIN [ANALYZE], CREATE TABLE [AS SELECT],\nINSERT INTO … VALUES / SELECT, COPY t FROM 'file.csv|file.parquet' [WITH (FORMAT csv, HEADER true, DELIMITER '|')],\nDROP TABLE, SHOW TABLES, DESCRIBE t, SET memory_limit = '4G' | 'none', SHOW memory_limit.")]
+    #[command(after_help = "Examples:\n  blobhouse sql --db ./mydb\n  blobhouse sql --db ./mydb -c \"CREATE TABLE t AS SELECT 1 AS x; SELECT * FROM t\"\n  blobhouse sql --db s3://bucket/db -f queries.sql\n  blobhouse sql --db ./mydb --memory-limit 4G --spill-dir /mnt/ssd/spill\n\nStatements: SELECT (all of DataFusion's SQL), EXPLAIN [ANALYZE], CREATE TABLE [AS SELECT],\nINSERT INTO … VALUES / SELECT, COPY t FROM 'file.csv|file.parquet' [WITH (FORMAT csv, HEADER true, DELIMITER '|')],\nDROP TABLE, DELETE, UPDATE, BEGIN / COMMIT / ROLLBACK, OPTIMIZE t, COPY (query) TO 'file',\nt AT(VERSION => n | TIMESTAMP => '…' | SNAPSHOT => 'name'), CREATE / DROP SNAPSHOT, SHOW SNAPSHOTS,\nSHOW VERSIONS, RESTORE DATABASE | TABLE t TO …, VACUUM [RETAIN '7 days'] [DRY RUN],\nSHOW TABLES, DESCRIBE t, SET memory_limit = '4G' | 'none', SHOW memory_limit.")]
     Sql(SqlArgs),
+    /// Garbage collection: delete what no retained version or snapshot references (VACUUM).
+    #[command(after_help = "Keeps every version newer than --retain and every snapshot; deletes the data objects,\nmanifests and deletion vectors only older versions referenced, and expires those versions.\n--dry-run lists each path it would delete and why, and deletes nothing.\n\nExamples:\n  blobhouse gc --db ./mydb --dry-run\n  blobhouse gc --db s3://bucket/db --retain '30 days'\n  blobhouse gc --db ./mydb --retain 0s       # keep only the newest version and snapshots")]
+    Gc(GcArgs),
     /// Load a benchmark data set into a database.
     #[command(subcommand)]
     Load(LoadCommand),
@@ -155,6 +158,18 @@ struct SqlArgs {
     file: Option<std::path::PathBuf>,
 }
 
+#[derive(Args)]
+struct GcArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Keep versions newer than this: '7 days', '12h', '0s'.
+    #[arg(long, default_value = "7 days")]
+    retain: String,
+    /// List what would be deleted and why; delete nothing.
+    #[arg(long)]
+    dry_run: bool,
+}
+
 async fn open(db: &DbArgs) -> Result<Engine> {
     let mut options = EngineOptions::default();
     if let Some(mib) = db.chunk_mib {
@@ -203,6 +218,13 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             } else {
                 shell::interactive(&engine, &args.db.db).await?;
             }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Gc(args) => {
+            blobhouse_storage::gc::parse_interval(&args.retain).map_err(|e| anyhow::anyhow!("--retain: {e}"))?;
+            let engine = open(&args.db).await?;
+            let sql = format!("VACUUM RETAIN '{}'{}", args.retain.replace('\'', ""), if args.dry_run { " DRY RUN" } else { "" });
+            shell::run_script(&engine, &sql).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(cmd) => {

@@ -102,3 +102,40 @@ fn a_script_that_ends_inside_a_transaction_commits_nothing_and_says_so() {
     let out = blobhouse(&db, &[], &["-c", "BEGIN; INSERT INTO t VALUES (3)"]);
     assert!(String::from_utf8_lossy(&out.stderr).contains("the open transaction was rolled back"));
 }
+
+#[test]
+fn gc_dry_run_lists_and_keeps_then_gc_deletes() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().to_string_lossy().to_string();
+    ok(blobhouse(&db, &[], &["-c", "CREATE TABLE t AS SELECT 1 AS x; DROP TABLE t; CREATE TABLE u AS SELECT 2 AS y"]));
+    let files = || walk(dir.path());
+    let before = files();
+    let gc = |args: &[&str]| {
+        let out = Command::new(env!("CARGO_BIN_EXE_blobhouse")).args(["gc", "--db", &db]).args(args).output().unwrap();
+        ok(out)
+    };
+    let plan = gc(&["--retain", "0s", "--dry-run"]);
+    assert!(plan.contains("no longer listed"), "{plan}");
+    assert_eq!(files(), before, "a dry run deletes nothing");
+    gc(&["--retain", "0s"]);
+    let parquet = |files: Vec<std::path::PathBuf>| files.iter().filter(|p| p.extension().is_some_and(|e| e == "parquet")).count();
+    assert_eq!((parquet(before), parquet(files())), (2, 1), "the dropped table's data object is gone, the live one stays");
+    let out = ok(blobhouse(&db, &[], &["-c", "SELECT y FROM u"]));
+    assert!(out.contains("| 2 |"), "{out}");
+    let bad = Command::new(env!("CARGO_BIN_EXE_blobhouse")).args(["gc", "--db", &db, "--retain", "soon"]).output().unwrap();
+    assert!(!bad.status.success() && String::from_utf8_lossy(&bad.stderr).contains("--retain"));
+}
+
+fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
+    let mut out = Vec::new();
+    for entry in std::fs::read_dir(dir).unwrap().flatten() {
+        let p = entry.path();
+        if p.is_dir() {
+            out.extend(walk(&p));
+        } else {
+            out.push(p);
+        }
+    }
+    out.sort();
+    out
+}

@@ -158,6 +158,15 @@ impl Database {
         cache.insert(key.to_string(), manifest.clone());
     }
 
+    /// The names version `v`'s object may have: `log/` only in a database
+    /// created in format 2; `catalog/` too in an upgraded one.
+    pub fn version_paths(&self, v: u64) -> Vec<String> {
+        match self.created_format >= 2 {
+            true => vec![log_path(v)],
+            false => vec![log_path(v), catalog_path(v)],
+        }
+    }
+
     /// Where the database lives.
     pub fn location(&self) -> &Location {
         &self.loc

@@ -41,7 +41,7 @@ use crate::database::{CommitOutcome, Database};
 use crate::error::{Result, StorageError};
 use crate::format::*;
 use crate::keys::object_name;
-use crate::versions::{catalog_path, log_path, manifest_path};
+use crate::versions::manifest_path;
 
 /// Default retention, as Delta Lake's VACUUM.
 pub const DEFAULT_RETAIN: Duration = Duration::from_secs(7 * 24 * 3600);
@@ -341,10 +341,11 @@ async fn describe(db: &Database, list: &GcList, report: &mut VacuumReport) -> Re
         out.push((object_name(*d, DV_EXT), format!("deletion vector replaced or dropped before version {h}")));
     }
     for v in &list.versions {
-        // Where it lives depends on the format it was written in; deleting
-        // the other name finds nothing.
-        out.push((log_path(*v), format!("version expired (before {h})")));
-        out.push((catalog_path(*v), format!("version expired (before {h}), if written in format 1")));
+        // An upgraded format-1 database has versions under either name;
+        // deleting the name it does not have finds nothing.
+        for path in db.version_paths(*v) {
+            out.push((path, format!("version expired (before {h})")));
+        }
     }
     Ok(out)
 }
