@@ -165,6 +165,10 @@ struct GcArgs {
     /// Keep versions newer than this: '7 days', '12h', '0s'.
     #[arg(long, default_value = "7 days")]
     retain: String,
+    /// The longest a transaction may stay open: uploads of writers that stopped longer than
+    /// retain + grace ago and that no kept version references are collected as a crashed writer's.
+    #[arg(long, default_value = "1 day")]
+    grace: String,
     /// List what would be deleted and why; delete nothing.
     #[arg(long)]
     dry_run: bool,
@@ -222,8 +226,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Gc(args) => {
             blobhouse_storage::gc::parse_interval(&args.retain).map_err(|e| anyhow::anyhow!("--retain: {e}"))?;
+            blobhouse_storage::gc::parse_interval(&args.grace).map_err(|e| anyhow::anyhow!("--grace: {e}"))?;
             let engine = open(&args.db).await?;
-            let sql = format!("VACUUM RETAIN '{}'{}", args.retain.replace('\'', ""), if args.dry_run { " DRY RUN" } else { "" });
+            let quoted = |s: &str| s.replace('\'', "");
+            let sql = format!("VACUUM RETAIN '{}' GRACE '{}'{}", quoted(&args.retain), quoted(&args.grace), if args.dry_run { " DRY RUN" } else { "" });
             shell::run_script(&engine, &sql).await?;
             Ok(ExitCode::SUCCESS)
         }

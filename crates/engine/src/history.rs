@@ -7,7 +7,7 @@
 //! SHOW VERSIONS [n]                           -- the newest n versions (default 100)
 //! RESTORE DATABASE TO VERSION n | TIMESTAMP '…' | SNAPSHOT name
 //! RESTORE TABLE t [, u …] TO VERSION n | TIMESTAMP '…' | SNAPSHOT name
-//! VACUUM [RETAIN '7 days'] [DRY RUN]         -- garbage collection
+//! VACUUM [RETAIN '7 days'] [GRACE '1 day'] [DRY RUN]   -- garbage collection
 //! ```
 //!
 //! DataFusion's parser knows none of these; they are recognised by their
@@ -26,7 +26,7 @@ pub(crate) enum History {
     ShowVersions { limit: usize },
     /// `tables`: `None` for the whole database.
     Restore { tables: Option<Vec<String>>, to: AsOf },
-    Vacuum { retain: std::time::Duration, dry_run: bool },
+    Vacuum { retain: std::time::Duration, grace: std::time::Duration, dry_run: bool },
 }
 
 /// Default of `SHOW VERSIONS`.
@@ -77,14 +77,26 @@ pub(crate) fn parse(sql: &str) -> Result<Option<History>, EngineError> {
             dry_run = true;
             rest = &rest[..rest.len() - 2];
         }
-        let retain = match rest {
-            [] => blobhouse_storage::gc::DEFAULT_RETAIN,
-            [r, interval @ ..] if r.eq_ignore_ascii_case("RETAIN") && !interval.is_empty() => {
-                blobhouse_storage::gc::parse_interval(&interval.join(" ")).map_err(|e| bad(format!("VACUUM RETAIN: {e}")))?
+        // RETAIN '…' and GRACE '…', each optional, in either order.
+        let (mut retain, mut grace) = (blobhouse_storage::gc::DEFAULT_RETAIN, blobhouse_storage::gc::DEFAULT_GRACE);
+        let joined = rest.join(" ");
+        let mut tail = joined.trim();
+        while !tail.is_empty() {
+            let (word, after) = tail.split_once(char::is_whitespace).ok_or_else(|| bad(format!("VACUUM [RETAIN '7 days'] [GRACE '1 day'] [DRY RUN], not '{text}'")))?;
+            let after = after.trim_start();
+            let (interval, next) = match after.strip_prefix('\'') {
+                Some(q) => q.split_once('\'').map(|(i, n)| (i.to_string(), n.trim_start())).ok_or_else(|| bad(format!("VACUUM: unclosed quote in '{text}'")))?,
+                None => after.split_once(char::is_whitespace).map_or((after.to_string(), ""), |(i, n)| (i.to_string(), n.trim_start())),
+            };
+            let value = blobhouse_storage::gc::parse_interval(&interval).map_err(|e| bad(format!("VACUUM {word}: {e}")))?;
+            match word.to_ascii_uppercase().as_str() {
+                "RETAIN" => retain = value,
+                "GRACE" => grace = value,
+                _ => return Err(bad(format!("VACUUM [RETAIN '7 days'] [GRACE '1 day'] [DRY RUN], not '{text}'"))),
             }
-            _ => return Err(bad(format!("VACUUM [RETAIN '7 days'] [DRY RUN], not '{text}'"))),
-        };
-        return Ok(Some(History::Vacuum { retain, dry_run }));
+            tail = next;
+        }
+        return Ok(Some(History::Vacuum { retain, grace, dry_run }));
     }
     if kw(0, "RESTORE") {
         let to = words.iter().position(|w| w.eq_ignore_ascii_case("TO")).ok_or_else(|| bad("RESTORE DATABASE | TABLE t TO VERSION n | TIMESTAMP '…' | SNAPSHOT name".into()))?;
@@ -139,8 +151,10 @@ mod tests {
             Some(History::Restore { tables: Some(vec!["a".into(), "b".into()]), to: AsOf::Version(12) })
         );
         assert!(matches!(parse("RESTORE TABLE t TO TIMESTAMP '2026-11-23 00:00:01'").unwrap(), Some(History::Restore { to: AsOf::Timestamp(1_795_392_001_000), .. })));
-        assert_eq!(parse("VACUUM").unwrap(), Some(History::Vacuum { retain: std::time::Duration::from_secs(7 * 86400), dry_run: false }));
-        assert_eq!(parse("vacuum retain '0 seconds' dry run").unwrap(), Some(History::Vacuum { retain: std::time::Duration::ZERO, dry_run: true }));
+        let day = std::time::Duration::from_secs(86400);
+        assert_eq!(parse("VACUUM").unwrap(), Some(History::Vacuum { retain: 7 * day, grace: day, dry_run: false }));
+        assert_eq!(parse("vacuum retain '0 seconds' dry run").unwrap(), Some(History::Vacuum { retain: std::time::Duration::ZERO, grace: day, dry_run: true }));
+        assert_eq!(parse("VACUUM GRACE 0s RETAIN '2 days'").unwrap(), Some(History::Vacuum { retain: 2 * day, grace: std::time::Duration::ZERO, dry_run: false }));
         assert!(parse("VACUUM t").is_err());
         assert!(parse("SELECT 1").unwrap().is_none());
         assert!(parse("RESTORE DATABASE TO YESTERDAY").is_err());

@@ -108,6 +108,10 @@ pub struct EngineOptions {
     pub memory_limit: Option<usize>,
     /// Where operators spill, and how much.
     pub spill: SpillOptions,
+    /// How long this engine hands out object keys from one declared key
+    /// block (`blobhouse_storage::keys`): crash recovery can collect a dead
+    /// engine's uploads only after that. Default 10 minutes.
+    pub key_block_ttl: Duration,
 }
 
 /// The local directory that sorts, aggregations and sort-merge joins spill
@@ -174,6 +178,7 @@ impl Default for EngineOptions {
             download: Some(scan_download_options()),
             memory_limit: Some(memory::default_limit()),
             spill: SpillOptions::default(),
+            key_block_ttl: blobhouse_storage::keys::DEFAULT_BLOCK_TTL,
         }
     }
 }
@@ -276,7 +281,7 @@ impl Engine {
             }
             _ => DataSource::store(loc.store.clone()),
         };
-        let db = Database::open(loc, true).await?;
+        let db = Database::open_with(loc, true, options.key_block_ttl).await?;
         let options = Arc::new(options);
         let mut config = SessionConfig::new()
             .with_information_schema(true)
@@ -482,7 +487,9 @@ impl Engine {
         match explicit {
             Some(slot) => {
                 let view = slot.lock().await.as_ref().map(Transaction::view).ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
+                let read = view.version;
                 let result = self.run_in_scope(parsed, Scope { view, txn: slot.clone(), past }, started).await;
+                let result = self.explain_expiry(result, read).await;
                 let mut mode = self.txn.lock().expect("txn lock");
                 *mode = match &result {
                     Ok(_) => TxnMode::Explicit(slot),
@@ -494,7 +501,9 @@ impl Engine {
                 // A statement of its own: one transaction, committed at its end.
                 let snapshot = self.db.refresh().await?;
                 let slot: TxnSlot = Arc::new(tokio::sync::Mutex::new(Some(Transaction::begin(&self.db, snapshot.clone()))));
+                let read = snapshot.version;
                 let result = self.run_in_scope(parsed, Scope { view: snapshot, txn: slot.clone(), past }, started).await;
+                let result = self.explain_expiry(result, read).await;
                 let txn = slot.lock().await.take();
                 match (result, txn) {
                     (Ok(r), Some(txn)) => {
@@ -510,6 +519,23 @@ impl Engine {
                     }
                 }
             }
+        }
+    }
+
+    /// An object that a statement reading version `read` needed was gone:
+    /// when a VACUUM has since moved the horizon past `read`, say so (the
+    /// statement outlived the retention), rather than report a missing
+    /// object as if the database were damaged.
+    async fn explain_expiry(&self, result: Result<QueryResult, EngineError>, read: u64) -> Result<QueryResult, EngineError> {
+        let Err(e) = result else { return result };
+        let text = e.to_string();
+        let missing = ["not found", "NotFound", "NoSuchKey", "404"].iter().any(|m| text.contains(m));
+        match self.db.refresh().await {
+            Ok(now) if missing && now.gc.horizon > read => Err(EngineError::Transaction(format!(
+                "this statement read version {read}, which a VACUUM expired while it ran (versions before {} are gone): run it again, and keep VACUUM's RETAIN longer than your longest statement or transaction ({text})",
+                now.gc.horizon
+            ))),
+            _ => Err(e),
         }
     }
 
@@ -723,11 +749,11 @@ impl Engine {
                 stage(scope, |t| t.restore(&target, tables.as_deref())).await?;
                 Ok(empty_result(started))
             }
-            History::Vacuum { retain, dry_run } => {
+            History::Vacuum { retain, grace, dry_run } => {
                 if self.in_transaction() {
                     return Err(EngineError::Transaction("VACUUM cannot run inside a transaction block; COMMIT or ROLLBACK first".into()));
                 }
-                let report = blobhouse_storage::gc::vacuum(&self.db, retain, dry_run).await?;
+                let report = blobhouse_storage::gc::vacuum(&self.db, retain, grace, dry_run).await?;
                 Ok(vacuum_result(&report, dry_run, started))
             }
             History::ShowVersions { limit } => {

@@ -75,6 +75,13 @@ impl Database {
     /// Opens the database at `loc`, creating it when `create` is set and the
     /// location holds nothing yet.
     pub async fn open(loc: Location, create: bool) -> Result<Arc<Database>> {
+        Database::open_with(loc, create, crate::keys::DEFAULT_BLOCK_TTL).await
+    }
+
+    /// [`Database::open`], with writers using each declared key block for
+    /// at most `block_ttl` (crash recovery waits that long before a dead
+    /// writer's uploads can be collected; tests shorten it).
+    pub async fn open_with(loc: Location, create: bool, block_ttl: Duration) -> Result<Arc<Database>> {
         let marker_path = loc.child(MARKER);
         let created_format = match loc.store.get(&marker_path).await {
             Ok(r) => {
@@ -101,7 +108,7 @@ impl Database {
                     Ok(()) => FORMAT_VERSION,
                     // Created by someone else meanwhile: open it as they made it.
                     Err(StorageError::Store { source: object_store::Error::AlreadyExists { .. }, .. }) => {
-                        return Box::pin(Database::open(loc, false)).await;
+                        return Box::pin(Database::open_with(loc, false, block_ttl)).await;
                     }
                     Err(e) => return Err(e),
                 }
@@ -109,7 +116,7 @@ impl Database {
             Err(e) => return Err(StorageError::store("GET", loc.display(&marker_path), e)),
         };
         let db = Arc::new(Database {
-            keys: KeyGenerator::new(loc.clone()),
+            keys: KeyGenerator::new(loc.clone(), block_ttl),
             loc,
             current: RwLock::new(Arc::new(CatalogVersion { format_version: FORMAT_VERSION, ..Default::default() })),
             created_format,

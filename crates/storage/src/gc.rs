@@ -40,11 +40,15 @@ use crate::changes::Change;
 use crate::database::{CommitOutcome, Database};
 use crate::error::{Result, StorageError};
 use crate::format::*;
-use crate::keys::object_name;
+use crate::keys::{KeyBlock, object_name};
 use crate::versions::manifest_path;
 
 /// Default retention, as Delta Lake's VACUUM.
 pub const DEFAULT_RETAIN: Duration = Duration::from_secs(7 * 24 * 3600);
+/// Default grace period: the longest a transaction may stay open. Uploads
+/// of a writer that stopped longer than retention + grace ago and that no
+/// kept version references are collected as a crashed writer's.
+pub const DEFAULT_GRACE: Duration = Duration::from_secs(24 * 3600);
 /// Extension of VACUUM's list objects.
 pub const LIST_EXT: &str = "gc.json";
 /// How often VACUUM re-plans when a concurrent VACUUM, snapshot or
@@ -86,10 +90,10 @@ pub struct VacuumReport {
 }
 
 /// Runs VACUUM on `db`. `dry_run`: plan and report, delete nothing.
-pub async fn vacuum(db: &Arc<Database>, retain: Duration, dry_run: bool) -> Result<VacuumReport> {
+pub async fn vacuum(db: &Arc<Database>, retain: Duration, grace: Duration, dry_run: bool) -> Result<VacuumReport> {
     for attempt in 0..ATTEMPTS {
         let before = db.refresh().await?.gc.clone();
-        match vacuum_once(db, retain, dry_run).await {
+        match vacuum_once(db, retain, grace, dry_run).await {
             Ok(report) => return Ok(report),
             Err(e) if attempt + 1 < ATTEMPTS => {
                 // Another VACUUM committed while this one planned (and may
@@ -110,7 +114,7 @@ pub async fn vacuum(db: &Arc<Database>, retain: Duration, dry_run: bool) -> Resu
     unreachable!("the last attempt returns")
 }
 
-async fn vacuum_once(db: &Arc<Database>, retain: Duration, dry_run: bool) -> Result<VacuumReport> {
+async fn vacuum_once(db: &Arc<Database>, retain: Duration, grace: Duration, dry_run: bool) -> Result<VacuumReport> {
     let newest = db.refresh().await?;
     let old = newest.gc.clone();
     let mut report = VacuumReport { previous_horizon: old.horizon, horizon: old.horizon, ..Default::default() };
@@ -156,15 +160,20 @@ async fn vacuum_once(db: &Arc<Database>, retain: Duration, dry_run: bool) -> Res
     retained.extend(newest.restores.iter().map(|r| r.version).filter(|v| *v > horizon));
     let snapshot_versions: BTreeSet<u64> = newest.snapshots.values().map(|s| s.version).collect();
     let mut by_retained = References::default();
+    let mut protecting = vec![newest.clone()];
     for v in retained {
         report.gets += 2;
-        by_retained.add(&*read(db, v, &newest).await?);
+        let version = read(db, v, &newest).await?;
+        by_retained.add(&version);
+        protecting.push(version);
     }
     let mut by_snapshots = References::default();
     let mut snapshot_checkpoints = Vec::new();
     for v in &snapshot_versions {
         report.gets += 2;
-        by_snapshots.add(&*read(db, *v, &newest).await?);
+        let version = read(db, *v, &newest).await?;
+        by_snapshots.add(&version);
+        protecting.push(version);
         snapshot_checkpoints.extend(checkpoint_of(db, *v).await?);
     }
 
@@ -212,8 +221,17 @@ async fn vacuum_once(db: &Arc<Database>, retain: Duration, dry_run: bool) -> Res
         }
     }
 
+    // Blocks of keys whose writers are done for sure (crashed ones too): a
+    // key used before now - retain - grace belongs to a transaction that
+    // ended (transactions last less than the grace period) before version
+    // H was current, so if it committed, H, the newest version, a restore
+    // or a snapshot references it.
+    let quiet = grace + retain;
+    let orphans = orphan_sweep(db, &protecting, quiet, &mut report).await?;
+
     if dry_run {
         report.deleted = describe(db, &list, &mut report).await?;
+        report.deleted.extend(orphans.describe());
         return Ok(report);
     }
     // Commit the plan, then carry it out.
@@ -235,7 +253,107 @@ async fn vacuum_once(db: &Arc<Database>, retain: Duration, dry_run: bool) -> Res
         db.delete_unreferenced(vec![object_name(prev_key, LIST_EXT)]).await;
     }
     report.deleted = carry_out(db, &list, &mut report).await?;
+    let swept = orphans.carry_out(db, key, &mut report).await?;
+    report.deleted.extend(swept);
     Ok(report)
+}
+
+/// Crash recovery: the key blocks that no writer may use any more and
+/// whose uploads, if unreferenced, are a dead writer's (or a rolled-back
+/// transaction's whose deletes failed), and the unused lease records.
+struct Orphans {
+    /// Blocks to sweep, with the keys in them that nothing references.
+    blocks: Vec<(KeyBlock, Vec<u64>)>,
+    /// Lease records no writer needs (older leases without blocks left).
+    leases: Vec<String>,
+}
+
+/// Every name an object of key `key` may have.
+const EXTENSIONS: [&str; 4] = ["parquet", MANIFEST_EXT, DV_EXT, LIST_EXT];
+
+impl Orphans {
+    fn describe(&self) -> Vec<(String, String)> {
+        let mut out = Vec::new();
+        for (block, keys) in &self.blocks {
+            out.push((
+                block.path(),
+                format!("key block of a writer that stopped using it before {}: {} of its keys are referenced by no kept version; whatever exists under their names is deleted", format_ms(block.usable_until_ms), keys.len()),
+            ));
+        }
+        for l in &self.leases {
+            out.push((l.clone(), "lease record no writer uses any more".into()));
+        }
+        out
+    }
+
+    /// Deletes them; `except` is this VACUUM's own list, written after the
+    /// sweep was planned.
+    async fn carry_out(&self, db: &Database, except: u64, report: &mut VacuumReport) -> Result<Vec<(String, String)>> {
+        let mut names = Vec::new();
+        for (_, keys) in &self.blocks {
+            for k in keys.iter().filter(|k| **k != except) {
+                names.extend(EXTENSIONS.iter().map(|ext| object_name(*k, ext)));
+            }
+        }
+        // The objects first, then the records that say where to look.
+        report.deletes += names.len() as u64;
+        delete_all(db, names).await?;
+        let records: Vec<String> = self.blocks.iter().map(|(b, _)| b.path()).chain(self.leases.iter().cloned()).collect();
+        report.deletes += records.len() as u64;
+        delete_all(db, records).await?;
+        Ok(self.describe())
+    }
+}
+
+/// Finds the blocks whose time of use ended more than `quiet` ago (their
+/// committed keys are referenced by `protecting`: the newest version, the
+/// horizon, restores and snapshots — see the caller). Cost: one recursive LIST of `keys/` (the blocks
+/// of the last `quiet` period and the lease records) and the manifest
+/// files of `protecting` (cached by the handle); nothing under `objects/`
+/// is listed.
+async fn orphan_sweep(db: &Database, protecting: &[Arc<CatalogVersion>], quiet: Duration, report: &mut VacuumReport) -> Result<Orphans> {
+    let dir = db.location().child(KEYS_DIR);
+    let root = db.location().prefix.to_string();
+    let metas: Vec<object_store::ObjectMeta> =
+        futures::TryStreamExt::try_collect(db.store().list(Some(&dir))).await.map_err(|e| StorageError::store("LIST", db.location().display(&dir), e))?;
+    report.gets += 1 + metas.len() as u64 / 1000;
+    let relative = |m: &object_store::ObjectMeta| {
+        let p = m.location.to_string();
+        if root.is_empty() { p } else { p.strip_prefix(&format!("{root}/")).map(str::to_string).unwrap_or(p) }
+    };
+    let blocks: Vec<KeyBlock> = metas.iter().filter_map(|m| KeyBlock::parse(&relative(m))).collect();
+    let leases: Vec<(u64, String)> = metas
+        .iter()
+        .map(relative)
+        .filter_map(|p| Some((p.strip_prefix(&format!("{KEYS_DIR}/"))?.strip_suffix(".json")?.parse::<u64>().ok()?, p.clone())))
+        .collect();
+    let deadline = now_ms().saturating_sub(quiet.as_millis() as u64);
+    let old: Vec<KeyBlock> = blocks.iter().copied().filter(|b| b.usable_until_ms < deadline).collect();
+    let mut out = Orphans { blocks: Vec::new(), leases: Vec::new() };
+    if !old.is_empty() {
+        let mut referenced: HashSet<u64> = HashSet::new();
+        for v in protecting {
+            referenced.extend(v.gc.list);
+            for t in v.tables.values() {
+                referenced.extend(t.deletes.values().map(|d| d.key));
+                for (m, file) in db.manifest_files(t).await? {
+                    report.gets += 1;
+                    referenced.insert(m.key);
+                    referenced.extend(file.objects.iter().map(|o| o.key));
+                }
+            }
+        }
+        for b in &old {
+            let keys: Vec<u64> = b.keys().filter(|k| !referenced.contains(k)).collect();
+            out.blocks.push((*b, keys));
+        }
+    }
+    // Lease records: the newest stays (it numbers the next lease); an older
+    // one goes once no block of it is left.
+    let newest_lease = leases.iter().map(|(n, _)| *n).max().unwrap_or(0);
+    let remaining: HashSet<u64> = blocks.iter().filter(|b| b.usable_until_ms >= deadline).map(|b| b.lease).collect();
+    out.leases = leases.into_iter().filter(|(n, _)| *n < newest_lease && !remaining.contains(n)).map(|(_, p)| p).collect();
+    Ok(out)
 }
 
 #[derive(Clone, Copy)]

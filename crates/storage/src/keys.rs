@@ -11,11 +11,16 @@
 //! Object names carry a hashed prefix (`objects/<hhhh>/<key:016x>…`) so that a
 //! store which partitions its request rate by key prefix spreads our load.
 //!
-//! A lease that was taken but whose keys never reached a committed version is
-//! garbage that the (later) garbage collector finds by comparing leases with
-//! the keys referenced from the catalog.
+//! **Key blocks, for crash recovery.** Before handing out keys, a writer
+//! declares the block they come from (256 keys) by creating
+//! `keys/<lease:020>/<first key:016x>-<usable until, ms>.json`, and it stops
+//! using a block once that time has passed. A writer killed inside a
+//! transaction leaves uploads that no version references; they can only be
+//! under keys of blocks declared this way, so garbage collection finds them
+//! by listing `keys/` — the blocks of the last grace period, not the whole
+//! bucket — and deleting the names of the block's keys that no retained
+//! version references (`crate::gc`).
 
-use futures::TryStreamExt;
 use object_store::{ObjectStore, PutMode, PutOptions, PutPayload};
 use serde::{Deserialize, Serialize};
 use tokio::sync::Mutex;
@@ -30,6 +35,12 @@ pub const LEASE_KEYS: u64 = 1 << 20;
 /// How often a writer retries leasing when others keep winning the next range.
 const MAX_LEASE_ATTEMPTS: u32 = 64;
 
+/// Keys per declared block.
+pub const BLOCK_KEYS: u64 = 256;
+
+/// How long a writer keeps handing out keys of one declared block, by default.
+pub const DEFAULT_BLOCK_TTL: std::time::Duration = std::time::Duration::from_secs(600);
+
 #[derive(Debug, Serialize, Deserialize)]
 struct LeaseRecord {
     lease: u64,
@@ -43,6 +54,38 @@ struct LeaseRecord {
 struct LeaseState {
     next: u64,
     end: u64,
+    /// The declared block: keys below `block_end`, until `block_until_ms`.
+    block_end: u64,
+    block_until_ms: u64,
+}
+
+/// A declared key block, as named under `keys/`.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct KeyBlock {
+    pub lease: u64,
+    pub first_key: u64,
+    /// Keys are not handed out from it after this time (ms since the epoch).
+    pub usable_until_ms: u64,
+}
+
+impl KeyBlock {
+    /// The block's name relative to the database root.
+    pub fn path(&self) -> String {
+        format!("{KEYS_DIR}/{:020}/{:016x}-{}.json", self.lease, self.first_key, self.usable_until_ms)
+    }
+
+    /// Parses a name made by [`KeyBlock::path`] (relative to `keys/`'s parent).
+    pub fn parse(relative: &str) -> Option<KeyBlock> {
+        let rest = relative.strip_prefix(&format!("{KEYS_DIR}/"))?;
+        let (lease, name) = rest.split_once('/')?;
+        let (first, until) = name.strip_suffix(".json")?.split_once('-')?;
+        Some(KeyBlock { lease: lease.parse().ok()?, first_key: u64::from_str_radix(first, 16).ok()?, usable_until_ms: until.parse().ok()? })
+    }
+
+    /// Its keys.
+    pub fn keys(&self) -> std::ops::Range<u64> {
+        self.first_key..self.first_key + BLOCK_KEYS
+    }
 }
 
 /// Hands out keys from leased ranges. One per open database handle.
@@ -50,23 +93,40 @@ struct LeaseState {
 pub struct KeyGenerator {
     loc: Location,
     writer: String,
+    block_ttl: std::time::Duration,
     state: Mutex<LeaseState>,
 }
 
 impl KeyGenerator {
-    /// A generator that leases lazily, on the first key it hands out.
-    pub fn new(loc: Location) -> Self {
+    /// A generator that leases lazily, on the first key it hands out, and
+    /// uses each declared block for at most `block_ttl`.
+    pub fn new(loc: Location, block_ttl: std::time::Duration) -> Self {
         let writer = format!("pid {} on {}", std::process::id(), hostname());
-        KeyGenerator { loc, writer, state: Mutex::new(LeaseState::default()) }
+        KeyGenerator { loc, writer, block_ttl, state: Mutex::new(LeaseState::default()) }
     }
 
-    /// The next key; leases a new range when the current one is used up.
+    /// The next key; declares a new block when the current one is used up
+    /// or too old, and leases a new range when the lease is used up.
     pub async fn next(&self) -> Result<u64> {
         let mut st = self.state.lock().await;
-        if st.next >= st.end {
-            let lease = self.lease().await?;
-            st.next = lease * LEASE_KEYS;
-            st.end = st.next + LEASE_KEYS;
+        let now = now_ms();
+        if st.next >= st.block_end || now >= st.block_until_ms {
+            // The rest of an expired block is never used: its keys may
+            // already be collected as a dead writer's.
+            let start = st.next.div_ceil(BLOCK_KEYS) * BLOCK_KEYS;
+            st.next = start;
+            if st.next >= st.end {
+                let lease = self.lease().await?;
+                st.next = lease * LEASE_KEYS;
+                st.end = st.next + LEASE_KEYS;
+            }
+            let block = KeyBlock { lease: st.next / LEASE_KEYS, first_key: st.next, usable_until_ms: now + self.block_ttl.as_millis() as u64 };
+            let path = self.loc.child(&block.path());
+            let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
+            let body = format!("{{\"writer\": {:?}, \"declared_at_ms\": {now}}}", self.writer);
+            self.loc.store.put_opts(&path, PutPayload::from(body.into_bytes()), opts).await.map_err(|e| StorageError::store("PUT", self.loc.display(&path), e))?;
+            st.block_end = st.next + BLOCK_KEYS;
+            st.block_until_ms = block.usable_until_ms;
         }
         let key = st.next;
         st.next += 1;
@@ -77,14 +137,10 @@ impl KeyGenerator {
     async fn lease(&self) -> Result<u64> {
         let dir = self.loc.child(KEYS_DIR);
         for _ in 0..MAX_LEASE_ATTEMPTS {
-            let metas: Vec<_> = self
-                .loc
-                .store
-                .list(Some(&dir))
-                .try_collect()
-                .await
-                .map_err(|e| StorageError::store("LIST", self.loc.display(&dir), e))?;
-            let newest = metas
+            // Lease records only (blocks are in the leases' folders).
+            let listing = self.loc.store.list_with_delimiter(Some(&dir)).await.map_err(|e| StorageError::store("LIST", self.loc.display(&dir), e))?;
+            let newest = listing
+                .objects
                 .iter()
                 .filter_map(|m| m.location.filename()?.strip_suffix(".json")?.parse::<u64>().ok())
                 .max()

@@ -291,6 +291,19 @@ async fn a_killed_session_leaves_nothing_referenced() {
     let after = e.database().refresh().await.unwrap();
     assert_eq!(after.version, before.version, "a killed transaction committed");
     assert_eq!(lines(&run(&e, "SELECT count(*), sum(bal) FROM acc").await), vec!["4|400"]);
+
+    // Crash recovery: once the dead writer's key blocks are past their use
+    // (100 ms in the worker) and the grace period (0 here), VACUUM deletes
+    // its uploads — found through keys/, not by listing objects/.
+    tokio::time::sleep(std::time::Duration::from_millis(300)).await;
+    let from = db.audit.requests().len();
+    let plan = text(&run(&e, "VACUUM RETAIN '0 s' GRACE '0 s' DRY RUN").await);
+    assert!(plan.contains("key block of a writer that stopped"), "{plan}");
+    run(&e, "VACUUM RETAIN '0 s' GRACE '0 s'").await;
+    let listed_objects = db.audit.requests()[from..].iter().any(|r| matches!(r, Request::List { prefix } if prefix.contains("objects")));
+    assert!(!listed_objects, "crash recovery listed objects/");
+    crate::lifecycle::assert_nothing_unreferenced(&db, &e, "after crash recovery").await;
+    assert_eq!(lines(&run(&e, "SELECT count(*), sum(bal) FROM acc").await), vec!["4|400"]);
 }
 
 /// The process killed by the test above.
@@ -299,7 +312,9 @@ async fn a_killed_session_leaves_nothing_referenced() {
 async fn killed_session_worker() {
     let task = std::env::var("BLOBHOUSE_KILLED_SESSION").expect("started by a_killed_session_leaves_nothing_referenced");
     let (url, store): (String, blobhouse_storage::StoreOptions) = serde_json::from_str(&task).unwrap();
-    let e = Engine::open(&url, &store, EngineOptions::default()).await.unwrap();
+    let mut options = EngineOptions::default();
+    options.key_block_ttl = std::time::Duration::from_millis(100);
+    let e = Engine::open(&url, &store, options).await.unwrap();
     run(&e, "BEGIN").await;
     run(&e, "INSERT INTO acc SELECT CAST(v AS INT), 1 FROM generate_series(100, 2000) AS t(v)").await;
     run(&e, "DELETE FROM acc WHERE id = 1").await;
