@@ -9,6 +9,7 @@
 pub mod answers;
 pub mod bank;
 pub mod calibrate;
+pub mod crash;
 pub mod dml_bench;
 pub mod io_bench;
 pub mod plot;

@@ -178,6 +178,27 @@ pub enum BenchCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// Crash safety: random operations, each in a writer process that a fail point or kill -9 stops, checked against an oracle.
+    #[command(after_help = "Each trial runs one INSERT, COPY, DELETE, UPDATE, OPTIMIZE, VACUUM, CREATE SNAPSHOT or\nRESTORE in a new process and crashes it at a named fail point, fails a step, kills it with\nSIGKILL at a random moment, or lets it finish. The harness then checks the table against\nits oracle, and every --check-every trials runs a recovery VACUUM and checks that the store\nholds exactly what the catalog references.\n\nExamples:\n  blobhouse bench crash --trials 1000\n  blobhouse bench crash --trials 200 --db s3://bucket/crash --endpoint http://127.0.0.1:9000")]
+    Crash {
+        #[arg(long, default_value_t = 1000)]
+        trials: usize,
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        #[arg(long, default_value_t = 25)]
+        check_every: usize,
+        /// Database URL (must not exist yet); default: a fresh local directory under bench-results.
+        #[arg(long)]
+        db: Option<String>,
+        #[command(flatten)]
+        store: crate::StoreArgs,
+        /// Where report.txt goes (default bench-results/crash).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
+    /// A worker process of `bench crash` (started by it).
+    #[command(hide = true)]
+    CrashWorker,
     /// A worker process of `bench bank` (started by it).
     #[command(hide = true)]
     BankWorker,
@@ -404,6 +425,32 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             println!("{text}");
             println!("wrote {}/report.txt", out.display());
         }
+        BenchCommand::Crash { trials, seed, check_every, db, store, out } => {
+            anyhow::ensure!(trials > 0 && check_every > 0, "--trials and --check-every must be at least 1");
+            let stamp = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_millis()).unwrap_or(0);
+            let scratch = std::env::temp_dir().join(format!("blobhouse-crash-{stamp}"));
+            let url = db.unwrap_or_else(|| format!("bench-results/crash-db-{stamp}"));
+            let exe = std::env::current_exe().context("find the blobhouse executable")?;
+            let command = move || {
+                let mut c = std::process::Command::new(&exe);
+                c.args(["bench", "crash-worker"]);
+                c
+            };
+            let options = blobhouse_bench::crash::CrashOptions { trials, seed, check_every, scratch: scratch.clone() };
+            let report = blobhouse_bench::crash::run(&url, &store.options(), &options, &command, &|step| eprintln!("bench crash: {step}")).await.map_err(anyhow::Error::msg)?;
+            let _ = std::fs::remove_dir_all(&scratch);
+            let text = report.describe();
+            let out = out.unwrap_or_else(|| PathBuf::from("bench-results/crash"));
+            std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+            std::fs::write(out.join("report.txt"), &text).with_context(|| format!("write {}/report.txt", out.display()))?;
+            println!("{text}");
+            println!("database: {url}\nwrote {}/report.txt", out.display());
+            anyhow::ensure!(report.violations.is_empty(), "the crash harness found violations (see the report)");
+        }
+        BenchCommand::CrashWorker => match blobhouse_bench::crash::worker_from_env().await {
+            Some(result) => result.map_err(anyhow::Error::msg)?,
+            None => anyhow::bail!("bench crash-worker is started by `blobhouse bench crash`, which sets {}", blobhouse_bench::crash::WORKER_ENV),
+        },
         BenchCommand::BankWorker => match blobhouse_bench::bank::worker_from_env().await {
             Some(result) => result.map_err(anyhow::Error::msg)?,
             None => anyhow::bail!("bench bank-worker is started by `blobhouse bench bank`, which sets {}", blobhouse_bench::bank::WORKER_ENV),

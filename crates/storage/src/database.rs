@@ -455,26 +455,43 @@ impl Database {
             let body = versions::encode(&mut next, upgrade);
             let place = if upgrade { catalog_path(next.version) } else { log_path(next.version) };
             let path = self.loc.child(&place);
-            match put_new(&self.loc, &path, Bytes::from(body)).await {
-                Ok(()) => {
-                    self.upgraded.store(true, std::sync::atomic::Ordering::Relaxed);
-                    if let Some(c) = &next.checkpoint {
-                        *self.checkpoint.lock().expect("checkpoint cache") = Some(c.clone());
-                    }
-                    let next = Arc::new(next);
-                    let mut cur = self.current.write().expect("catalog lock");
-                    if cur.version < next.version {
-                        *cur = next.clone();
-                    }
-                    return Ok(CommitOutcome::Committed(next));
+            crate::failpoint::hit("commit.before")?;
+            let body = Bytes::from(body);
+            // The fail point after the PUT stands for a response lost on
+            // the way back: the version is there, the writer got an error.
+            let put = match put_new(&self.loc, &path, body.clone()).await {
+                Ok(()) => crate::failpoint::hit("commit.after"),
+                Err(e) => Err(e),
+            };
+            let won = match put {
+                Ok(()) => true,
+                Err(StorageError::Store { source: object_store::Error::AlreadyExists { .. }, .. }) => false,
+                // The PUT's outcome is unknown: look at what is there.
+                Err(e) => match self.loc.store.get(&path).await {
+                    Ok(r) => match r.bytes().await {
+                        Ok(there) => there == body,
+                        Err(_) => return Err(StorageError::CommitUnknown { version: next.version, cause: e.to_string() }),
+                    },
+                    // Not there (yet): the PUT may still land, so nothing it
+                    // references may be deleted; GC collects it if not.
+                    Err(_) => return Err(StorageError::CommitUnknown { version: next.version, cause: e.to_string() }),
+                },
+            };
+            if won {
+                self.upgraded.store(true, std::sync::atomic::Ordering::Relaxed);
+                if let Some(c) = &next.checkpoint {
+                    *self.checkpoint.lock().expect("checkpoint cache") = Some(c.clone());
                 }
-                Err(StorageError::Store { source: object_store::Error::AlreadyExists { .. }, .. }) => {
-                    let backoff = Duration::from_millis(rand::rng().random_range(1..=(5 + 5 * attempt.min(20) as u64)));
-                    tokio::time::sleep(backoff).await;
-                    base = self.refresh().await?;
+                let next = Arc::new(next);
+                let mut cur = self.current.write().expect("catalog lock");
+                if cur.version < next.version {
+                    *cur = next.clone();
                 }
-                Err(e) => return Err(e),
+                return Ok(CommitOutcome::Committed(next));
             }
+            let backoff = Duration::from_millis(rand::rng().random_range(1..=(5 + 5 * attempt.min(20) as u64)));
+            tokio::time::sleep(backoff).await;
+            base = self.refresh().await?;
         }
         Err(StorageError::TooManyRetries { attempts: MAX_COMMIT_ATTEMPTS })
     }
@@ -489,6 +506,7 @@ impl Database {
     /// people reading the file).
     pub async fn write_manifest(&self, table_id: u64, table_version: u64, objects: &[DataObject]) -> Result<ManifestRef> {
         let (key, path) = self.new_object(MANIFEST_EXT).await?;
+        crate::failpoint::hit("upload.manifest")?;
         let manifest = Manifest { format_version: FORMAT_VERSION, table_id, table_version, objects: objects.to_vec() };
         self.put_new(&path, to_json(&manifest)).await?;
         Ok(ManifestRef {
@@ -502,6 +520,7 @@ impl Database {
     /// Writes a deletion vector (see [`DeleteRef`]).
     pub async fn write_deletion_vector(&self, deleted: &RoaringBitmap) -> Result<DeleteRef> {
         let (key, path) = self.new_object(DV_EXT).await?;
+        crate::failpoint::hit("upload.vector")?;
         let mut body = Vec::with_capacity(deleted.serialized_size());
         deleted.serialize_into(&mut body).expect("writing to a Vec cannot fail");
         self.put_new(&path, Bytes::from(body)).await?;

@@ -49,6 +49,15 @@ pub enum StorageError {
     #[error("no version was current at {} UTC: the oldest version kept is {oldest} (SHOW VERSIONS lists them)", crate::format::format_ms(*at_ms))]
     NoVersionAt { at_ms: u64, oldest: u64 },
 
+    /// The version's PUT failed in a way that does not tell whether it
+    /// landed (a lost response, a timeout).
+    #[error("the commit of version {version} may or may not have happened ({cause}); its data was kept — SHOW VERSIONS tells, and VACUUM removes it if it did not")]
+    CommitUnknown { version: u64, cause: String },
+
+    /// A fail point made this step fail (fault-injection tests only).
+    #[error("injected failure at fail point {0}")]
+    Injected(String),
+
     /// A snapshot name already in use.
     #[error("snapshot '{0}' already exists (SHOW SNAPSHOTS lists them; DROP SNAPSHOT frees the name)")]
     SnapshotExists(String),

@@ -22,8 +22,10 @@
 //! (`changes::apply`). Deletion happens only after that commit, objects
 //! before the manifests that list them. The next VACUUM deletes the
 //! previous list's items again before its own (deletes are idempotent), so
-//! a VACUUM that crashed half-way is finished by the next one; then it
-//! deletes the previous list. Why this is safe with concurrent writers,
+//! a VACUUM that crashed half-way is finished by the next one — and, when
+//! several crashed in a row, by the first that gets through: a list names
+//! its predecessors whose objects still exist, and the VACUUM that
+//! finishes deletes them all. Why this is safe with concurrent writers,
 //! readers and VACUUMs: docs/lifecycle.md.
 //!
 //! Why no crate: the rules follow blobhouse's own layout.
@@ -67,6 +69,11 @@ struct GcList {
     /// horizon: for the next VACUUM.
     deferred: Retired,
     deferred_versions: Vec<u64>,
+    /// The lists of earlier VACUUMs that may not have finished (the
+    /// previous one, and its predecessors whose lists still exist), oldest
+    /// last: their items are deleted again, then their list objects.
+    #[serde(default)]
+    previous: Vec<u64>,
 }
 
 /// What a VACUUM did (or, dry, would do).
@@ -129,20 +136,29 @@ async fn vacuum_once(db: &Arc<Database>, retain: Duration, grace: Duration, dry_
     };
     report.horizon = horizon;
 
-    // The previous VACUUM's list: unfinished deletions, deferred items.
-    let previous = match old.list {
-        Some(key) => {
+    // The previous VACUUM's list (unfinished deletions, deferred items),
+    // and the lists before it that still exist (their VACUUMs may have
+    // crashed after committing).
+    let mut unfinished: Vec<(u64, GcList)> = Vec::new();
+    if let Some(key) = old.list {
+        report.gets += 1;
+        let list: GcList = read_json(db, &object_name(key, LIST_EXT)).await?;
+        for ancestor in &list.previous {
             report.gets += 1;
-            let list: GcList = read_json(db, &object_name(key, LIST_EXT)).await?;
-            Some((key, list))
+            match read_json::<GcList>(db, &object_name(*ancestor, LIST_EXT)).await {
+                Ok(l) => unfinished.push((*ancestor, l)),
+                Err(StorageError::Store { source: object_store::Error::NotFound { .. }, .. }) => {}
+                Err(e) => return Err(e),
+            }
         }
-        None => None,
-    };
+        unfinished.insert(0, (key, list));
+    }
+    let previous = unfinished.first().map(|(_, l)| l.clone());
 
     // Candidates.
     let mut candidates = Retired::default();
     let mut candidate_versions: Vec<u64> = Vec::new();
-    if let Some((_, list)) = &previous {
+    if let Some(list) = &previous {
         candidates.extend(&list.deferred);
         candidate_versions.extend(&list.deferred_versions);
     }
@@ -177,7 +193,7 @@ async fn vacuum_once(db: &Arc<Database>, retain: Duration, grace: Duration, dry_
         snapshot_checkpoints.extend(checkpoint_of(db, *v).await?);
     }
 
-    let mut list = GcList { horizon, ..Default::default() };
+    let mut list = GcList { horizon, previous: unfinished.iter().map(|(k, _)| *k).collect(), ..Default::default() };
     let mut sort = |kind: Kind, item: u64, manifest: u64| {
         report.candidates += 1;
         if by_retained.references(kind, item, manifest) {
@@ -241,21 +257,57 @@ async fn vacuum_once(db: &Arc<Database>, retain: Duration, grace: Duration, dry_
     let expected = Box::new((old.clone(), newest.snapshots.clone(), newest.restores.clone()));
     match db.commit(&[Change::Vacuum { gc, expected }]).await {
         Ok(CommitOutcome::Committed(_)) | Ok(CommitOutcome::NoOp) => {}
+        // It may have landed: the list stays (the sweep collects it if not).
+        Err(e @ StorageError::CommitUnknown { .. }) => return Err(e),
         Err(e) => {
             db.delete_unreferenced(vec![path]).await;
             return Err(e);
         }
     }
-    if let Some((prev_key, prev_list)) = previous {
-        // Finishes the previous VACUUM if it crashed half-way (else finds
+    crate::failpoint::hit("gc.after_commit")?;
+    for (_, prev_list) in unfinished.iter().rev() {
+        // Finishes the earlier VACUUMs if they crashed half-way (else finds
         // its items gone).
         carry_out(db, &prev_list, &mut report).await?;
-        db.delete_unreferenced(vec![object_name(prev_key, LIST_EXT)]).await;
     }
     report.deleted = carry_out(db, &list, &mut report).await?;
     let swept = orphans.carry_out(db, key, &mut report).await?;
     report.deleted.extend(swept);
     Ok(report)
+}
+
+/// What the store holds under `objects/` that nothing references, and what
+/// is referenced but missing: the newest version's and the snapshots'
+/// manifests, data objects and deletion vectors, and the newest VACUUM's
+/// list. Lists all of `objects/`: for tests and `blobhouse gc --check`.
+pub async fn audit(db: &Database) -> Result<(Vec<String>, Vec<String>)> {
+    let newest = db.refresh().await?;
+    let mut versions = vec![newest.clone()];
+    for s in newest.snapshots.values() {
+        versions.push(Arc::new(db.read_version(s.version).await?));
+    }
+    let mut referenced = BTreeSet::new();
+    for v in versions {
+        for t in v.tables.values() {
+            referenced.extend(t.manifests.iter().map(manifest_path));
+            referenced.extend(t.deletes.values().map(|d| object_name(d.key, DV_EXT)));
+            let data = db.table_data(t).await?;
+            referenced.extend(data.objects.iter().map(|l| data.object(l).path.clone()));
+        }
+    }
+    referenced.extend(newest.gc.list.map(|k| object_name(k, LIST_EXT)));
+    let dir = db.location().child(OBJECTS_DIR);
+    let root = db.location().prefix.to_string();
+    let metas: Vec<object_store::ObjectMeta> =
+        futures::TryStreamExt::try_collect(db.store().list(Some(&dir))).await.map_err(|e| StorageError::store("LIST", db.location().display(&dir), e))?;
+    let stored: BTreeSet<String> = metas
+        .iter()
+        .map(|m| {
+            let p = m.location.to_string();
+            if root.is_empty() { p } else { p.strip_prefix(&format!("{root}/")).map(str::to_string).unwrap_or(p) }
+        })
+        .collect();
+    Ok((referenced.difference(&stored).cloned().collect(), stored.difference(&referenced).cloned().collect()))
 }
 
 /// Crash recovery: the key blocks that no writer may use any more and
@@ -331,9 +383,10 @@ async fn orphan_sweep(db: &Database, protecting: &[Arc<CatalogVersion>], quiet: 
     let old: Vec<KeyBlock> = blocks.iter().copied().filter(|b| b.usable_until_ms < deadline).collect();
     let mut out = Orphans { blocks: Vec::new(), leases: Vec::new() };
     if !old.is_empty() {
-        let mut referenced: HashSet<u64> = HashSet::new();
+        // Only the newest VACUUM's list is needed (older versions name
+        // older lists, which their successors deleted or failed to).
+        let mut referenced: HashSet<u64> = protecting.first().and_then(|v| v.gc.list).into_iter().collect();
         for v in protecting {
-            referenced.extend(v.gc.list);
             for t in v.tables.values() {
                 referenced.extend(t.deletes.values().map(|d| d.key));
                 for (m, file) in db.manifest_files(t).await? {
@@ -425,7 +478,12 @@ async fn carry_out(db: &Database, list: &GcList, report: &mut VacuumReport) -> R
     // manifests whose objects are gone, which the retry deletes again.
     let (manifests, rest): (Vec<_>, Vec<_>) = deleted.iter().map(|(p, _)| p.clone()).partition(|p| p.ends_with(MANIFEST_EXT));
     let (versions, data): (Vec<_>, Vec<_>) = rest.into_iter().partition(|p| p.starts_with(LOG_DIR) || p.starts_with(CATALOG_DIR));
-    for batch in [data, manifests, versions] {
+    let mut first = true;
+    let previous: Vec<String> = list.previous.iter().map(|k| object_name(*k, LIST_EXT)).collect();
+    for batch in [data, manifests, versions, previous] {
+        if !std::mem::take(&mut first) {
+            crate::failpoint::hit("gc.between_deletes")?;
+        }
         report.deletes += batch.len() as u64;
         delete_all(db, batch).await?;
     }

@@ -18,6 +18,7 @@
 pub mod changes;
 pub mod database;
 pub mod error;
+pub mod failpoint;
 pub mod format;
 pub mod gc;
 pub mod keys;

@@ -194,6 +194,11 @@ impl Transaction {
                 self.delete_superseded(&outcome).await;
                 Ok(outcome)
             }
+            // Maybe committed: what it uploaded may be referenced.
+            Err(e @ StorageError::CommitUnknown { .. }) => {
+                self.uploaded.clear();
+                Err(e)
+            }
             Err(e) => {
                 self.delete_uploads().await;
                 Err(e)
@@ -208,6 +213,9 @@ impl Transaction {
     }
 
     async fn delete_uploads(&mut self) {
+        if crate::failpoint::hit("rollback.delete").is_err() {
+            return; // an injected failure: the uploads stay, for GC
+        }
         let paths = std::mem::take(&mut self.uploaded);
         self.db.delete_unreferenced(paths).await;
     }

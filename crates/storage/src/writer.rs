@@ -165,6 +165,7 @@ impl TableWriter {
         let db = self.db.clone();
         let body = Bytes::from(buf);
         self.uploads.spawn(async move {
+            crate::failpoint::hit("upload.data")?;
             db.put_new(&object.path, body).await?;
             Ok(object)
         });

@@ -5,15 +5,12 @@
 use std::collections::BTreeSet;
 
 use blobhouse_engine::{Engine, EngineOptions};
-use blobhouse_storage::format::DV_EXT;
-use blobhouse_storage::keys::object_name;
-use blobhouse_storage::versions::manifest_path;
 use blobhouse_testkit::Request;
 
 use crate::common::*;
 use crate::on_both_backends;
 
-on_both_backends!(vacuum_deletes_exactly_what_nothing_retained_references, concurrent_vacuums_writers_and_snapshot_readers);
+on_both_backends!(vacuum_deletes_exactly_what_nothing_retained_references, concurrent_vacuums_writers_and_snapshot_readers, crash_harness_short_mode);
 
 /// Every object under `objects/`, relative to the database root.
 async fn stored(db: &TestDb) -> BTreeSet<String> {
@@ -29,42 +26,11 @@ async fn stored(db: &TestDb) -> BTreeSet<String> {
         .collect()
 }
 
-/// Every object the newest version and the snapshots reference, and the
-/// newest VACUUM's list.
-async fn referenced(e: &Engine) -> BTreeSet<String> {
-    let db = e.database();
-    let newest = db.refresh().await.unwrap();
-    let mut versions = vec![newest.clone()];
-    for s in newest.snapshots.values() {
-        versions.push(std::sync::Arc::new(db.read_version(s.version).await.unwrap()));
-    }
-    let mut out = BTreeSet::new();
-    for v in versions {
-        for t in v.tables.values() {
-            for m in &t.manifests {
-                out.insert(manifest_path(m));
-            }
-            for d in t.deletes.values() {
-                out.insert(object_name(d.key, DV_EXT));
-            }
-            let data = db.table_data(t).await.unwrap();
-            for l in &data.objects {
-                out.insert(data.object(l).path.clone());
-            }
-        }
-    }
-    if let Some(list) = newest.gc.list {
-        out.insert(object_name(list, blobhouse_storage::gc::LIST_EXT));
-    }
-    out
-}
-
-pub(crate) async fn assert_nothing_unreferenced(db: &TestDb, e: &Engine, when: &str) {
-    let stored = stored(db).await;
-    let referenced = referenced(e).await;
-    let missing: Vec<_> = referenced.difference(&stored).collect();
+/// The store holds exactly what the newest version and the snapshots
+/// reference (`blobhouse_storage::gc::audit`).
+pub(crate) async fn assert_nothing_unreferenced(_db: &TestDb, e: &Engine, when: &str) {
+    let (missing, left) = blobhouse_storage::gc::audit(e.database()).await.unwrap();
     assert!(missing.is_empty(), "{when}: referenced but gone: {missing:?}");
-    let left: Vec<_> = stored.difference(&referenced).collect();
     assert!(left.is_empty(), "{when}: unreferenced but left: {left:?}");
 }
 
@@ -183,5 +149,37 @@ async fn vacuum(e: &Engine) {
     for _ in 0..6 {
         // Conflicts between the two VACUUMs are re-planned inside.
         run(e, "VACUUM RETAIN '0 seconds'").await;
+    }
+}
+
+/// `blobhouse bench crash`'s short mode: 100 trials, each a writer process
+/// (this test binary, re-run as [`crash_worker`]) crashed at a fail point,
+/// failed, killed with SIGKILL or left alone, checked against the oracle.
+async fn crash_harness_short_mode(b: Backend) {
+    let db = TestDb::new(b, "crash");
+    let scratch = tempfile::tempdir().unwrap();
+    let options = blobhouse_bench::crash::CrashOptions { trials: 100, seed: 7, check_every: 20, scratch: scratch.path().to_path_buf() };
+    let command = || {
+        let mut c = std::process::Command::new(std::env::current_exe().expect("test binary"));
+        c.args(["--ignored", "--exact", "lifecycle::crash_worker", "--nocapture", "--test-threads=1"]);
+        c
+    };
+    let report = blobhouse_bench::crash::run(&db.url, &db.store_options, &options, &command, &|_| {}).await.expect("crash harness");
+    eprintln!("{}", report.describe());
+    assert!(report.violations.is_empty(), "{}", report.describe());
+    assert_eq!(report.orphans_after_gc + report.missing_objects + report.torn_versions + report.lost_committed_rows, 0);
+    // The trials did crash, and some of them committed and some did not.
+    assert!(report.by_fault.get("crash").copied().unwrap_or(0) >= 20 && report.by_fault.get("kill -9").copied().unwrap_or(0) >= 10, "{:?}", report.by_fault);
+    assert!(report.committed > 20 && report.committed < 100, "{} committed", report.committed);
+}
+
+/// A worker process of the crash harness (it sets the task and the fail
+/// points in the environment); fails when run on its own.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a worker process, started by crash_harness_short_mode"]
+async fn crash_worker() {
+    match blobhouse_bench::crash::worker_from_env().await {
+        Some(result) => result.expect("crash worker"),
+        None => panic!("started by the crash harness, which sets {}", blobhouse_bench::crash::WORKER_ENV),
     }
 }
