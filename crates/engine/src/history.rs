@@ -5,6 +5,7 @@
 //! DROP SNAPSHOT [IF EXISTS] name
 //! SHOW SNAPSHOTS                              -- name, version, created, bytes pinned
 //! SHOW VERSIONS [n]                           -- the newest n versions (default 100)
+//! SHOW STORAGE                                -- bytes by table, by snapshot, awaiting VACUUM
 //! RESTORE DATABASE TO VERSION n | TIMESTAMP '…' | SNAPSHOT name
 //! RESTORE TABLE t [, u …] TO VERSION n | TIMESTAMP '…' | SNAPSHOT name
 //! VACUUM [RETAIN '7 days'] [GRACE '1 day'] [DRY RUN]   -- garbage collection
@@ -23,6 +24,8 @@ pub(crate) enum History {
     CreateSnapshot { name: String, at: Option<AsOf> },
     DropSnapshot { name: String, if_exists: bool },
     ShowSnapshots,
+    /// Bytes by table, pinned by snapshot, and awaiting VACUUM.
+    ShowStorage,
     ShowVersions { limit: usize },
     /// `tables`: `None` for the whole database.
     Restore { tables: Option<Vec<String>>, to: AsOf },
@@ -59,6 +62,9 @@ pub(crate) fn parse(sql: &str) -> Result<Option<History>, EngineError> {
             return Err(bad(format!("DROP SNAPSHOT takes one name, not '{text}'")));
         }
         return Ok(Some(History::DropSnapshot { name: identifier(name)?, if_exists }));
+    }
+    if kw(0, "SHOW") && kw(1, "STORAGE") && words.len() == 2 {
+        return Ok(Some(History::ShowStorage));
     }
     if kw(0, "SHOW") && kw(1, "SNAPSHOTS") && words.len() == 2 {
         return Ok(Some(History::ShowSnapshots));
@@ -145,6 +151,7 @@ mod tests {
         assert_eq!(parse("DROP SNAPSHOT IF EXISTS s").unwrap(), Some(History::DropSnapshot { name: "s".into(), if_exists: true }));
         assert_eq!(parse("SHOW VERSIONS 5").unwrap(), Some(History::ShowVersions { limit: 5 }));
         assert_eq!(parse("SHOW SNAPSHOTS").unwrap(), Some(History::ShowSnapshots));
+        assert_eq!(parse("show storage;").unwrap(), Some(History::ShowStorage));
         assert_eq!(parse("RESTORE DATABASE TO SNAPSHOT s").unwrap(), Some(History::Restore { tables: None, to: AsOf::Snapshot("s".into()) }));
         assert_eq!(
             parse("RESTORE TABLE a, b TO VERSION 12").unwrap(),

@@ -775,10 +775,38 @@ impl Engine {
                 let batch = RecordBatch::try_new(schema.clone(), columns).map_err(DataFusionError::from)?;
                 Ok(QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) })
             }
+            History::ShowStorage => {
+                // (kind, name, objects, bytes)
+                let mut rows: Vec<(&str, String, u64, u64)> = Vec::new();
+                for (name, t) in &scope.view.tables {
+                    rows.push(("table", name.clone(), t.objects, t.bytes));
+                }
+                for (name, s) in &scope.view.snapshots {
+                    let (objects, bytes) = self.pinned(scope, s.version).await?;
+                    rows.push(("snapshot", name.clone(), objects, bytes));
+                }
+                let (objects, bytes, other) = blobhouse_storage::gc::awaiting(&self.db).await?;
+                rows.push(("awaiting vacuum", format!("data objects retired since version {}", scope.view.gc.horizon.max(1)), objects, bytes));
+                rows.push(("awaiting vacuum", "manifests and deletion vectors".into(), other, 0));
+                let schema = Arc::new(Schema::new(vec![
+                    Field::new("kind", DataType::Utf8, false),
+                    Field::new("name", DataType::Utf8, false),
+                    Field::new("objects", DataType::UInt64, false),
+                    Field::new("bytes", DataType::UInt64, false),
+                ]));
+                let columns: Vec<ArrayRef> = vec![
+                    Arc::new(rows.iter().map(|r| Some(r.0)).collect::<StringArray>()),
+                    Arc::new(rows.iter().map(|r| Some(r.1.as_str())).collect::<StringArray>()),
+                    Arc::new(rows.iter().map(|r| r.2).collect::<UInt64Array>()),
+                    Arc::new(rows.iter().map(|r| r.3).collect::<UInt64Array>()),
+                ];
+                let batch = RecordBatch::try_new(schema.clone(), columns).map_err(DataFusionError::from)?;
+                Ok(QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) })
+            }
             History::ShowSnapshots => {
                 let mut rows = Vec::new();
                 for (name, s) in &scope.view.snapshots {
-                    let pinned = self.bytes_pinned(scope, s.version).await?;
+                    let (_, pinned) = self.pinned(scope, s.version).await?;
                     rows.push((name.clone(), s.version, s.created_at_ms, pinned));
                 }
                 let schema = Arc::new(Schema::new(vec![
@@ -799,21 +827,25 @@ impl Engine {
         }
     }
 
-    /// Bytes of the data objects version `v` references that the current
-    /// view does not: what a snapshot of `v` keeps from garbage collection.
-    async fn bytes_pinned(&self, scope: &Scope, v: u64) -> Result<u64, EngineError> {
+    /// The data objects (count, bytes) version `v` references that the
+    /// current view does not: what a snapshot of `v` keeps from garbage
+    /// collection.
+    async fn pinned(&self, scope: &Scope, v: u64) -> Result<(u64, u64), EngineError> {
         let then = self.past_version(scope, &AsOf::Version(v)).await?;
         let mut live_now = std::collections::HashSet::new();
         for entry in scope.view.tables.values() {
             let data = self.db.table_data(entry).await?;
             live_now.extend(data.objects.iter().map(|l| data.object(l).key));
         }
-        let mut pinned = 0;
+        let (mut objects, mut bytes) = (0, 0);
         for entry in then.tables.values() {
             let data = self.db.table_data(entry).await?;
-            pinned += data.objects.iter().map(|l| data.object(l)).filter(|o| !live_now.contains(&o.key)).map(|o| o.size).sum::<u64>();
+            for o in data.objects.iter().map(|l| data.object(l)).filter(|o| !live_now.contains(&o.key)) {
+                objects += 1;
+                bytes += o.size;
+            }
         }
-        Ok(pinned)
+        Ok((objects, bytes))
     }
 
     /// COPY … TO: runs the query in the statement's scope (so it sees the

@@ -276,6 +276,45 @@ async fn vacuum_once(db: &Arc<Database>, retain: Duration, grace: Duration, dry_
     Ok(report)
 }
 
+/// What commits since the GC horizon stopped referencing — what VACUUM
+/// may collect once retention allows: data objects and their bytes, and
+/// other objects (manifests, deletion vectors). Reads every version since
+/// the horizon (one GET each) and the retired manifests.
+pub async fn awaiting(db: &Database) -> Result<(u64, u64, u64)> {
+    let newest = db.refresh().await?;
+    let mut retired = Retired::default();
+    for v in (newest.gc.horizon + 1).max(1)..=newest.version {
+        let r: RetiredOnly = version_json(db, v).await?;
+        retired.extend(&r.retired);
+    }
+    let (mut objects, mut bytes, mut other) = (0u64, 0u64, 0u64);
+    let mut sizes: HashMap<u64, u64> = HashMap::new();
+    for m in dedup(&retired.manifests) {
+        other += 1;
+        if let Ok(file) = read_json::<Manifest>(db, &manifest_path(&ManifestRef { key: m, objects: 0, rows: 0, bytes: 0 })).await {
+            for o in file.objects {
+                objects += 1;
+                bytes += o.size;
+                sizes.insert(o.key, 0);
+            }
+        }
+    }
+    for [o, m] in &retired.objects {
+        if sizes.contains_key(o) {
+            continue;
+        }
+        let size = match read_json::<Manifest>(db, &manifest_path(&ManifestRef { key: *m, objects: 0, rows: 0, bytes: 0 })).await {
+            Ok(file) => file.objects.iter().find(|x| x.key == *o).map_or(0, |x| x.size),
+            Err(_) => 0,
+        };
+        objects += 1;
+        bytes += size;
+        sizes.insert(*o, size);
+    }
+    other += dedup(&retired.vectors).len() as u64;
+    Ok((objects, bytes, other))
+}
+
 /// What the store holds under `objects/` that nothing references, and what
 /// is referenced but missing: the newest version's and the snapshots'
 /// manifests, data objects and deletion vectors, and the newest VACUUM's

@@ -53,6 +53,16 @@ async fn vacuum_deletes_exactly_what_nothing_retained_references(b: Backend) {
     run(&e, "DELETE FROM t WHERE id = 13").await;
     let now = lines(&run(&e, "SELECT * FROM t ORDER BY id").await);
 
+    // SHOW STORAGE: live bytes by table, what the snapshot pins, what
+    // awaits VACUUM.
+    let storage = lines(&run(&e, "SHOW STORAGE").await);
+    let row = |kind: &str| storage.iter().find(|l| l.starts_with(kind)).cloned().unwrap_or_default();
+    let bytes = |line: String| line.rsplit('|').next().unwrap().parse::<u64>().unwrap();
+    assert!(row("table|t|").split('|').nth(2).unwrap().parse::<u64>().unwrap() >= 1, "{storage:?}");
+    assert!(bytes(row("snapshot|keep|")) > 0, "{storage:?}");
+    let awaiting = bytes(row("awaiting vacuum|data objects"));
+    assert!(awaiting > 0, "the dropped table and the rewritten objects await VACUUM: {storage:?}");
+
     // A dry run lists what it would delete, and deletes nothing.
     let from = db.audit.requests().len();
     let plan = run(&e, "VACUUM RETAIN '0 seconds' DRY RUN").await;
@@ -78,6 +88,8 @@ async fn vacuum_deletes_exactly_what_nothing_retained_references(b: Backend) {
     run(&e, "DROP SNAPSHOT keep").await;
     run(&e, "VACUUM RETAIN '0 seconds'").await;
     assert_nothing_unreferenced(&db, &e, "after the snapshot was dropped").await;
+    let storage = lines(&run(&e, "SHOW STORAGE").await);
+    assert!(storage.iter().any(|l| l.starts_with("awaiting vacuum|data objects") && l.ends_with("|0|0")), "nothing awaits after VACUUM: {storage:?}");
     assert_eq!(lines(&run(&fresh, "SELECT * FROM t ORDER BY id").await), now);
     // Default retention keeps everything this young.
     run(&e, "DELETE FROM t").await;
