@@ -15,3 +15,4 @@ pub mod io_bench;
 pub mod plot;
 pub mod tpch;
 pub mod tpch_bench;
+pub mod vacuum_bench;

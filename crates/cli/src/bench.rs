@@ -196,6 +196,20 @@ pub enum BenchCommand {
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// What one VACUUM costs on many objects with a little garbage, beside listing them all.
+    #[command(after_help = "Writes --objects one-row data objects into --tables tables of a fresh local database,\ndrops one table (its objects are the garbage) and runs VACUUM RETAIN '0 seconds'.\n\nExamples:\n  blobhouse bench vacuum\n  blobhouse bench vacuum --objects 10000 --tables 10")]
+    Vacuum {
+        #[arg(long, default_value_t = 100_000)]
+        objects: u64,
+        #[arg(long, default_value_t = 100)]
+        tables: u64,
+        /// Where the temporary database goes.
+        #[arg(long, default_value = "bench-results")]
+        dir: PathBuf,
+        /// Where report.txt goes (default bench-results/vacuum).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// A worker process of `bench crash` (started by it).
     #[command(hide = true)]
     CrashWorker,
@@ -446,6 +460,17 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             println!("{text}");
             println!("database: {url}\nwrote {}/report.txt", out.display());
             anyhow::ensure!(report.violations.is_empty(), "the crash harness found violations (see the report)");
+        }
+        BenchCommand::Vacuum { objects, tables, dir, out } => {
+            anyhow::ensure!(tables >= 1 && objects >= tables, "--objects must be at least --tables, which must be at least 1");
+            std::fs::create_dir_all(&dir).with_context(|| format!("create {}", dir.display()))?;
+            let figures = blobhouse_bench::vacuum_bench::run(&dir, objects, tables, &|step| eprintln!("bench vacuum: {step}")).await.context("bench vacuum")?;
+            let text = blobhouse_bench::vacuum_bench::describe(&figures);
+            let out = out.unwrap_or_else(|| PathBuf::from("bench-results/vacuum"));
+            std::fs::create_dir_all(&out).with_context(|| format!("create {}", out.display()))?;
+            std::fs::write(out.join("report.txt"), &text).with_context(|| format!("write {}/report.txt", out.display()))?;
+            println!("{text}");
+            println!("wrote {}/report.txt", out.display());
         }
         BenchCommand::CrashWorker => match blobhouse_bench::crash::worker_from_env().await {
             Some(result) => result.map_err(anyhow::Error::msg)?,
