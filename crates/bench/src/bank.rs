@@ -147,9 +147,7 @@ pub async fn worker_from_env() -> Option<Result<(), String>> {
 
 /// One worker: transfers (writer) or checks (reader) until done.
 pub async fn worker(task: &WorkerTask) -> Result<WorkerReport, EngineError> {
-    let mut options = EngineOptions::default();
-    options.target_partitions = 1;
-    options.memory_limit = Some(512 << 20);
+    let options = EngineOptions { target_partitions: 1, memory_limit: Some(512 << 20), ..EngineOptions::default() };
     let e = Engine::open(&task.url, &task.store, options).await?;
     let mut report = WorkerReport { id: task.id, reader: task.reader, ..Default::default() };
     let o = &task.options;

@@ -51,9 +51,7 @@ pub async fn worker_from_env() -> Option<Result<(), String>> {
     Some(
         async {
             let task: WorkerTask = serde_json::from_str(&task).map_err(|e| format!("{WORKER_ENV}: {e}"))?;
-            let mut options = EngineOptions::default();
-            options.key_block_ttl = WORKER_BLOCK_TTL;
-            options.target_partitions = 1;
+            let options = EngineOptions { key_block_ttl: WORKER_BLOCK_TTL, target_partitions: 1, ..EngineOptions::default() };
             let e = Engine::open(&task.url, &task.store, options).await.map_err(|e| e.to_string())?;
             for s in &task.statements {
                 if let Err(err) = e.execute(s).await {
@@ -258,7 +256,7 @@ pub async fn run(url: &str, store: &StoreOptions, o: &CrashOptions, command: &dy
             apply(&mut model, &op, trial);
         }
         check_table(&e, &model, None, trial, &fault, &op, &mut report).await?;
-        if trial as usize % o.check_every == 0 || trial as usize == o.trials {
+        if (trial as usize).is_multiple_of(o.check_every) || trial as usize == o.trials {
             progress(&format!("{trial}/{} trials, {} committed, {} violations", o.trials, report.committed, report.violations.len()));
             recover_and_audit(&e, &model, trial, &mut report).await?;
         }

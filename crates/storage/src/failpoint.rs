@@ -65,11 +65,11 @@ pub fn configure(spec: &str) -> std::result::Result<(), String> {
 /// Passes fail point `name`: crashes, fails, or (almost always) nothing.
 pub fn hit(name: &'static str) -> Result<()> {
     FROM_ENV.call_once(|| {
-        if let Ok(spec) = std::env::var("BLOBHOUSE_FAILPOINTS") {
-            if let Err(e) = configure(&spec) {
-                eprintln!("BLOBHOUSE_FAILPOINTS: {e}");
-                std::process::exit(2);
-            }
+        if let Ok(spec) = std::env::var("BLOBHOUSE_FAILPOINTS")
+            && let Err(e) = configure(&spec)
+        {
+            eprintln!("BLOBHOUSE_FAILPOINTS: {e}");
+            std::process::exit(2);
         }
     });
     if !ANY.load(Ordering::Relaxed) {

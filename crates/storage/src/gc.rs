@@ -268,7 +268,7 @@ async fn vacuum_once(db: &Arc<Database>, retain: Duration, grace: Duration, dry_
     for (_, prev_list) in unfinished.iter().rev() {
         // Finishes the earlier VACUUMs if they crashed half-way (else finds
         // its items gone).
-        carry_out(db, &prev_list, &mut report).await?;
+        carry_out(db, prev_list, &mut report).await?;
     }
     report.deleted = carry_out(db, &list, &mut report).await?;
     let swept = orphans.carry_out(db, key, &mut report).await?;
