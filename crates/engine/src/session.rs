@@ -711,7 +711,7 @@ impl Engine {
             vectors.push((data.object(live).key, live.manifest, live.vector, union));
         }
         let mut slot = scope.txn.lock().await;
-        let txn = slot.as_mut().ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
+        let txn = joined(&self.db, &mut slot, &objects).await?;
         txn.record_uploads(objects.iter().map(|o| o.path.clone()));
         txn.delete(&dml.table, vectors).await?;
         if !objects.is_empty() {
@@ -894,7 +894,7 @@ impl Engine {
         let schema = Arc::new(entry.schema.clone());
         let (rows, objects) = write_stream(&self.db, &schema, &self.options, stream).await?;
         let mut slot = scope.txn.lock().await;
-        let txn = slot.as_mut().ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
+        let txn = joined(&self.db, &mut slot, &objects).await?;
         txn.rewrite(table, entry.id, plan.removed, objects, plan.dropped_manifests, plan.forgotten).await?;
         Ok(rows)
     }
@@ -923,7 +923,7 @@ impl Engine {
         let stream = execute_stream(physical, ctx.task_ctx())?;
         let (rows, objects) = write_stream(&self.db, &schema, &self.options, stream).await?;
         let mut slot = scope.txn.lock().await;
-        let txn = slot.as_mut().ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
+        let txn = joined(&self.db, &mut slot, &objects).await?;
         if create.or_replace && exists {
             txn.drop_table(&name, true)?;
         }
@@ -977,9 +977,20 @@ impl Engine {
         let (rows, objects) = write_stream(&self.db, &schema, &self.options, stream)
             .await
             .map_err(|e| fail(file_line_numbers(&describe_df(&e), copy.header)))?;
-        stage_append(scope, &copy.table, entry.id, objects).await?;
+        let mut slot = scope.txn.lock().await;
+        joined(&self.db, &mut slot, &objects).await?.append(&copy.table, entry.id, objects).await?;
         Ok(rows)
     }
+}
+
+/// The statement's transaction. It has ended only if the session was torn
+/// down under the statement; then the objects the statement `uploaded`
+/// belong to nobody and are deleted.
+async fn joined<'a>(db: &Database, slot: &'a mut Option<Transaction>, uploaded: &[DataObject]) -> Result<&'a mut Transaction, EngineError> {
+    if slot.is_none() {
+        db.delete_unreferenced(uploaded.iter().map(|o| o.path.clone()).collect()).await;
+    }
+    slot.as_mut().ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))
 }
 
 /// Applies `f` to the statement's transaction.
@@ -987,16 +998,6 @@ async fn stage(scope: &Scope, f: impl FnOnce(&mut Transaction) -> Result<bool, S
     let mut slot = scope.txn.lock().await;
     let txn = slot.as_mut().ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
     Ok(f(txn)?)
-}
-
-/// Adds `objects` to table `name` in the statement's transaction (deletes
-/// them if the transaction has ended).
-async fn stage_append(scope: &Scope, name: &str, table_id: u64, objects: Vec<DataObject>) -> Result<bool, EngineError> {
-    let mut slot = scope.txn.lock().await;
-    let Some(txn) = slot.as_mut() else {
-        return Err(EngineError::Transaction("the transaction has ended".into()));
-    };
-    Ok(txn.append(name, table_id, objects).await?)
 }
 
 /// BEGIN / START TRANSACTION, COMMIT / END, ROLLBACK / ABORT; `None` for
