@@ -150,3 +150,12 @@ pub fn small_chunks(target_chunk_bytes: usize) -> EngineOptions {
     o.write.target_chunk_bytes = target_chunk_bytes;
     o
 }
+
+/// A process running the ignored test `test` of this binary: how the suite
+/// starts worker processes (bank, crash harness, killed sessions) without
+/// a binary of their own. The worker reads its task from the environment.
+pub fn worker_command(test: &str) -> std::process::Command {
+    let mut c = std::process::Command::new(std::env::current_exe().expect("the test binary"));
+    c.args(["--ignored", "--exact", test, "--nocapture", "--test-threads=1"]);
+    c
+}

@@ -13,7 +13,7 @@ use crate::on_both_backends;
 on_both_backends!(vacuum_deletes_exactly_what_nothing_retained_references, concurrent_vacuums_writers_and_snapshot_readers, crash_harness_short_mode);
 
 /// Every object under `objects/`, relative to the database root.
-async fn stored(db: &TestDb) -> BTreeSet<String> {
+pub(crate) async fn stored(db: &TestDb) -> BTreeSet<String> {
     let prefix = db.location.child("objects");
     let root = db.location.prefix.to_string();
     let metas: Vec<_> = futures::TryStreamExt::try_collect(db.location.store.list(Some(&prefix))).await.unwrap();
@@ -171,11 +171,7 @@ async fn crash_harness_short_mode(b: Backend) {
     let db = TestDb::new(b, "crash");
     let scratch = tempfile::tempdir().unwrap();
     let options = blobhouse_bench::crash::CrashOptions { trials: 100, seed: 7, check_every: 20, scratch: scratch.path().to_path_buf() };
-    let command = || {
-        let mut c = std::process::Command::new(std::env::current_exe().expect("test binary"));
-        c.args(["--ignored", "--exact", "lifecycle::crash_worker", "--nocapture", "--test-threads=1"]);
-        c
-    };
+    let command = || worker_command("lifecycle::crash_worker");
     let report = blobhouse_bench::crash::run(&db.url, &db.store_options, &options, &command, &|_| {}).await.expect("crash harness");
     eprintln!("{}", report.describe());
     assert!(report.violations.is_empty(), "{}", report.describe());
@@ -213,9 +209,8 @@ async fn vacuums_race_writer_and_snapshot_reader_processes_on_minio() {
     run(&e, "OPTIMIZE t").await; // the snapshot now pins objects the table no longer uses
     let spawn = |statements: Vec<String>| {
         let task = blobhouse_bench::crash::WorkerTask { url: db.url.clone(), store: db.store_options.clone(), statements };
-        let mut c = tokio::process::Command::new(std::env::current_exe().expect("test binary"));
-        c.args(["--ignored", "--exact", "lifecycle::crash_worker", "--nocapture", "--test-threads=1"])
-            .env(blobhouse_bench::crash::WORKER_ENV, serde_json::to_string(&task).unwrap())
+        let mut c = tokio::process::Command::from(worker_command("lifecycle::crash_worker"));
+        c.env(blobhouse_bench::crash::WORKER_ENV, serde_json::to_string(&task).unwrap())
             .env("BLOBHOUSE_FAILPOINTS", "")
             .kill_on_drop(true);
         c.output()

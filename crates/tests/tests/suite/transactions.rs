@@ -227,11 +227,7 @@ async fn bank_invariants_hold_with_concurrent_writer_and_reader_processes() {
     let minio = blobhouse_testkit::MinioServer::shared();
     let url = minio.fresh_url("bank");
     let options = blobhouse_bench::bank::BankOptions { accounts: 8, writers: 4, readers: 2, transfers: 25, ..Default::default() };
-    let command = || {
-        let mut c = std::process::Command::new(std::env::current_exe().expect("test binary"));
-        c.args(["--ignored", "--exact", "transactions::bank_worker", "--nocapture", "--test-threads=1"]);
-        c
-    };
+    let command = || worker_command("transactions::bank_worker");
     let report = blobhouse_bench::bank::run(&url, &minio_options(minio), &options, &command, &|_| {}).await.expect("bank run");
     eprintln!("{}", report.describe(&options));
     assert!(report.violations.is_empty(), "{:?}", report.violations);
@@ -262,14 +258,8 @@ async fn a_killed_session_leaves_nothing_referenced() {
     let db = TestDb::new(Backend::Minio, "txn-killed");
     let e = accounts(&db).await;
     let before = e.database().refresh().await.unwrap();
-    let listed = |db: &TestDb| {
-        let store = db.location.store.clone();
-        let prefix = db.location.child("objects");
-        async move { futures::TryStreamExt::try_collect::<Vec<_>>(store.list(Some(&prefix))).await.unwrap().into_iter().map(|m| m.location.to_string()).collect::<std::collections::BTreeSet<_>>() }
-    };
-    let objects_before = listed(&db).await;
-    let mut child = tokio::process::Command::new(std::env::current_exe().unwrap())
-        .args(["--ignored", "--exact", "transactions::killed_session_worker", "--nocapture", "--test-threads=1"])
+    let objects_before = crate::lifecycle::stored(&db).await;
+    let mut child = tokio::process::Command::from(worker_command("transactions::killed_session_worker"))
         .env("BLOBHOUSE_KILLED_SESSION", serde_json::to_string(&(&db.url, &minio_options(blobhouse_testkit::MinioServer::shared()))).unwrap())
         .stdout(std::process::Stdio::piped())
         .kill_on_drop(true)
@@ -286,7 +276,7 @@ async fn a_killed_session_leaves_nothing_referenced() {
     }
     child.start_kill().unwrap(); // SIGKILL
     child.wait().await.unwrap();
-    let orphans: Vec<String> = listed(&db).await.difference(&objects_before).cloned().collect();
+    let orphans: Vec<String> = crate::lifecycle::stored(&db).await.difference(&objects_before).cloned().collect();
     assert!(orphans.iter().any(|p| p.ends_with(".parquet")) && orphans.iter().any(|p| p.ends_with(".dv")), "the worker uploaded {orphans:?}");
     let after = e.database().refresh().await.unwrap();
     assert_eq!(after.version, before.version, "a killed transaction committed");
