@@ -498,6 +498,14 @@ impl Engine {
                 result
             }
             None => {
+                // CREATE SNAPSHOT of now reads nothing: it names the version
+                // its commit builds on, and the commit decides on the newest
+                // version (a handle that saw it a moment ago lists nothing).
+                if let Parsed::History(History::CreateSnapshot { name, at: None }) = &parsed {
+                    let change = blobhouse_storage::Change::CreateSnapshot { name: name.clone(), version: None, created_at_ms: blobhouse_storage::format::now_ms() };
+                    self.db.commit(&[change]).await?;
+                    return Ok(empty_result(started));
+                }
                 // A statement of its own: one transaction, committed at its end.
                 let snapshot = self.db.refresh().await?;
                 let slot: TxnSlot = Arc::new(tokio::sync::Mutex::new(Some(Transaction::begin(&self.db, snapshot.clone()))));
@@ -506,8 +514,10 @@ impl Engine {
                 let result = self.explain_expiry(result, read).await;
                 let txn = slot.lock().await.take();
                 match (result, txn) {
-                    (Ok(r), Some(txn)) => {
+                    (Ok(mut r), Some(txn)) => {
                         txn.commit().await?;
+                        // The statement's time includes its commit.
+                        r.elapsed = started.elapsed();
                         Ok(r)
                     }
                     (Ok(r), None) => Ok(r),
@@ -725,16 +735,17 @@ impl Engine {
         match h {
             History::CreateSnapshot { name, at } => {
                 let version = match &at {
-                    Some(at) => self.past_version_number(scope, at).await?,
+                    Some(at) => Some(self.past_version_number(scope, at).await?),
+                    // (On its own, it does not come here: execute_statement.)
                     None => {
                         let read_only = scope.txn.lock().await.as_ref().is_none_or(Transaction::is_read_only);
                         if !read_only {
                             return Err(EngineError::Transaction("CREATE SNAPSHOT inside a transaction that changed something would name a version without those changes; COMMIT first, or give AT(VERSION => n)".into()));
                         }
-                        scope.view.version
+                        Some(scope.view.version)
                     }
                 };
-                if version == 0 {
+                if version == Some(0) {
                     return Err(EngineError::Unsupported("the database has no version yet to snapshot".into()));
                 }
                 stage(scope, |t| t.create_snapshot(&name, version)).await?;

@@ -64,8 +64,10 @@ pub enum Change {
         /// longer needs to hold.
         forgotten: Vec<u64>,
     },
-    /// Name version `version` as snapshot `name`.
-    CreateSnapshot { name: String, version: u64, created_at_ms: u64 },
+    /// Name version `version` as snapshot `name`; `None`: the version the
+    /// commit builds on — the newest when it lands, which needs no read
+    /// before it (see [`Change::on_base`]).
+    CreateSnapshot { name: String, version: Option<u64>, created_at_ms: u64 },
     /// Forget snapshot `name`.
     DropSnapshot { name: String, if_exists: bool },
     /// Move the GC horizon (VACUUM): valid only if the GC state, the
@@ -117,6 +119,17 @@ pub struct RemovedObject {
 }
 
 impl Change {
+    /// The change as applied on version `base`: a snapshot of "the version
+    /// the commit builds on" names `base`. Everything else is as staged.
+    pub fn on_base(&self, base: u64) -> std::borrow::Cow<'_, Change> {
+        match self {
+            Change::CreateSnapshot { name, version: None, created_at_ms } => {
+                std::borrow::Cow::Owned(Change::CreateSnapshot { name: name.clone(), version: Some(base), created_at_ms: *created_at_ms })
+            }
+            _ => std::borrow::Cow::Borrowed(self),
+        }
+    }
+
     /// For people reading the history: "DELETE 3 rows from t".
     pub fn describe(&self) -> String {
         match self {
@@ -129,7 +142,8 @@ impl Change {
                 format!("DELETE {rows} rows from {name}")
             }
             Change::Rewrite { name, removed, .. } => format!("OPTIMIZE {name}: {} objects rewritten", removed.len()),
-            Change::CreateSnapshot { name, version, .. } => format!("CREATE SNAPSHOT {name} of version {version}"),
+            Change::CreateSnapshot { name, version: Some(v), .. } => format!("CREATE SNAPSHOT {name} of version {v}"),
+            Change::CreateSnapshot { name, version: None, .. } => format!("CREATE SNAPSHOT {name} of the version before"),
             Change::Vacuum { gc, .. } => format!("VACUUM: versions before {} expire", gc.horizon),
             Change::DropSnapshot { name, .. } => format!("DROP SNAPSHOT {name}"),
             Change::Restore { target, tables, .. } => {
@@ -237,11 +251,17 @@ pub fn apply(version: &mut CatalogVersion, change: &Change) -> Result<bool> {
             Ok(true)
         }
         Change::CreateSnapshot { name, version: v, created_at_ms } => {
+            let Some(v) = *v else {
+                return Err(StorageError::InvalidData(format!("snapshot {name}: the version it names was not resolved (Change::on_base)")));
+            };
+            if v == 0 {
+                return Err(StorageError::InvalidData(format!("snapshot {name}: the database has no version yet to snapshot")));
+            }
             if version.snapshots.contains_key(name) {
                 return Err(StorageError::SnapshotExists(name.clone()));
             }
-            not_expired(version, *v)?;
-            version.snapshots.insert(name.clone(), SnapshotEntry { version: *v, created_at_ms: *created_at_ms });
+            not_expired(version, v)?;
+            version.snapshots.insert(name.clone(), SnapshotEntry { version: v, created_at_ms: *created_at_ms });
             Ok(true)
         }
         Change::DropSnapshot { name, if_exists } => match version.snapshots.remove(name) {
@@ -419,7 +439,7 @@ mod tests {
         apply(&mut v.clone(), &restore).unwrap();
         v.gc.horizon = 2;
         assert!(matches!(apply(&mut v.clone(), &restore), Err(StorageError::VersionExpired { version: 1, horizon: 2 })));
-        let snapshot = Change::CreateSnapshot { name: "s".into(), version: 1, created_at_ms: 0 };
+        let snapshot = Change::CreateSnapshot { name: "s".into(), version: Some(1), created_at_ms: 0 };
         assert!(matches!(apply(&mut v, &snapshot), Err(StorageError::VersionExpired { .. })));
     }
 

@@ -17,7 +17,7 @@
 
 use std::collections::HashMap;
 use std::sync::{Arc, Mutex, RwLock};
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
@@ -40,6 +40,21 @@ use crate::location::Location;
 /// How many times a commit re-applies its change after losing the race.
 pub const MAX_COMMIT_ATTEMPTS: u32 = 100;
 
+/// A commit builds on the handle's newest version without listing the log
+/// again when the handle saw that version to be the newest less than this
+/// long ago (typically the refresh that began the statement). A base that
+/// turned stale costs one refused put-if-absent, then a refresh.
+///
+/// Why this is safe: version `n+1` can be missing while newer versions
+/// exist only after VACUUM expired it, and VACUUM deletes the object of
+/// version `v` only once `v+1` was committed more than its GRACE period
+/// ago (`crate::gc`). Version `n+2` was committed after the observation
+/// that `n` was the newest, so that hole cannot appear while this base is
+/// fresh plus the longest a put may be in flight (object_store's retry
+/// timeout plus one request timeout, under a minute) — far less than any
+/// sensible GRACE.
+pub const FRESH_BASE: Duration = Duration::from_secs(1);
+
 /// What a commit did.
 #[derive(Debug, Clone)]
 pub enum CommitOutcome {
@@ -55,6 +70,10 @@ pub struct Database {
     loc: Location,
     keys: KeyGenerator,
     current: RwLock<Arc<CatalogVersion>>,
+    /// The newest version the handle has seen to be the newest on the
+    /// store, and when (a lower bound: when the request that showed it was
+    /// sent). See [`FRESH_BASE`].
+    observed: Mutex<(u64, Instant)>,
     /// Format the database was created with (its marker): a version-1
     /// database keeps its versions in `catalog/` until a commit upgrades it.
     created_format: u32,
@@ -119,6 +138,7 @@ impl Database {
             keys: KeyGenerator::new(loc.clone(), block_ttl),
             loc,
             current: RwLock::new(Arc::new(CatalogVersion { format_version: FORMAT_VERSION, ..Default::default() })),
+            observed: Mutex::new((0, Instant::now())),
             created_format,
             upgraded: std::sync::atomic::AtomicBool::new(created_format >= 2),
             checkpoint: Mutex::new(None),
@@ -189,28 +209,57 @@ impl Database {
         self.current.read().expect("catalog lock").clone()
     }
 
-    /// Loads the newest committed version from the store: two LISTs (the
-    /// log's buckets, then the newest bucket) and, when it changed, its two
-    /// objects (the version and its checkpoint).
+    /// Loads the newest committed version from the store: one LIST of
+    /// the log after the known version on S3 and GCS (two elsewhere, and
+    /// when opening: the log's buckets, then the newest bucket) and, when
+    /// it changed, its two objects (the version and its checkpoint).
     pub async fn refresh(&self) -> Result<Arc<CatalogVersion>> {
         let known = self.current();
+        let asked = Instant::now();
         match self.newest_version(known.version).await? {
             Some(v) if v > known.version => {
                 let version = Arc::new(self.read_version(v).await?);
+                self.observe(v, asked);
                 let mut cur = self.current.write().expect("catalog lock");
                 if cur.version < version.version {
                     *cur = version;
                 }
                 Ok(cur.clone())
             }
-            _ => Ok(known),
+            _ => {
+                self.observe(known.version, asked);
+                Ok(known)
+            }
         }
+    }
+
+    /// Records that version `v` was the newest on the store at `at`.
+    fn observe(&self, v: u64, at: Instant) {
+        let mut seen = self.observed.lock().expect("observation lock");
+        if v > seen.0 || (v == seen.0 && at > seen.1) {
+            *seen = (v, at);
+        }
+    }
+
+    /// The handle's newest version, if it was seen to be the newest on the
+    /// store less than [`FRESH_BASE`] ago.
+    fn fresh(&self) -> Option<Arc<CatalogVersion>> {
+        let current = self.current();
+        let seen = *self.observed.lock().expect("observation lock");
+        (seen.0 == current.version && seen.1.elapsed() < FRESH_BASE).then_some(current)
     }
 
     /// The newest version's number on the store (`None`: no version yet).
     async fn newest_version(&self, known: u64) -> Result<Option<u64>> {
         let number = |p: &Path| p.filename()?.strip_suffix(".json").unwrap_or(p.filename()?).parse::<u64>().ok();
         let log = self.loc.child(LOG_DIR);
+        if known > 0 && self.upgraded.load(std::sync::atomic::Ordering::Relaxed) && self.loc.lists_after_offset() {
+            // Version names sort by number, so the store lists exactly the
+            // newer ones (whatever VACUUM expired before them).
+            let after = self.loc.child(&log_path(known));
+            let newer: Vec<_> = self.loc.store.list_with_offset(Some(&log), &after).try_collect().await.map_err(|e| StorageError::store("LIST", self.loc.display(&log), e))?;
+            return Ok(newer.iter().filter_map(|m| number(&m.location)).max().or(Some(known)));
+        }
         let buckets = self.loc.store.list_with_delimiter(Some(&log)).await.map_err(|e| StorageError::store("LIST", self.loc.display(&log), e))?;
         let newest_bucket = buckets.common_prefixes.iter().filter_map(|p| Some((number(p)?, p))).max_by_key(|(b, _)| *b);
         if let Some((_, bucket)) = newest_bucket {
@@ -427,8 +476,15 @@ impl Database {
     /// uploaded already; on failure the caller deletes them (see
     /// [`crate::Transaction`]).
     pub async fn commit(&self, changes: &[Change]) -> Result<CommitOutcome> {
-        let mut base = self.refresh().await?;
+        // `listed`: whether `base` was listed for this commit, or is the
+        // handle's fresh newest version (see FRESH_BASE).
+        let (mut base, mut listed) = match self.fresh() {
+            Some(base) => (base, false),
+            None => (self.refresh().await?, true),
+        };
         for attempt in 0..MAX_COMMIT_ATTEMPTS {
+            let changes: Vec<Change> = changes.iter().map(|c| c.on_base(base.version).into_owned()).collect();
+            let changes = changes.as_slice();
             let mut next = CatalogVersion {
                 format_version: FORMAT_VERSION,
                 version: base.version + 1,
@@ -441,8 +497,26 @@ impl Database {
                 checkpoint: base.checkpoint.clone(),
             };
             let mut changed = false;
+            let mut refused = None;
             for change in changes {
-                changed |= changes::apply(&mut next, change)?;
+                match changes::apply(&mut next, change) {
+                    Ok(c) => changed |= c,
+                    Err(e) => {
+                        refused = Some(e);
+                        break;
+                    }
+                }
+            }
+            // A refusal or a no-op decided on a version not listed for this
+            // commit may be stale (a snapshot dropped a moment ago by
+            // another writer): it is decided again on the newest version.
+            if !listed && (refused.is_some() || !changed) {
+                base = self.refresh().await?;
+                listed = true;
+                continue;
+            }
+            if let Some(e) = refused {
+                return Err(e);
             }
             if !changed {
                 return Ok(CommitOutcome::NoOp);
@@ -457,6 +531,7 @@ impl Database {
             let path = self.loc.child(&place);
             crate::failpoint::hit("commit.before")?;
             let body = Bytes::from(body);
+            let sent = Instant::now();
             // The fail point after the PUT stands for a response lost on
             // the way back: the version is there, the writer got an error.
             let put = match put_new(&self.loc, &path, body.clone()).await {
@@ -479,6 +554,8 @@ impl Database {
             };
             if won {
                 self.upgraded.store(true, std::sync::atomic::Ordering::Relaxed);
+                // No writer puts n+2 before it has seen n+1.
+                self.observe(next.version, sent);
                 if let Some(c) = &next.checkpoint {
                     *self.checkpoint.lock().expect("checkpoint cache") = Some(c.clone());
                 }
@@ -492,6 +569,7 @@ impl Database {
             let backoff = Duration::from_millis(rand::rng().random_range(1..=(5 + 5 * attempt.min(20) as u64)));
             tokio::time::sleep(backoff).await;
             base = self.refresh().await?;
+            listed = true;
         }
         Err(StorageError::TooManyRetries { attempts: MAX_COMMIT_ATTEMPTS })
     }

@@ -13,7 +13,9 @@
 //!    referenced only by a snapshot is **deferred** to the next VACUUM.
 //!    Everything else is deleted.
 //! 4. Version objects before H are deleted, except the checkpoint version
-//!    H's delta needs and snapshot versions.
+//!    H's delta needs, snapshot versions, and versions whose successor was
+//!    committed less than GRACE ago (a writer may still be putting that
+//!    successor; see `database::FRESH_BASE`); those wait for a later VACUUM.
 //!
 //! The plan (deletions, deferrals) is written to a list object and
 //! committed as a version that moves the horizon; the commit validates that
@@ -224,15 +226,28 @@ async fn vacuum_once(db: &Arc<Database>, retain: Duration, grace: Duration, dry_
     for d in dedup(&candidates.vectors) {
         sort(Kind::Vector, d, 0);
     }
-    // Versions below the horizon: H's checkpoint and snapshot versions stay.
+    // Versions below the horizon: H's checkpoint and snapshot versions stay
+    // (for the next VACUUM to look at again), and so does every version
+    // whose successor is younger than GRACE: a writer that saw it as the
+    // newest may still be putting the next version, which must not land
+    // in a gap (`database::FRESH_BASE`).
     let keep: HashSet<u64> = checkpoint_of(db, horizon).await?.into_iter().collect();
+    let settled = if grace <= retain {
+        horizon
+    } else {
+        match db.version_at(now_ms().saturating_sub(grace.as_millis() as u64)).await {
+            Ok(v) => v.min(horizon),
+            Err(StorageError::NoVersionAt { .. }) => 0,
+            Err(e) => return Err(e),
+        }
+    };
     for v in dedup(&candidate_versions) {
         if v >= horizon {
             continue;
         }
-        if snapshot_versions.contains(&v) || snapshot_checkpoints.contains(&v) {
+        if snapshot_versions.contains(&v) || snapshot_checkpoints.contains(&v) || keep.contains(&v) || v >= settled {
             list.deferred_versions.push(v);
-        } else if !keep.contains(&v) {
+        } else {
             list.versions.push(v);
         }
     }

@@ -80,6 +80,15 @@ impl Location {
         p
     }
 
+    /// Whether the store lists from an offset on the server (S3's
+    /// `start-after`, GCS's `startOffset`), so that listing what follows a
+    /// name costs one request however much precedes it. object_store
+    /// emulates the offset elsewhere by listing everything (Azure, HTTP),
+    /// and a local directory is walked whole either way.
+    pub fn lists_after_offset(&self) -> bool {
+        matches!(self.url.split("://").next(), Some("s3" | "s3a" | "gs"))
+    }
+
     /// A full URL of an object, for messages.
     pub fn display(&self, path: &Path) -> String {
         let base = self.url.trim_end_matches('/');

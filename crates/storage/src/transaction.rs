@@ -71,7 +71,8 @@ impl Transaction {
     /// Returns whether it changed anything.
     pub fn stage(&mut self, change: Change) -> Result<bool> {
         let mut view = self.view.as_ref().clone();
-        if !changes::apply(&mut view, &change)? {
+        let base = view.version;
+        if !changes::apply(&mut view, &change.on_base(base))? {
             return Ok(false);
         }
         view.operation = change.describe();
@@ -143,8 +144,9 @@ impl Transaction {
         self.stage(Change::Rewrite { name: name.to_string(), table_id, removed, manifest, dropped_manifests, forgotten })
     }
 
-    /// Stages CREATE SNAPSHOT `name` of version `version`.
-    pub fn create_snapshot(&mut self, name: &str, version: u64) -> Result<bool> {
+    /// Stages CREATE SNAPSHOT `name` of version `version`; `None`: of the
+    /// version the commit builds on (the newest when it lands).
+    pub fn create_snapshot(&mut self, name: &str, version: Option<u64>) -> Result<bool> {
         self.stage(Change::CreateSnapshot { name: name.to_string(), version, created_at_ms: crate::format::now_ms() })
     }
 

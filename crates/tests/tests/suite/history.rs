@@ -6,6 +6,8 @@ use blobhouse_bench::answers::{self, Verdict};
 use blobhouse_bench::tpch;
 use blobhouse_engine::{Engine, EngineOptions};
 
+use blobhouse_testkit::Request;
+
 use crate::common::*;
 use crate::on_both_backends;
 
@@ -56,11 +58,29 @@ async fn past_versions_read_restore_and_snapshot_without_copying(b: Backend) {
     assert!(versions[0].starts_with(&format!("{v2}|")) && versions[0].contains("CREATE TABLE other"), "{versions:?}");
     assert!(versions[2].contains("DELETE 1 rows from t"), "{versions:?}");
 
-    // A snapshot is one commit and copies nothing.
+    // A snapshot is one commit and copies nothing: it names the version its
+    // commit builds on, so a handle that saw the newest version a moment
+    // ago (database::FRESH_BASE) just puts the next version.
+    let puts = |r: &[Request]| r.iter().filter(|r| matches!(r, Request::Put { .. })).count();
+    let lists = |r: &[Request]| r.iter().filter(|r| matches!(r, Request::List { .. })).count();
+    e.database().refresh().await.unwrap();
+    let seen = std::time::Instant::now();
     let before = db.audit.requests().len();
     run(&e, "CREATE SNAPSHOT before_wipe").await;
-    let puts = db.audit.requests()[before..].iter().filter(|r| matches!(r, blobhouse_testkit::Request::Put { .. })).count();
-    assert_eq!(puts, 1, "creating a snapshot writes one version object");
+    let requests = db.audit.requests()[before..].to_vec();
+    if seen.elapsed() < blobhouse_storage::database::FRESH_BASE {
+        assert!(matches!(requests.as_slice(), [Request::Put { create: true, .. }]), "CREATE SNAPSHOT on a fresh handle is one PUT: {requests:#?}");
+    }
+    assert_eq!(puts(&requests), 1, "creating a snapshot writes one version object: {requests:#?}");
+    // An idle handle lists the log first: one LIST on S3 (after the known
+    // version), two elsewhere.
+    tokio::time::sleep(blobhouse_storage::database::FRESH_BASE).await;
+    let before = db.audit.requests().len();
+    run(&e, "CREATE SNAPSHOT later").await;
+    let requests = db.audit.requests()[before..].to_vec();
+    let refresh = if matches!(b, Backend::Minio) { 1 } else { 2 };
+    assert_eq!((lists(&requests), puts(&requests), requests.len()), (refresh, 1, refresh + 1), "{requests:#?}");
+    run(&e, "DROP SNAPSHOT later").await;
     assert!(fail(&e, "CREATE SNAPSHOT before_wipe").await.contains("already exists"));
     run(&e, "DELETE FROM t").await;
     run(&e, "DROP TABLE other").await;

@@ -10,7 +10,14 @@ use blobhouse_testkit::Request;
 use crate::common::*;
 use crate::on_both_backends;
 
-on_both_backends!(vacuum_deletes_exactly_what_nothing_retained_references, concurrent_vacuums_writers_and_snapshot_readers, crash_harness_short_mode);
+on_both_backends!(
+    vacuum_deletes_exactly_what_nothing_retained_references,
+    concurrent_vacuums_writers_and_snapshot_readers,
+    crash_harness_short_mode,
+    expired_versions_outlive_the_grace_period,
+    a_commit_on_a_fresh_base_never_lands_in_a_gap_vacuum_left,
+    a_refusal_on_a_fresh_base_is_decided_again_on_the_newest_version
+);
 
 /// Every object under `objects/`, relative to the database root.
 pub(crate) async fn stored(db: &TestDb) -> BTreeSet<String> {
@@ -99,6 +106,117 @@ async fn vacuum_deletes_exactly_what_nothing_retained_references(b: Backend) {
     run(&e, "BEGIN").await;
     assert!(fail(&e, "VACUUM").await.contains("inside a transaction"));
     run(&e, "ROLLBACK").await;
+}
+
+/// The numbers of the version objects in `log/`.
+async fn logged_versions(db: &TestDb) -> BTreeSet<u64> {
+    let log = db.location.child("log");
+    let metas: Vec<_> = futures::TryStreamExt::try_collect(db.location.store.list(Some(&log))).await.unwrap();
+    metas.iter().filter_map(|m| m.location.filename()?.strip_suffix(".json")?.parse().ok()).collect()
+}
+
+/// A version expires at the horizon, but its object stays until its
+/// successor is older than GRACE: a writer that saw it as the newest may
+/// still be putting the next version, which must not land in a gap
+/// (`database::FRESH_BASE`). A later VACUUM takes what an earlier one kept
+/// back; the checkpoint the horizon's delta needs stays.
+async fn expired_versions_outlive_the_grace_period(b: Backend) {
+    let db = TestDb::new(b, "expiry");
+    let e = db.engine(EngineOptions::default()).await;
+    run(&e, "CREATE TABLE t (id INT)").await;
+    for i in 0..5 {
+        run(&e, &format!("INSERT INTO t VALUES ({i})")).await;
+    }
+    let written = logged_versions(&db).await;
+    assert_eq!(written.len(), 6, "{written:?}");
+    let horizon = |r: &blobhouse_engine::QueryResult| lines(r)[0].split('|').nth(1).unwrap().parse::<u64>().unwrap();
+
+    // GRACE '1 day' (the default): the versions expire, their objects stay.
+    let first = horizon(&run(&e, "VACUUM RETAIN '0 seconds'").await);
+    assert_eq!(first, *written.last().unwrap(), "RETAIN 0 moves the horizon to the newest version");
+    assert!(fail(&e, "SELECT * FROM t AT(VERSION => 2)").await.contains("expired"));
+    assert!(logged_versions(&db).await.is_superset(&written), "no version object goes before its successor is a GRACE old");
+
+    // GRACE 0: the next VACUUM deletes them, all but the checkpoint its
+    // horizon's delta is read against.
+    run(&e, "INSERT INTO t VALUES (5)").await;
+    tokio::time::sleep(std::time::Duration::from_millis(5)).await;
+    let second = horizon(&run(&e, "VACUUM RETAIN '0 seconds' GRACE '0 seconds'").await);
+    assert!(second > first);
+    let object = db.location.child(&blobhouse_storage::versions::log_path(second));
+    let body = object_store::ObjectStoreExt::get(&db.location.store, &object).await.unwrap().bytes().await.unwrap();
+    let checkpoint = serde_json::from_slice::<serde_json::Value>(&body).unwrap()["checkpoint"].as_u64();
+    let older: BTreeSet<u64> = logged_versions(&db).await.into_iter().filter(|v| *v < second).collect();
+    assert_eq!(older, checkpoint.into_iter().collect(), "versions before the horizon {second} left behind");
+    assert_eq!(lines(&run(&e, "SELECT count(*) FROM t").await), vec!["6"]);
+    let fresh = db.engine(EngineOptions::default()).await;
+    assert_eq!(lines(&run(&fresh, "SELECT count(*) FROM t").await), vec!["6"]);
+}
+
+/// A commit builds on the version its handle saw to be the newest less
+/// than `FRESH_BASE` ago, without listing again. Meanwhile another handle
+/// commits twice and VACUUMs with RETAIN 0: the horizon passes the stale
+/// base, but the version after it keeps its object (GRACE), so the stale
+/// put-if-absent is refused and the commit re-applied on the newest
+/// version — had VACUUM deleted that object, the put would have landed in
+/// the gap, committed in a version no reader ever reads.
+async fn a_commit_on_a_fresh_base_never_lands_in_a_gap_vacuum_left(b: Backend) {
+    let db = TestDb::new(b, "gap");
+    let stale = db.engine(EngineOptions::default()).await;
+    let other = db.engine(EngineOptions::default()).await;
+    run(&stale, "CREATE TABLE t (id INT)").await;
+    let seen = stale.database().refresh().await.unwrap();
+    let started = std::time::Instant::now();
+    run(&other, "INSERT INTO t VALUES (1)").await;
+    run(&other, "INSERT INTO t VALUES (2)").await;
+    run(&other, "VACUUM RETAIN '0 seconds'").await;
+    let newest = other.database().current().version;
+    assert!(newest >= seen.version + 3);
+
+    db.audit.clear_requests();
+    // CREATE TABLE late, through the storage layer (a statement would
+    // refresh first).
+    let mut txn = blobhouse_storage::Transaction::begin(stale.database(), seen.clone());
+    let schema = datafusion::arrow::datatypes::Schema::new(vec![datafusion::arrow::datatypes::Field::new("x", datafusion::arrow::datatypes::DataType::Int32, true)]);
+    txn.create_table("late", schema, false, Vec::new()).await.unwrap();
+    let outcome = txn.commit().await.unwrap();
+    let blobhouse_storage::CommitOutcome::Committed(version) = outcome else { panic!("{outcome:?}") };
+    assert_eq!(version.version, newest + 1, "re-applied on the newest version");
+    if started.elapsed() < blobhouse_storage::database::FRESH_BASE {
+        // The stale base was used (the point of the test): the first
+        // request put the version after it, and was refused.
+        let first = db.audit.requests().first().cloned();
+        let expected = db.location.child(&blobhouse_storage::versions::log_path(seen.version + 1)).to_string();
+        assert!(matches!(&first, Some(Request::Put { path, create: true, .. }) if *path == expected), "{first:?}");
+    }
+    let reader = db.engine(EngineOptions::default()).await;
+    assert_eq!(lines(&run(&reader, "SELECT count(*) FROM late").await), vec!["0"]);
+    assert_eq!(lines(&run(&reader, "SELECT count(*) FROM t").await), vec!["2"]);
+}
+
+/// What a commit on an unlisted (fresh) base refuses or finds to be a no-op
+/// may be out of date; it is decided again on the newest version. Here
+/// another handle created the snapshot after this one looked.
+async fn a_refusal_on_a_fresh_base_is_decided_again_on_the_newest_version(b: Backend) {
+    let db = TestDb::new(b, "refusal");
+    let stale = db.engine(EngineOptions::default()).await;
+    let other = db.engine(EngineOptions::default()).await;
+    run(&stale, "CREATE TABLE t (id INT)").await;
+    stale.database().refresh().await.unwrap();
+    run(&other, "CREATE SNAPSHOT s").await;
+    use blobhouse_storage::{Change, CommitOutcome};
+    let drop = Change::DropSnapshot { name: "s".into(), if_exists: false };
+    let outcome = stale.database().commit(std::slice::from_ref(&drop)).await.unwrap();
+    assert!(matches!(outcome, CommitOutcome::Committed(_)), "{outcome:?}");
+    assert!(lines(&run(&other, "SHOW SNAPSHOTS").await).is_empty());
+    run(&other, "CREATE SNAPSHOT s").await;
+    stale.database().refresh().await.unwrap();
+    run(&other, "DROP SNAPSHOT s").await;
+    // Not a no-op on a base that still has it, nor an error: gone is gone.
+    let again = Change::CreateSnapshot { name: "s".into(), version: None, created_at_ms: 0 };
+    let outcome = stale.database().commit(std::slice::from_ref(&again)).await.unwrap();
+    assert!(matches!(outcome, CommitOutcome::Committed(_)), "{outcome:?}");
+    assert_eq!(lines(&run(&other, "SHOW SNAPSHOTS").await).len(), 1);
 }
 
 /// Two writers, a reader of a snapshot, and two VACUUMs at once: the reader
