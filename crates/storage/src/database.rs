@@ -540,7 +540,20 @@ impl Database {
             };
             let won = match put {
                 Ok(()) => true,
-                Err(StorageError::Store { source: object_store::Error::AlreadyExists { .. }, .. }) => false,
+                // Usually another writer's version; but when the client
+                // retried our PUT after a server error that came after the
+                // store had kept it, the version there is ours — taking it
+                // for a lost race would commit the changes twice.
+                Err(e @ StorageError::Store { source: object_store::Error::AlreadyExists { .. }, .. }) => {
+                    let there = match self.loc.store.get(&path).await {
+                        Ok(r) => r.bytes().await.ok(),
+                        Err(_) => None,
+                    };
+                    match there {
+                        Some(there) => there == body,
+                        None => return Err(StorageError::CommitUnknown { version: next.version, cause: e.to_string() }),
+                    }
+                }
                 // The PUT's outcome is unknown: look at what is there.
                 Err(e) => match self.loc.store.get(&path).await {
                     Ok(r) => match r.bytes().await {

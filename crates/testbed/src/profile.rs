@@ -31,6 +31,13 @@ pub const RESET_SHARE: f32 = 0.005;
 pub const TRUNCATE_SHARE: f32 = 0.005;
 /// Bytes after which a truncating connection is closed.
 pub const TRUNCATE_AFTER_BYTES: u64 = 4 << 20;
+/// Share of connections whose requests are cut after
+/// [`TRUNCATE_UPLOAD_AFTER_BYTES`] sent (truncated PUT bodies, mostly).
+pub const TRUNCATE_UPLOAD_SHARE: f32 = 0.005;
+/// Bytes a client may send on such a connection before it is closed.
+pub const TRUNCATE_UPLOAD_AFTER_BYTES: u64 = 16 << 10;
+/// Share of S3 requests answered 503 SlowDown (nginx, before MinIO).
+pub const SLOWDOWN_SHARE: f32 = 0.005;
 /// nginx's request rate limit in the `throttled` profile (requests/s), and
 /// the burst it tolerates before answering 503.
 pub const THROTTLE_RATE: u32 = 200;
@@ -73,15 +80,18 @@ impl Profile {
         match self {
             Profile::Lan => "no shaping; clients talk to MinIO and nginx directly".into(),
             Profile::S3 => format!(
-                "{S3_LATENCY_MS}±{S3_JITTER_MS} ms first byte, {} KB/s per connection; {:.1}% of connections stall 2-4 s, {:.1}% lose their responses, {:.1}% are reset, {:.1}% cut after {} MiB",
+                "{S3_LATENCY_MS}±{S3_JITTER_MS} ms first byte, {} KB/s per connection; {:.1}% of connections stall 2-4 s, {:.1}% lose their responses, {:.1}% are reset, {:.1}% cut after {} MiB received, {:.1}% cut after {} KiB sent (truncated uploads); {:.1}% of S3 requests answered 503 SlowDown",
                 S3_BANDWIDTH_KBPS,
                 STALL_SHARE * 100.0,
                 LOST_SHARE * 100.0,
                 RESET_SHARE * 100.0,
                 TRUNCATE_SHARE * 100.0,
-                TRUNCATE_AFTER_BYTES >> 20
+                TRUNCATE_AFTER_BYTES >> 20,
+                TRUNCATE_UPLOAD_SHARE * 100.0,
+                TRUNCATE_UPLOAD_AFTER_BYTES >> 10,
+                SLOWDOWN_SHARE * 100.0
             ),
-            Profile::S3Scaled => format!("as s3, but {S3_SCALED_BANDWIDTH_KBPS} KB/s per connection: the machine's aggregate needs hundreds of requests in flight"),
+            Profile::S3Scaled => format!("as s3 (without the 503 answers), but {S3_SCALED_BANDWIDTH_KBPS} KB/s per connection: the machine's aggregate needs hundreds of requests in flight"),
             Profile::Throttled => format!("nginx answers requests beyond {THROTTLE_RATE}/s (burst {THROTTLE_BURST}) with HTTP 503; MinIO unshaped"),
         }
     }
@@ -89,6 +99,11 @@ impl Profile {
     /// Whether clients bypass the proxies.
     pub fn direct(self) -> bool {
         self == Profile::Lan
+    }
+
+    /// Whether S3 requests pass nginx's random 503 SlowDown answers.
+    pub fn slows_down(self) -> bool {
+        self == Profile::S3
     }
 
     /// Whether the HTTP endpoint is the rate-limited nginx server.
@@ -110,6 +125,7 @@ impl Profile {
             Toxic::new("lost", "timeout", LOST_SHARE, json!({"timeout": 0})),
             Toxic::new("reset", "reset_peer", RESET_SHARE, json!({"timeout": 0})),
             Toxic::new("truncate", "limit_data", TRUNCATE_SHARE, json!({"bytes": TRUNCATE_AFTER_BYTES})),
+            Toxic::upstream("truncate-upload", "limit_data", TRUNCATE_UPLOAD_SHARE, json!({"bytes": TRUNCATE_UPLOAD_AFTER_BYTES})),
         ]
     }
 }

@@ -10,7 +10,7 @@ use crate::error::{Result, TestbedError};
 use crate::process::http;
 
 /// One toxic: a behaviour applied to a fraction (`toxicity`) of the
-/// connections through a proxy, on the server-to-client direction.
+/// connections through a proxy, on one direction.
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Toxic {
     /// Unique name within the proxy.
@@ -18,7 +18,7 @@ pub struct Toxic {
     /// toxiproxy's toxic type: latency, bandwidth, timeout, reset_peer, limit_data, slicer.
     #[serde(rename = "type")]
     pub kind: String,
-    /// Always "downstream": responses are shaped, requests pass.
+    /// "downstream" shapes responses, "upstream" requests.
     pub stream: String,
     /// Probability that a new connection gets this toxic.
     pub toxicity: f32,
@@ -30,6 +30,11 @@ impl Toxic {
     /// A downstream toxic.
     pub fn new(name: &str, kind: &str, toxicity: f32, attributes: serde_json::Value) -> Toxic {
         Toxic { name: name.into(), kind: kind.into(), stream: "downstream".into(), toxicity, attributes }
+    }
+
+    /// An upstream toxic: it acts on what clients send.
+    pub fn upstream(name: &str, kind: &str, toxicity: f32, attributes: serde_json::Value) -> Toxic {
+        Toxic { stream: "upstream".into(), ..Toxic::new(name, kind, toxicity, attributes) }
     }
 }
 

@@ -146,5 +146,42 @@ fn each_fault_mode_is_real() {
     let (ok, slow) = (statuses.iter().filter(|&&s| s == 200).count(), statuses.iter().filter(|&&s| s == 503).count());
     assert!(ok > 0 && slow > 0, "{ok} x 200, {slow} x 503");
     assert_eq!(ok + slow, statuses.len(), "only 200 and 503 expected");
+
+    // An upload cut after 16 KiB sent: the server never keeps a partial
+    // object (nginx, like MinIO, drops a body shorter than Content-Length).
+    let upload_cut = faulty_proxy(&tb, "upload-cut", Toxic::upstream("truncate-upload", "limit_data", 1.0, json!({"bytes": 16 << 10})));
+    let body = vec![9u8; 256 << 10];
+    let answer = (|| -> std::io::Result<Vec<u8>> {
+        let mut s = TcpStream::connect(("127.0.0.1", upload_cut))?;
+        s.set_read_timeout(Some(Duration::from_secs(5)))?;
+        write!(s, "PUT /upload/cut HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Length: {}\r\n\r\n", body.len())?;
+        s.write_all(&body)?;
+        let mut answer = Vec::new();
+        s.read_to_end(&mut answer)?;
+        Ok(answer)
+    })();
+    // The client sees a broken pipe, a reset, or an error status; never a success.
+    if let Ok(answer) = &answer {
+        assert!(!answer.starts_with(b"HTTP/1.1 2"), "a cut upload was accepted: {}", String::from_utf8_lossy(answer));
+    }
+    std::thread::sleep(Duration::from_millis(200));
+    let kept = std::fs::metadata(tb.dir().join("www/upload/cut")).map(|m| m.len()).ok();
+    assert_eq!(kept, None, "a partial upload was kept");
+
+    // S3 through nginx: a share of requests is answered 503 SlowDown before
+    // MinIO sees it; the others reach MinIO (403 here: unsigned).
+    let s3 = tb.state().nginx_s3_port;
+    let mut by_status = std::collections::BTreeMap::<u16, usize>::new();
+    for _ in 0..2000 {
+        let r = get(s3, "/testbed/some-object", Duration::from_secs(5)).unwrap();
+        if status(&r) == 503 {
+            assert!(String::from_utf8_lossy(&r).contains("<Code>SlowDown</Code>"), "{}", String::from_utf8_lossy(&r));
+        }
+        *by_status.entry(status(&r)).or_default() += 1;
+        if by_status.get(&503).is_some_and(|n| *n >= 2) && by_status.len() >= 2 {
+            break;
+        }
+    }
+    assert!(by_status.get(&503).is_some_and(|n| *n >= 2) && by_status.get(&403).is_some(), "{by_status:?}");
     Testbed::down(tb.dir()).unwrap();
 }

@@ -27,6 +27,8 @@ pub enum Request {
 struct Log {
     requests: Vec<Request>,
     overwrites: Vec<String>,
+    /// See [`AuditStore::answer_exists_after_next_create`].
+    echo: Option<String>,
 }
 
 /// Wraps a store; every write to an existing key fails the write and is
@@ -56,6 +58,14 @@ impl AuditStore {
     /// Keys somebody tried to write although they existed.
     pub fn overwrites(&self) -> Vec<String> {
         self.log.lock().unwrap().overwrites.clone()
+    }
+
+    /// The next put-if-absent whose path contains `part` stores its object
+    /// and then answers "already exists" — what a client sees when it
+    /// retried a PUT after a server error that came after the store had
+    /// kept the object.
+    pub fn answer_exists_after_next_create(&self, part: &str) {
+        self.log.lock().unwrap().echo = Some(part.to_string());
     }
 
     fn record(&self, r: Request) {
@@ -89,8 +99,20 @@ impl ObjectStore for AuditStore {
         let create = matches!(opts.mode, PutMode::Create);
         self.record(Request::Put { path: location.to_string(), create, bytes: Some(payload.content_length()) });
         if create {
+            let echo = {
+                let mut log = self.log.lock().unwrap();
+                let hit = log.echo.as_deref().is_some_and(|part| location.as_ref().contains(part));
+                if hit {
+                    log.echo = None;
+                }
+                hit
+            };
             // The store refuses atomically; an AlreadyExists answer is no overwrite.
-            return self.inner.put_opts(location, payload, opts).await;
+            let put = self.inner.put_opts(location, payload, opts).await;
+            return match put {
+                Ok(_) if echo => Err(object_store::Error::AlreadyExists { path: location.to_string(), source: "the retried PUT found the object its first attempt stored".into() }),
+                put => put,
+            };
         }
         self.refuse_if_exists(location).await?;
         self.inner.put_opts(location, payload, opts).await

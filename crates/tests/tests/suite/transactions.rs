@@ -10,6 +10,7 @@ use crate::common::*;
 use crate::on_both_backends;
 
 on_both_backends!(
+    a_commit_that_finds_its_own_version_after_a_retried_put_counts_once,
     a_transaction_sees_its_own_writes_and_others_see_them_at_commit,
     rollback_deletes_every_object_the_transaction_uploaded,
     a_failed_statement_aborts_the_transaction_until_rollback,
@@ -336,4 +337,20 @@ async fn optimize_lets_appends_land_and_conflicts_with_deletes_of_what_it_rewrot
     assert!(err.contains("serialization failure on table 'acc'"), "{err}");
     assert_eq!(lines(&run(&e2, "SELECT id, bal FROM acc ORDER BY id").await), vec!["1|100", "2|100", "3|100", "4|100", "6|100"]);
     assert_eq!(e2.database().refresh().await.unwrap().tables["acc"].objects, 1);
+}
+
+/// A client that retried the version's conditional PUT after a server
+/// error (the store had kept the first attempt) hears "already exists".
+/// The commit looks: the version there is its own, so it is done — taking
+/// it for a lost race would apply the INSERT a second time.
+async fn a_commit_that_finds_its_own_version_after_a_retried_put_counts_once(b: Backend) {
+    let db = TestDb::new(b, "own-version");
+    let e = db.engine(EngineOptions::default()).await;
+    run(&e, "CREATE TABLE t (id INT)").await;
+    let before = e.database().current().version;
+    db.audit.answer_exists_after_next_create("log/");
+    run(&e, "INSERT INTO t VALUES (1)").await;
+    let other = db.engine(EngineOptions::default()).await;
+    assert_eq!(lines(&run(&other, "SELECT count(*) FROM t").await), vec!["1"]);
+    assert_eq!(other.database().current().version, before + 1, "one commit");
 }
