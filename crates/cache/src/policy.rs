@@ -1,0 +1,216 @@
+//! What a segment is worth: the replacement policies of the benefit-based
+//! framework (FlexPushdownDB §5.3). A policy only values segments; the
+//! framework ([`crate::framework`]) admits and evicts by those values.
+
+use std::collections::HashMap;
+
+use crate::key::SegmentKey;
+
+/// Values segments for the framework. One small trait so that policies
+/// can be swapped per tier and new ones added (issue 15's Weighted-LFU is
+/// one more implementation, whose access weight is the pushdown work a
+/// cache hit saves).
+pub trait Policy: Send {
+    /// The policy's name, for `SHOW CACHE` and benchmark tables.
+    fn name(&self) -> &'static str;
+
+    /// Query number `query` (1, 2, … in order) reads `key`, of `size`
+    /// bytes. `weight`: what a miss of it costs relative to fetching it
+    /// (1.0 unless a policy is told otherwise).
+    fn record(&mut self, key: &SegmentKey, size: u64, weight: f64, query: u64);
+
+    /// What keeping `key` is worth when query `now` runs; higher is
+    /// better, 0 for a segment the policy knows nothing about.
+    fn benefit(&self, key: &SegmentKey, now: u64) -> f64;
+
+    /// The framework no longer tracks `key` (neither cached nor among the
+    /// recently seen): its history may go.
+    fn forget(&mut self, key: &SegmentKey);
+}
+
+/// A policy by name, as configured (`SET cache_policy = 'lfu'`). Belady
+/// is not among them: it needs the future, and exists for benchmarks.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PolicyKind {
+    Lru,
+    #[default]
+    Lfu,
+}
+
+impl PolicyKind {
+    /// Parses `lru` or `lfu` (any case).
+    pub fn parse(name: &str) -> Option<PolicyKind> {
+        match name.to_ascii_lowercase().as_str() {
+            "lru" => Some(PolicyKind::Lru),
+            "lfu" => Some(PolicyKind::Lfu),
+            _ => None,
+        }
+    }
+
+    /// A fresh policy of this kind.
+    pub fn build(self) -> Box<dyn Policy> {
+        match self {
+            PolicyKind::Lru => Box::new(Lru::default()),
+            PolicyKind::Lfu => Box::new(Lfu::default()),
+        }
+    }
+}
+
+/// Least recently used: a segment's benefit is the time of its last access
+/// (a counter of accesses, so that order within a query counts too). Size
+/// plays no part, as in FlexPushdownDB.
+#[derive(Debug, Default)]
+pub struct Lru {
+    clock: u64,
+    last: HashMap<SegmentKey, u64>,
+}
+
+impl Policy for Lru {
+    fn name(&self) -> &'static str {
+        "lru"
+    }
+
+    fn record(&mut self, key: &SegmentKey, _size: u64, _weight: f64, _query: u64) {
+        self.clock += 1;
+        self.last.insert(key.clone(), self.clock);
+    }
+
+    fn benefit(&self, key: &SegmentKey, _now: u64) -> f64 {
+        self.last.get(key).map_or(0.0, |t| *t as f64)
+    }
+
+    fn forget(&mut self, key: &SegmentKey) {
+        self.last.remove(key);
+    }
+}
+
+/// Least frequently used, normalised by size: each access adds
+/// `weight / size` to a segment's counter, so of two segments read equally
+/// often the smaller is worth more per byte of cache.
+#[derive(Debug, Default)]
+pub struct Lfu {
+    counter: HashMap<SegmentKey, f64>,
+}
+
+impl Policy for Lfu {
+    fn name(&self) -> &'static str {
+        "lfu"
+    }
+
+    fn record(&mut self, key: &SegmentKey, size: u64, weight: f64, _query: u64) {
+        *self.counter.entry(key.clone()).or_default() += weight / size.max(1) as f64;
+    }
+
+    fn benefit(&self, key: &SegmentKey, _now: u64) -> f64 {
+        self.counter.get(key).copied().unwrap_or(0.0)
+    }
+
+    fn forget(&mut self, key: &SegmentKey) {
+        self.counter.remove(key);
+    }
+}
+
+/// Belady's policy: a segment's benefit is 1 / (queries until its next
+/// access), 0 if it is never read again. It knows the future because it
+/// is built from a recorded trace — the optimum online policies are
+/// measured against (optimal for equal sizes and costs).
+#[derive(Debug, Default)]
+pub struct Belady {
+    /// For every segment, the queries that read it, ascending.
+    accesses: HashMap<SegmentKey, Vec<u64>>,
+}
+
+impl Belady {
+    /// From the segments each query reads, in order: query 1 is
+    /// `trace[0]`, and so on (the numbering the framework uses).
+    pub fn from_trace(trace: &[Vec<SegmentKey>]) -> Belady {
+        let mut accesses: HashMap<SegmentKey, Vec<u64>> = HashMap::new();
+        for (i, query) in trace.iter().enumerate() {
+            for key in query {
+                let list = accesses.entry(key.clone()).or_default();
+                let q = i as u64 + 1;
+                if list.last() != Some(&q) {
+                    list.push(q);
+                }
+            }
+        }
+        Belady { accesses }
+    }
+
+    /// The first query after `now` that reads `key`.
+    fn next_access(&self, key: &SegmentKey, now: u64) -> Option<u64> {
+        let list = self.accesses.get(key)?;
+        let i = list.partition_point(|q| *q <= now);
+        list.get(i).copied()
+    }
+}
+
+impl Policy for Belady {
+    fn name(&self) -> &'static str {
+        "belady"
+    }
+
+    fn record(&mut self, _key: &SegmentKey, _size: u64, _weight: f64, _query: u64) {}
+
+    fn benefit(&self, key: &SegmentKey, now: u64) -> f64 {
+        self.next_access(key, now).map_or(0.0, |next| 1.0 / (next - now) as f64)
+    }
+
+    fn forget(&mut self, _key: &SegmentKey) {}
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn k(name: &str) -> SegmentKey {
+        SegmentKey::new(name, 0, 100)
+    }
+
+    #[test]
+    fn lru_values_the_latest_access_highest() {
+        let mut p = Lru::default();
+        p.record(&k("a"), 100, 1.0, 1);
+        p.record(&k("b"), 100, 1.0, 1);
+        assert!(p.benefit(&k("b"), 1) > p.benefit(&k("a"), 1));
+        p.record(&k("a"), 100, 1.0, 2);
+        assert!(p.benefit(&k("a"), 2) > p.benefit(&k("b"), 2));
+        assert_eq!(p.benefit(&k("never"), 2), 0.0);
+        p.forget(&k("a"));
+        assert_eq!(p.benefit(&k("a"), 2), 0.0);
+    }
+
+    #[test]
+    fn lfu_counts_accesses_per_byte() {
+        let mut p = Lfu::default();
+        let (small, big) = (SegmentKey::new("s", 0, 10), SegmentKey::new("b", 0, 1000));
+        for q in 1..=3 {
+            p.record(&small, 10, 1.0, q);
+            p.record(&big, 1000, 1.0, q);
+        }
+        assert!((p.benefit(&small, 3) - 0.3).abs() < 1e-12);
+        assert!((p.benefit(&big, 3) - 0.003).abs() < 1e-12);
+        // A weight scales what an access adds (Weighted-LFU's hook).
+        p.record(&big, 1000, 1000.0, 4);
+        assert!(p.benefit(&big, 4) > p.benefit(&small, 4));
+    }
+
+    #[test]
+    fn belady_values_the_sooner_reuse_higher() {
+        let trace = vec![vec![k("a"), k("b")], vec![k("b")], vec![k("c")], vec![k("a")]];
+        let p = Belady::from_trace(&trace);
+        // After query 1: b is read again at 2 (distance 1), a at 4 (distance 3).
+        assert_eq!(p.benefit(&k("b"), 1), 1.0);
+        assert!((p.benefit(&k("a"), 1) - 1.0 / 3.0).abs() < 1e-12);
+        // After query 2, b is never read again.
+        assert_eq!(p.benefit(&k("b"), 2), 0.0);
+        assert_eq!(p.benefit(&k("zzz"), 1), 0.0);
+    }
+
+    #[test]
+    fn policies_by_name() {
+        assert_eq!(PolicyKind::parse("LRU"), Some(PolicyKind::Lru));
+        assert_eq!(PolicyKind::parse("lfu").map(|p| p.build().name()), Some("lfu"));
+        assert_eq!(PolicyKind::parse("belady"), None);
+    }
+}
