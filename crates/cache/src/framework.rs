@@ -150,6 +150,22 @@ impl BenefitCache {
         decision
     }
 
+    /// A segment that is cached already (an SSD tier's entries found after
+    /// a restart), kept if it fits; later calls count as more recent.
+    pub fn insert(&mut self, key: SegmentKey, size: u64) -> bool {
+        if self.cached.contains_key(&key) {
+            return true;
+        }
+        if self.used + size > self.capacity {
+            return false;
+        }
+        self.policy.record(&key, size, 1.0, self.query);
+        self.tracked.insert(key.clone());
+        self.cached.insert(key, size);
+        self.used += size;
+        true
+    }
+
     /// Drops `key` (an admitted segment whose bytes never came, or one a
     /// tier lost); its history stays.
     pub fn remove(&mut self, key: &SegmentKey) -> bool {

@@ -11,6 +11,8 @@
 //! - [`framework`]: the benefit-based caching framework (FlexPushdownDB
 //!   §5.2, Algorithm 1) — admission and eviction by benefit, over sizes.
 //! - [`memory`]: the memory tier — the framework plus the bytes.
+//! - [`ssd`]: the SSD tier (SAP IQ's object cache manager) — checksummed
+//!   files in a local directory, surviving restarts.
 //!
 //! Why not a cache crate: foyer, moka and quick_cache each fix their policy
 //! (S3-FIFO, TinyLFU, CLOCK-Pro) and have no admission hook that weighs a
@@ -22,8 +24,10 @@ pub mod framework;
 pub mod key;
 pub mod memory;
 pub mod policy;
+pub mod ssd;
 
 pub use framework::{BenefitCache, Decision, Touch};
 pub use key::SegmentKey;
 pub use memory::{Lookup, MemoryStats, MemoryTier};
 pub use policy::{Belady, Lfu, Lru, Policy, PolicyKind};
+pub use ssd::{SsdError, SsdStats, SsdTier};
