@@ -50,7 +50,8 @@ const DELETES: [(&str, &str); 3] = [
 pub async fn run(dir: &Path, sf: f64, progress: &dyn Fn(&str)) -> Result<Vec<DmlFigures>, EngineError> {
     let db_dir = dir.join(format!("dml-sf{sf}-{}", std::process::id()));
     let url = db_dir.to_string_lossy().to_string();
-    let e = Engine::open(&url, &StoreOptions::default(), EngineOptions::default()).await?;
+    // Scans read the objects each time (the cache would hide what a delete costs them).
+    let e = Engine::open(&url, &StoreOptions::default(), EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() }).await?;
     progress(&format!("loading lineitem at SF {sf} into {url}"));
     tpch::load_tables(&e, sf, &["lineitem"], Arc::new(|_, _, _| {})).await?;
     let mut out = Vec::new();

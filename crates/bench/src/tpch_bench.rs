@@ -294,7 +294,8 @@ pub async fn run(store: &BenchStore<'_>, opts: &TpchBenchOptions, progress: &dyn
     }
 
     // The measured engine: remote-only through the shaped endpoint, or the local files.
-    let mut remote_options = EngineOptions::default();
+    // Every run reads from the store (the caches are measured by `bench cache`).
+    let mut remote_options = EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() };
     remote_options.memory_limit = opts.memory_limit.or(remote_options.memory_limit);
     remote_options.scan.adaptive = opts.adaptive;
     remote_options.scan.link_bytes_per_sec = opts.link;
@@ -475,7 +476,7 @@ async fn preload(loader: &Engine, url: &str, direct: &StoreOptions, progress: &d
     let engine = Engine::open_location(
         blobhouse_storage::Location::from_store(preloaded_store, source.prefix.clone(), format!("{url} (preloaded in memory)")),
         direct.clone(),
-        EngineOptions::default(),
+        EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() },
     )
     .await
     .map_err(err("open the preloaded engine"))?;

@@ -161,17 +161,21 @@ impl SsdTier {
                 inner.stats.hit_bytes += bytes.len() as u64;
                 Some(bytes)
             }
-            Err(problem) => {
+            // Admitted but not written yet (or deleted behind our back): a
+            // miss; the caller's fetch writes it.
+            Err(EntryProblem::Gone) => {
+                self.lock().stats.misses += 1;
+                None
+            }
+            Err(EntryProblem::Damaged(why)) => {
                 let _ = fs::remove_file(&path);
                 let mut inner = self.lock();
                 inner.framework.remove(key);
                 inner.stats.used = inner.framework.used();
                 inner.stats.misses += 1;
-                if let EntryProblem::Damaged(why) = problem {
-                    inner.stats.corrupt += 1;
-                    let text = format!("SSD cache entry {} for {key} was damaged ({why}); deleted, read from the store instead", path.display());
-                    warn(&mut inner, "corrupt", text);
-                }
+                inner.stats.corrupt += 1;
+                let text = format!("SSD cache entry {} for {key} was damaged ({why}); deleted, read from the store instead", path.display());
+                warn(&mut inner, "corrupt", text);
                 None
             }
         }

@@ -16,8 +16,22 @@ fn print_result(r: &QueryResult) {
         }
     }
     let mib = r.scan.bytes_fetched as f64 / 1048576.0;
+    let s = &r.scan;
+    let hits = s.memory_hits + s.ssd_hits;
+    // The caches, when they served anything: hit rate, bytes by tier, GETs saved.
+    let cache = match hits {
+        0 => String::new(),
+        _ => format!(
+            "; cache: {:.0}% of chunks, {:.2} MiB from memory, {:.2} MiB from SSD, {} GET{} avoided",
+            100.0 * hits as f64 / (hits + s.cache_misses) as f64,
+            s.memory_bytes as f64 / 1048576.0,
+            s.ssd_bytes as f64 / 1048576.0,
+            s.gets_avoided,
+            if s.gets_avoided == 1 { "" } else { "s" },
+        ),
+    };
     eprintln!(
-        "{} row{} in {:.3} s ({} GET{}, {mib:.2} MiB fetched)",
+        "{} row{} in {:.3} s ({} GET{}, {mib:.2} MiB fetched{cache})",
         r.rows(),
         if r.rows() == 1 { "" } else { "s" },
         r.elapsed.as_secs_f64(),

@@ -31,10 +31,12 @@ pub mod selectivity;
 mod pipeline;
 pub mod source;
 mod session;
+pub mod tiers;
 
 pub use chunks::RequestPolicy;
 pub use source::DataSource;
 pub use scan::{BlobScanExec, ScanMetrics, collect_scan_metrics};
 pub use scheduler::{Decision, SchedulerOptions};
 pub use memory::MemoryBudget;
+pub use tiers::{CacheOptions, Tiers};
 pub use session::{Engine, EngineError, EngineOptions, MemoryUse, QueryResult, SpillOptions, scan_download_options, split_statements};

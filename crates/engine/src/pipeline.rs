@@ -54,7 +54,7 @@ use tokio::sync::{Notify, mpsc};
 
 use blobhouse_storage::StorageError;
 
-use crate::chunks::FetchedChunks;
+use crate::chunks::{FetchedChunks, Span};
 use crate::runtime_filter::{RowFilter, RuntimeFilters};
 use crate::scan::{ScanUnit, ZoneMaps};
 use crate::scheduler::{Controller, Decision, EpochStats, SchedulerOptions};
@@ -91,6 +91,14 @@ pub(crate) struct ScanCounters {
     pub in_flight_target_mib: Gauge,
     pub loop_threads: Gauge,
     pub scheduler_epochs: Count,
+    /// Column chunks (and bytes) the memory and SSD tiers served, chunks
+    /// they did not have, and store requests they saved.
+    pub memory_hits: Count,
+    pub memory_bytes: Count,
+    pub ssd_hits: Count,
+    pub ssd_bytes: Count,
+    pub cache_misses: Count,
+    pub gets_avoided: Count,
     /// Decisions of the latest run, for plots.
     pub timeline: Arc<Mutex<Vec<Decision>>>,
 }
@@ -124,6 +132,12 @@ impl ScanCounters {
             in_flight_target_mib: gauge("in_flight_target_mib"),
             loop_threads: gauge("loop_threads"),
             scheduler_epochs: count("scheduler_epochs"),
+            memory_hits: count("cache_memory_hits"),
+            memory_bytes: count("cache_memory_bytes"),
+            ssd_hits: count("cache_ssd_hits"),
+            ssd_bytes: count("cache_ssd_bytes"),
+            cache_misses: count("cache_misses"),
+            gets_avoided: count("cache_gets_avoided"),
             timeline: Arc::default(),
         }
     }
@@ -259,6 +273,17 @@ impl Pipeline {
             pool: pool.clone(),
             reservation,
         });
+        if let Some(tiers) = source.tiers() {
+            // The scan's access, for the tiers' policies (one scan = one access).
+            let keys: Vec<blobhouse_cache::SegmentKey> = units
+                .iter()
+                .flat_map(|u| {
+                    let object: Arc<str> = Arc::from(u.object.display.as_str());
+                    u.chunks.iter().map(move |r| blobhouse_cache::SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start })
+                })
+                .collect();
+            tiers.plan(&keys);
+        }
         let (tx, rx) = mpsc::unbounded_channel();
         let skipper = runtime.map(|(filters, zone_maps)| Skipper { filters, zone_maps, generation: None, keep: None });
         let fetcher = SpawnedTask::spawn(fetch_all(units.into(), source, shared.clone(), tx, cpu, skipper));
@@ -351,13 +376,17 @@ async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource, shared: Ar
                 shared.in_flight.fetch_sub(unit.bytes(), Ordering::Relaxed);
                 counters.fetch_time.add_duration(took);
                 match result {
-                    Ok(chunks) => {
+                    Ok((chunks, from_store)) => {
                         let bytes = unit.bytes();
-                        fetched += bytes;
+                        fetched += from_store;
                         last_arrival = Instant::now();
-                        shared.epoch.retrieved.fetch_add(bytes, Ordering::Relaxed);
-                        shared.epoch.requests.fetch_add(1, Ordering::Relaxed);
-                        shared.epoch.request_nanos.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+                        // The scheduler models the store: a unit the caches
+                        // served says nothing about its latency.
+                        if from_store > 0 {
+                            shared.epoch.retrieved.fetch_add(from_store, Ordering::Relaxed);
+                            shared.epoch.requests.fetch_add(1, Ordering::Relaxed);
+                            shared.epoch.request_nanos.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+                        }
                         shared.ready_bytes.fetch_add(bytes, Ordering::Relaxed);
                         shared.ready_units.fetch_add(1, Ordering::Relaxed);
                         if tx.send(Ok(Arrived { unit, chunks, at: last_arrival })).is_err() {
@@ -431,12 +460,58 @@ impl Skipper {
     }
 }
 
-/// Issues all range requests of a unit concurrently and reassembles spans.
-async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> Result<FetchedChunks> {
+/// A unit's column chunks: from the caching tiers where they have them,
+/// else from the store. Also returns the bytes that came from the store.
+async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> Result<(FetchedChunks, u64)> {
+    let Some(tiers) = source.tiers() else {
+        let spans = fetch_spans(source, unit, &unit.spans, m).await?;
+        let from_store = spans.iter().map(|(_, b)| b.len() as u64).sum();
+        return Ok((FetchedChunks::new(spans, unit.object.size, unit.object.display.clone()), from_store));
+    };
+    let mut served = tiers.lookup(&unit.object.display, &unit.chunks).await;
+    m.memory_hits.add(served.memory_hits);
+    m.memory_bytes.add(served.memory_bytes as usize);
+    m.ssd_hits.add(served.ssd_hits);
+    m.ssd_bytes.add(served.ssd_bytes as usize);
+    m.cache_misses.add(served.missing.len());
+    let planned: usize = unit.spans.iter().map(|s| s.requests.len()).sum();
+    let mut from_store = 0;
+    if !served.missing.is_empty() {
+        let spans = match served.missing.len() == unit.chunks.len() {
+            true => unit.spans.clone(),
+            false => tiers.requests_for(&served.missing),
+        };
+        let issued: usize = spans.iter().map(|s| s.requests.len()).sum();
+        m.gets_avoided.add(planned.saturating_sub(issued));
+        let fetched = match fetch_spans(source, unit, &spans, m).await {
+            Ok(f) => FetchedChunks::new(f, unit.object.size, unit.object.display.clone()),
+            Err(e) => {
+                tiers.failed(&served.missing);
+                return Err(e);
+            }
+        };
+        let mut for_tiers = Vec::with_capacity(served.missing.len());
+        for (range, key, fill) in std::mem::take(&mut served.missing) {
+            use parquet::file::reader::ChunkReader;
+            let bytes = fetched.get_bytes(range.start, (range.end - range.start) as usize)?;
+            from_store += bytes.len() as u64;
+            served.chunks.push((range.start, bytes.clone()));
+            for_tiers.push((key, fill, bytes));
+        }
+        tiers.fetched(&for_tiers);
+    } else {
+        m.gets_avoided.add(planned);
+    }
+    Ok((FetchedChunks::new(served.chunks, unit.object.size, unit.object.display.clone()), from_store))
+}
+
+/// Issues the range requests of `spans` (of `unit`'s object) concurrently
+/// and reassembles each span.
+async fn fetch_spans(source: &DataSource, unit: &ScanUnit, spans: &[Span], m: &ScanCounters) -> Result<Vec<(u64, Bytes)>> {
     let object = &unit.object;
-    let requests: Vec<std::ops::Range<u64>> = unit.spans.iter().flat_map(|s| s.requests.iter().cloned()).collect();
+    let requests: Vec<std::ops::Range<u64>> = spans.iter().flat_map(|s| s.requests.iter().cloned()).collect();
     if requests.is_empty() {
-        return Ok(FetchedChunks::new(Vec::new(), object.size, object.display.clone()));
+        return Ok(Vec::new());
     }
     // Counted when issued: a cancelled request was still paid for.
     m.get_requests.add(requests.len());
@@ -447,8 +522,8 @@ async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> R
     m.hedged.add(got.hedged as usize);
     m.first_byte_time.add_duration(got.first_byte);
     let mut parts = fetched.into_iter();
-    let mut spans = Vec::with_capacity(unit.spans.len());
-    for span in &unit.spans {
+    let mut out = Vec::with_capacity(spans.len());
+    for span in spans {
         let bytes = if span.requests.len() == 1 {
             parts.next().expect("one part per request")
         } else {
@@ -458,9 +533,9 @@ async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> R
             }
             buf.freeze()
         };
-        spans.push((span.range.start, bytes));
+        out.push((span.range.start, bytes));
     }
-    Ok(FetchedChunks::new(spans, object.size, object.display.clone()))
+    Ok(out)
 }
 
 /// One partition's end of the queue.

@@ -116,6 +116,9 @@ pub(crate) struct ScanUnit {
     /// Rows of the row group, and its first row's position in the object.
     pub rows: u64,
     pub first_row: u64,
+    /// The column chunks it reads (the caches' segments), in projection order.
+    pub chunks: Vec<Range<u64>>,
+    /// Their requests to the store when none is cached.
     pub spans: Vec<Span>,
 }
 
@@ -322,7 +325,7 @@ impl BlobScanExec {
             }
             let ranges: Vec<Range<u64>> = data_columns.iter().map(|&c| rg_meta.columns[c].range()).collect();
             let spans = if data_columns.is_empty() { Vec::new() } else { req.policy.plan(&ranges) };
-            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, first_row: *first_row, spans };
+            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, first_row: *first_row, chunks: ranges, spans };
             summary.bytes_planned += unit.bytes();
             summary.bytes_skipped += all_bytes.saturating_sub(unit.bytes());
             summary.requests_planned += unit.spans.iter().map(|s| s.requests.len()).sum::<usize>();
@@ -717,6 +720,12 @@ impl BlobScanExec {
             runtime_skipped_row_groups: get("runtime_filter_row_groups_skipped"),
             runtime_dropped_rows: get("runtime_filter_rows_dropped"),
             rows_deleted: get("rows_deleted"),
+            memory_hits: get("cache_memory_hits"),
+            memory_bytes: get("cache_memory_bytes"),
+            ssd_hits: get("cache_ssd_hits"),
+            ssd_bytes: get("cache_ssd_bytes"),
+            cache_misses: get("cache_misses"),
+            gets_avoided: get("cache_gets_avoided"),
         }
     }
 
@@ -745,6 +754,15 @@ pub struct ScanMetrics {
     pub runtime_dropped_rows: u64,
     /// Decoded rows dropped because they are deleted.
     pub rows_deleted: u64,
+    /// Column chunks served by the memory and SSD tiers, and their bytes.
+    pub memory_hits: u64,
+    pub memory_bytes: u64,
+    pub ssd_hits: u64,
+    pub ssd_bytes: u64,
+    /// Chunks no tier had (fetched from the store).
+    pub cache_misses: u64,
+    /// Requests to the store the tiers made unnecessary.
+    pub gets_avoided: u64,
 }
 
 impl std::ops::AddAssign for ScanMetrics {
@@ -760,6 +778,12 @@ impl std::ops::AddAssign for ScanMetrics {
         self.runtime_skipped_row_groups += o.runtime_skipped_row_groups;
         self.runtime_dropped_rows += o.runtime_dropped_rows;
         self.rows_deleted += o.rows_deleted;
+        self.memory_hits += o.memory_hits;
+        self.memory_bytes += o.memory_bytes;
+        self.ssd_hits += o.ssd_hits;
+        self.ssd_bytes += o.ssd_bytes;
+        self.cache_misses += o.cache_misses;
+        self.gets_avoided += o.gets_avoided;
     }
 }
 

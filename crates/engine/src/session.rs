@@ -112,6 +112,9 @@ pub struct EngineOptions {
     /// block (`blobhouse_storage::keys`): crash recovery can collect a dead
     /// engine's uploads only after that. Default 10 minutes.
     pub key_block_ttl: Duration,
+    /// The caching tiers (`crate::tiers`): a memory tier of a quarter of
+    /// the memory limit by default, no SSD tier unless a directory is given.
+    pub cache: crate::tiers::CacheOptions,
 }
 
 /// The local directory that sorts, aggregations and sort-merge joins spill
@@ -179,6 +182,7 @@ impl Default for EngineOptions {
             memory_limit: Some(memory::default_limit()),
             spill: SpillOptions::default(),
             key_block_ttl: blobhouse_storage::keys::DEFAULT_BLOCK_TTL,
+            cache: crate::tiers::CacheOptions::default(),
         }
     }
 }
@@ -314,6 +318,8 @@ impl Engine {
             .with_statistics_registry(selectivity::registry())
             .build();
         let ctx = SessionContext::new_with_state(state);
+        let tiers = crate::tiers::Tiers::new(&options.cache, options.memory_limit, &memory.pool(), options.requests.clone());
+        let source = source.with_tiers(tiers);
         let footers = Arc::new(FooterCache::new(&memory.pool()));
         db.account_caches_in(&memory.pool());
         let tables = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), footers, source.clone()));
@@ -344,6 +350,11 @@ impl Engine {
     /// that presign to plain HTTP; see [`DataSource`]).
     pub fn download_manager(&self) -> Option<&DownloadManager> {
         self.source.download_manager()
+    }
+
+    /// The caching tiers its scans consult, if any.
+    pub fn tiers(&self) -> Option<&Arc<crate::tiers::Tiers>> {
+        self.source.tiers()
     }
 
     /// The storage handle.

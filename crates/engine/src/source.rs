@@ -52,17 +52,30 @@ pub struct Ranges {
 pub struct DataSource {
     store: Arc<dyn ObjectStore>,
     managed: Option<(DownloadManager, Arc<dyn Signer>)>,
+    /// The caching tiers scans consult before the store (`crate::tiers`).
+    tiers: Option<Arc<crate::tiers::Tiers>>,
 }
 
 impl DataSource {
     /// Reads through `store` only.
     pub fn store(store: Arc<dyn ObjectStore>) -> Self {
-        DataSource { store, managed: None }
+        DataSource { store, managed: None, tiers: None }
     }
 
     /// Reads through `dm` with URLs presigned by `signer`.
     pub fn managed(store: Arc<dyn ObjectStore>, dm: DownloadManager, signer: Arc<dyn Signer>) -> Self {
-        DataSource { store, managed: Some((dm, signer)) }
+        DataSource { store, managed: Some((dm, signer)), tiers: None }
+    }
+
+    /// The same reader, with scans consulting `tiers` first.
+    pub fn with_tiers(mut self, tiers: Option<Arc<crate::tiers::Tiers>>) -> Self {
+        self.tiers = tiers;
+        self
+    }
+
+    /// The caching tiers, if any.
+    pub fn tiers(&self) -> Option<&Arc<crate::tiers::Tiers>> {
+        self.tiers.as_ref()
     }
 
     /// The download manager, if reads go through one.

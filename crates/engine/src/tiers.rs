@@ -1,0 +1,235 @@
+//! The engine's caching tiers (`blobhouse_cache`): which segments a scan
+//! will read (the access the policies learn from), and where each of its
+//! column chunks comes from — memory, SSD, or the store — with the bytes
+//! from the store handed to the tiers that admitted them.
+//!
+//! A cache only ever serves the exact bytes of a column chunk of an object
+//! that is never rewritten, so a hit is the same bytes a GET would return;
+//! a tier that fails (a damaged SSD entry, a write error) is a miss, never
+//! an error of the query.
+
+use std::ops::Range;
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+
+use bytes::Bytes;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
+
+use blobhouse_cache::{Lookup, MemoryTier, PolicyKind, SegmentKey, SsdTier, Touch};
+
+use crate::chunks::{RequestPolicy, Span};
+
+/// How the tiers are set up.
+#[derive(Debug, Clone)]
+pub struct CacheOptions {
+    /// Bytes of the memory tier; `None`: a quarter of the memory limit
+    /// (64 MiB when there is no limit); `Some(0)`: no memory tier.
+    pub memory: Option<u64>,
+    /// Its policy.
+    pub memory_policy: PolicyKind,
+    /// Directory of the SSD tier; `None`: no SSD tier.
+    pub ssd_dir: Option<PathBuf>,
+    /// Bytes of the SSD tier.
+    pub ssd_capacity: u64,
+}
+
+impl Default for CacheOptions {
+    fn default() -> Self {
+        CacheOptions { memory: None, memory_policy: PolicyKind::default(), ssd_dir: None, ssd_capacity: 10 << 30 }
+    }
+}
+
+impl CacheOptions {
+    /// No tier at all (benchmarks that measure reads from the store).
+    pub fn off() -> CacheOptions {
+        CacheOptions { memory: Some(0), ..CacheOptions::default() }
+    }
+
+    /// The memory tier's size under a memory limit of `limit` bytes.
+    pub fn memory_bytes(&self, limit: Option<usize>) -> u64 {
+        self.memory.unwrap_or_else(|| limit.map_or(64 << 20, |l| l as u64 / 4))
+    }
+}
+
+/// The tiers of one engine, shared by all its scans.
+pub struct Tiers {
+    memory: Option<MemoryTier>,
+    ssd: Option<Arc<SsdTier>>,
+    /// The memory tier's bytes in the engine's budget.
+    reservation: Mutex<MemoryReservation>,
+    /// Warnings not yet shown (a tier that could not be opened, a failing disk).
+    warnings: Mutex<Vec<String>>,
+    /// How the chunks no tier has are cut into requests.
+    policy: RequestPolicy,
+}
+
+impl std::fmt::Debug for Tiers {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Tiers").field("memory", &self.memory.as_ref().map(|m| m.stats())).field("ssd", &self.ssd.as_ref().map(|s| s.stats())).finish()
+    }
+}
+
+/// Where one unit's chunks came from.
+#[derive(Debug, Default)]
+pub(crate) struct Served {
+    /// (offset in the object, bytes) of every chunk.
+    pub chunks: Vec<(u64, Bytes)>,
+    pub memory_hits: usize,
+    pub memory_bytes: u64,
+    pub ssd_hits: usize,
+    pub ssd_bytes: u64,
+    /// The chunks still to fetch from the store, and for each whether the
+    /// memory tier waits for its bytes.
+    pub missing: Vec<(Range<u64>, SegmentKey, bool)>,
+}
+
+impl Tiers {
+    /// The tiers `options` ask for, the memory tier's bytes held in `pool`.
+    /// An SSD directory that cannot be used leaves a warning and no SSD tier.
+    pub fn new(options: &CacheOptions, memory_limit: Option<usize>, pool: &Arc<dyn MemoryPool>, policy: RequestPolicy) -> Option<Arc<Tiers>> {
+        let memory_bytes = options.memory_bytes(memory_limit);
+        let memory = (memory_bytes > 0).then(|| MemoryTier::new(memory_bytes, options.memory_policy.build()));
+        let mut warnings = Vec::new();
+        let ssd = options.ssd_dir.as_ref().and_then(|dir| match SsdTier::open(dir, options.ssd_capacity, PolicyKind::Lru.build()) {
+            Ok(t) => Some(Arc::new(t)),
+            Err(e) => {
+                warnings.push(format!("SSD cache off: {e}"));
+                None
+            }
+        });
+        if memory.is_none() && ssd.is_none() && warnings.is_empty() {
+            return None;
+        }
+        let reservation = Mutex::new(MemoryConsumer::new("SegmentCache").register(pool));
+        Some(Arc::new(Tiers { memory, ssd, reservation, warnings: Mutex::new(warnings), policy }))
+    }
+
+    /// The memory tier, if any.
+    pub fn memory(&self) -> Option<&MemoryTier> {
+        self.memory.as_ref()
+    }
+
+    /// The SSD tier, if any.
+    pub fn ssd(&self) -> Option<&SsdTier> {
+        self.ssd.as_deref()
+    }
+
+    /// Warnings since the last call: each said once.
+    pub fn take_warnings(&self) -> Vec<String> {
+        let mut out = std::mem::take(&mut *self.warnings.lock().expect("not poisoned"));
+        if let Some(ssd) = &self.ssd {
+            out.extend(ssd.take_warnings());
+        }
+        out
+    }
+
+    /// A scan will read `chunks` of the objects named: each tier updates
+    /// its policy and admits what it decides (FlexPushdownDB's Algorithm 1,
+    /// one scan = one access).
+    pub fn plan(&self, chunks: &[SegmentKey]) {
+        let touched: Vec<Touch> = chunks.iter().cloned().map(Touch::of).collect();
+        if let Some(m) = &self.memory {
+            m.plan(&touched);
+            self.account();
+        }
+        if let Some(s) = &self.ssd {
+            s.plan(&touched);
+        }
+    }
+
+    /// Keeps the reservation equal to the memory tier's bytes; when the
+    /// budget refuses, the tier shrinks to what it has.
+    fn account(&self) {
+        let Some(m) = &self.memory else { return };
+        let used = m.stats().used as usize;
+        let r = self.reservation.lock().expect("not poisoned");
+        if r.try_resize(used).is_err() {
+            m.set_capacity(r.size() as u64);
+            let used = m.stats().used as usize;
+            r.resize(used.min(r.size()));
+        }
+    }
+
+    /// Looks `chunks` of `object` up in memory, then on SSD (on a blocking
+    /// thread); what neither has is listed as missing.
+    pub(crate) async fn lookup(self: &Arc<Self>, object: &str, chunks: &[Range<u64>]) -> Served {
+        let object: Arc<str> = Arc::from(object);
+        let mut served = Served::default();
+        let mut not_in_memory = Vec::new();
+        for r in chunks {
+            let key = SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start };
+            match self.memory.as_ref().map(|m| m.get(&key)) {
+                Some(Lookup::Hit(bytes)) => {
+                    served.memory_hits += 1;
+                    served.memory_bytes += bytes.len() as u64;
+                    served.chunks.push((r.start, bytes));
+                }
+                Some(Lookup::Miss { fill }) => not_in_memory.push((r.clone(), key, fill)),
+                None => not_in_memory.push((r.clone(), key, false)),
+            }
+        }
+        let Some(ssd) = self.ssd.clone() else {
+            served.missing = not_in_memory;
+            return served;
+        };
+        if not_in_memory.is_empty() {
+            return served;
+        }
+        let keys: Vec<SegmentKey> = not_in_memory.iter().map(|(_, k, _)| k.clone()).collect();
+        let found = tokio::task::spawn_blocking(move || keys.iter().map(|k| ssd.read(k)).collect::<Vec<_>>()).await.unwrap_or_default();
+        for (i, (r, key, fill)) in not_in_memory.into_iter().enumerate() {
+            match found.get(i).cloned().flatten() {
+                Some(bytes) => {
+                    served.ssd_hits += 1;
+                    served.ssd_bytes += bytes.len() as u64;
+                    if fill && let Some(m) = &self.memory {
+                        m.fill(&key, bytes.clone());
+                    }
+                    served.chunks.push((r.start, bytes));
+                }
+                None => served.missing.push((r, key, fill)),
+            }
+        }
+        served
+    }
+
+    /// The requests for `missing` chunks.
+    pub(crate) fn requests_for(&self, missing: &[(Range<u64>, SegmentKey, bool)]) -> Vec<Span> {
+        let ranges: Vec<Range<u64>> = missing.iter().map(|(r, _, _)| r.clone()).collect();
+        self.policy.plan(&ranges)
+    }
+
+    /// Chunks fetched from the store: to the memory tier when it waits for
+    /// them, and written to the SSD tier in the background when it admitted
+    /// them (read-through, filled asynchronously).
+    pub(crate) fn fetched(&self, chunks: &[(SegmentKey, bool, Bytes)]) {
+        if let Some(m) = &self.memory {
+            for (key, fill, bytes) in chunks {
+                if *fill {
+                    m.fill(key, bytes.clone());
+                }
+            }
+        }
+        if let Some(ssd) = &self.ssd {
+            let ssd = ssd.clone();
+            let chunks: Vec<(SegmentKey, Bytes)> = chunks.iter().map(|(k, _, b)| (k.clone(), b.clone())).collect();
+            tokio::task::spawn_blocking(move || {
+                for (key, bytes) in chunks {
+                    ssd.write(&key, &bytes);
+                }
+            });
+        }
+    }
+
+    /// Chunks whose download failed: the memory tier stops waiting for them.
+    pub(crate) fn failed(&self, missing: &[(Range<u64>, SegmentKey, bool)]) {
+        if let Some(m) = &self.memory {
+            for (_, key, fill) in missing {
+                if *fill {
+                    m.abandon(key);
+                }
+            }
+            self.account();
+        }
+    }
+}
