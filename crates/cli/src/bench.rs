@@ -197,7 +197,7 @@ pub enum BenchCommand {
         out: Option<PathBuf>,
     },
     /// What one VACUUM costs on many objects with a little garbage, beside listing them all.
-    #[command(after_help = "Writes --objects one-row data objects into --tables tables of a fresh local database,\ndrops one table (its objects are the garbage) and runs VACUUM RETAIN '0 seconds'.\n\nExamples:\n  blobhouse bench vacuum\n  blobhouse bench vacuum --objects 10000 --tables 10")]
+    #[command(after_help = "Writes --objects one-row data objects into --tables tables of a fresh local database,\ndrops one table (its objects are the garbage) and runs VACUUM RETAIN '0 seconds' GRACE '0 seconds'.\n\nExamples:\n  blobhouse bench vacuum\n  blobhouse bench vacuum --objects 10000 --tables 10")]
     Vacuum {
         #[arg(long, default_value_t = 100_000)]
         objects: u64,
