@@ -26,7 +26,7 @@
 use std::fmt;
 use std::num::NonZeroUsize;
 use std::sync::atomic::{AtomicUsize, Ordering};
-use std::sync::{Arc, Mutex};
+use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation, TrackConsumersPool};
@@ -53,6 +53,26 @@ fn never_refused(consumer: &MemoryConsumer) -> bool {
 /// every other consumer's bytes count as unspillable.
 fn shares(consumer: &MemoryConsumer) -> bool {
     consumer.can_spill() && !never_refused(consumer)
+}
+
+/// Memory held only to make later work faster (the caching tiers), given
+/// back when a query needs it: the pool asks before it refuses anyone else.
+pub trait Reclaim: Send + Sync + fmt::Debug {
+    /// The consumer name of the reservation that holds the bytes.
+    fn consumer(&self) -> &str;
+    /// Bytes held now that could be given back. Called under the pool's
+    /// lock: must not touch the pool, nor take a lock held while calling it.
+    fn reclaimable(&self) -> usize;
+    /// Gives back at least `bytes` if it can (through its reservation, so
+    /// the pool sees it); returns what it gave back.
+    fn reclaim(&self, bytes: usize) -> usize;
+}
+
+/// A refused request, and how many bytes more would have let it through
+/// (`None`: freeing memory would not help — a fair share or a queue limit).
+struct Refusal {
+    error: DataFusionError,
+    deficit: Option<usize>,
 }
 
 /// Of the limit, the share that operators which can spill may fill
@@ -83,6 +103,8 @@ pub struct BudgetPool {
     /// `spillable + unspillable`, readable without the lock.
     used: AtomicUsize,
     peak: AtomicUsize,
+    /// Who gives memory back before a request is refused ([`Reclaim`]).
+    reclaimer: OnceLock<Weak<dyn Reclaim>>,
 }
 
 #[derive(Debug, Default)]
@@ -95,7 +117,7 @@ struct PoolState {
 
 impl BudgetPool {
     fn new(limit: Option<usize>) -> Self {
-        BudgetPool { limit: AtomicUsize::new(limit.unwrap_or(usize::MAX)), state: Mutex::default(), used: AtomicUsize::new(0), peak: AtomicUsize::new(0) }
+        BudgetPool { limit: AtomicUsize::new(limit.unwrap_or(usize::MAX)), state: Mutex::default(), used: AtomicUsize::new(0), peak: AtomicUsize::new(0), reclaimer: OnceLock::new() }
     }
 
     fn limit(&self) -> Option<usize> {
@@ -156,55 +178,17 @@ impl MemoryPool for BudgetPool {
     }
 
     fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
-        let limit = self.limit.load(Ordering::Relaxed);
-        let mut s = self.state();
-        let used = s.spillable + s.unspillable;
-        let free = limit.saturating_sub(used);
-        let consumer = reservation.consumer();
-        if never_refused(consumer) && reservation.size() + additional <= limit / QUEUE_DEN {
-            // Counted (with the consumers that cannot spill), not refused
-            // while the queue is small: see NEVER_REFUSED.
-            s.unspillable += additional;
-            self.record(&s);
-            return Ok(());
-        }
-        let refuse = |what: String| {
-            DataFusionError::ResourcesExhausted(format!(
-                "{} asked for {} more (it holds {}), but {what}; \
-                 raise the limit with SET memory_limit = '…' or --memory-limit, or give the query less to hold",
-                consumer.name(),
-                format_bytes(additional as u64),
-                format_bytes(reservation.size() as u64),
-            ))
-        };
-        if additional > free {
-            return Err(refuse(format!("only {} of the memory limit of {} is free", format_bytes(free as u64), format_bytes(limit as u64))));
-        }
-        if never_refused(consumer) {
-            // A queue beyond its allowance spills (DataFusion 55 spills
-            // repartition queues when refused).
-            return Err(refuse(format!(
-                "a repartition queue may hold at most {} (an eighth of the memory limit of {}) before it spills",
-                format_bytes((limit / QUEUE_DEN) as u64),
-                format_bytes(limit as u64)
-            )));
-        }
-        if shares(consumer) {
-            let share = (limit / SPILLERS_DEN * SPILLERS_NUM).saturating_sub(s.unspillable) / s.spillers.max(1);
-            if reservation.size() + additional > share {
-                return Err(refuse(format!(
-                    "its fair share is {} ({} spilling operators share what the others leave of the memory limit of {})",
-                    format_bytes(share as u64),
-                    s.spillers,
-                    format_bytes(limit as u64)
-                )));
+        let reclaimer = self.reclaimer.get().and_then(Weak::upgrade).filter(|r| r.consumer() != reservation.consumer().name());
+        match self.try_grow_once(reservation, additional, reclaimer.as_deref()) {
+            Ok(()) => Ok(()),
+            // The cache gives back what is missing (outside the pool's
+            // lock: it shrinks its reservation), then the request is
+            // decided again.
+            Err(Refusal { deficit: Some(deficit), .. }) if reclaimer.as_ref().is_some_and(|r| r.reclaim(deficit) > 0) => {
+                self.try_grow_once(reservation, additional, reclaimer.as_deref()).map_err(|r| r.error)
             }
-            s.spillable += additional;
-        } else {
-            s.unspillable += additional;
+            Err(r) => Err(r.error),
         }
-        self.record(&s);
-        Ok(())
     }
 
     fn reserved(&self) -> usize {
@@ -216,6 +200,74 @@ impl MemoryPool for BudgetPool {
             Some(l) => MemoryLimit::Finite(l),
             None => MemoryLimit::Infinite,
         }
+    }
+}
+
+impl BudgetPool {
+    /// One decision on a request. `reclaimer`'s bytes count as free for the
+    /// fair shares (they would be given back); a request beyond what is
+    /// really free is refused with the deficit.
+    fn try_grow_once(&self, reservation: &MemoryReservation, additional: usize, reclaimer: Option<&dyn Reclaim>) -> std::result::Result<(), Refusal> {
+        let limit = self.limit.load(Ordering::Relaxed);
+        let mut s = self.state();
+        let used = s.spillable + s.unspillable;
+        let free = limit.saturating_sub(used);
+        let reclaimable = reclaimer.map_or(0, |r| r.reclaimable()).min(s.unspillable);
+        let consumer = reservation.consumer();
+        if never_refused(consumer) && reservation.size() + additional <= limit / QUEUE_DEN {
+            // Counted (with the consumers that cannot spill), not refused
+            // while the queue is small: see NEVER_REFUSED.
+            s.unspillable += additional;
+            self.record(&s);
+            return Ok(());
+        }
+        let refuse = |what: String, deficit: Option<usize>| Refusal {
+            deficit,
+            error: DataFusionError::ResourcesExhausted(format!(
+                "{} asked for {} more (it holds {}), but {what}; \
+                 raise the limit with SET memory_limit = '…' or --memory-limit, or give the query less to hold",
+                consumer.name(),
+                format_bytes(additional as u64),
+                format_bytes(reservation.size() as u64),
+            )),
+        };
+        if never_refused(consumer) && additional <= free {
+            // A queue beyond its allowance spills (DataFusion 55 spills
+            // repartition queues when refused).
+            return Err(refuse(
+                format!(
+                    "a repartition queue may hold at most {} (an eighth of the memory limit of {}) before it spills",
+                    format_bytes((limit / QUEUE_DEN) as u64),
+                    format_bytes(limit as u64)
+                ),
+                None,
+            ));
+        }
+        if shares(consumer) {
+            let share = (limit / SPILLERS_DEN * SPILLERS_NUM).saturating_sub(s.unspillable - reclaimable) / s.spillers.max(1);
+            if reservation.size() + additional > share {
+                return Err(refuse(
+                    format!(
+                        "its fair share is {} ({} spilling operators share what the others leave of the memory limit of {})",
+                        format_bytes(share as u64),
+                        s.spillers,
+                        format_bytes(limit as u64)
+                    ),
+                    None,
+                ));
+            }
+        }
+        if additional > free {
+            let deficit = (additional - free <= reclaimable).then_some(additional - free);
+            return Err(refuse(format!("only {} of the memory limit of {} is free", format_bytes(free as u64), format_bytes(limit as u64)), deficit));
+        }
+        if shares(consumer) {
+            s.spillable += additional;
+        } else {
+            s.unspillable += additional;
+        }
+        self.record(&s);
+        Ok(())
     }
 }
 
@@ -265,6 +317,12 @@ impl MemoryBudget {
     /// The most reserved at once since the last [`Self::reset_peak`].
     pub fn peak(&self) -> usize {
         self.pool.inner().peak.load(Ordering::Relaxed)
+    }
+
+    /// Makes `reclaimer` give memory back before the pool refuses anyone
+    /// else (the first one given counts; held weakly).
+    pub fn set_reclaimer(&self, reclaimer: Weak<dyn Reclaim>) {
+        let _ = self.pool.inner().reclaimer.set(reclaimer);
     }
 
     /// Starts a new high-water mark from what is reserved now.
@@ -369,6 +427,56 @@ pub fn format_bytes(bytes: u64) -> String {
 mod tests {
     use super::*;
     use datafusion::execution::memory_pool::MemoryConsumer;
+
+    /// A cache of bytes held in the pool, giving them back on request.
+    #[derive(Debug)]
+    struct FakeCache {
+        reservation: Mutex<MemoryReservation>,
+    }
+
+    impl Reclaim for FakeCache {
+        fn consumer(&self) -> &str {
+            "FakeCache"
+        }
+        fn reclaimable(&self) -> usize {
+            // (A real reclaimer reads an atomic here; the test's lock is never
+            // held while the pool calls.)
+            self.reservation.lock().unwrap().size()
+        }
+        fn reclaim(&self, bytes: usize) -> usize {
+            let r = self.reservation.lock().unwrap();
+            let give = bytes.min(r.size());
+            r.shrink(give);
+            give
+        }
+    }
+
+    /// Memory held by a cache is given back before anyone else is refused,
+    /// counts as free for the spilling operators' fair shares, and the
+    /// cache itself is never refused by taking from itself.
+    #[test]
+    fn a_cache_gives_its_memory_back_before_a_query_is_refused() {
+        let mib = 1 << 20;
+        let budget = MemoryBudget::new(Some(100 * mib));
+        let pool = budget.pool();
+        let cache = Arc::new(FakeCache { reservation: Mutex::new(MemoryConsumer::new("FakeCache").register(&pool)) });
+        cache.reservation.lock().unwrap().try_grow(80 * mib).unwrap();
+        let join = MemoryConsumer::new("HashJoinInput").register(&pool);
+        // Without a reclaimer: refused (20 MiB free).
+        assert!(join.try_grow(50 * mib).is_err());
+        budget.set_reclaimer(Arc::downgrade(&cache) as Weak<dyn Reclaim>);
+        join.try_grow(50 * mib).unwrap();
+        assert_eq!(cache.reservation.lock().unwrap().size(), 50 * mib, "the cache gave back exactly the 30 MiB missing");
+        // A spilling operator's share ignores what the cache holds.
+        let sort = MemoryConsumer::new("ExternalSorter").with_can_spill(true).register(&pool);
+        sort.try_grow(20 * mib).unwrap();
+        assert_eq!(cache.reservation.lock().unwrap().size(), 30 * mib);
+        // Beyond what the cache could give: refused as before.
+        assert!(join.try_grow(40 * mib).is_err());
+        // The cache growing never takes from itself.
+        assert!(cache.reservation.lock().unwrap().try_grow(mib).is_err());
+        assert_eq!(cache.reservation.lock().unwrap().size(), 30 * mib);
+    }
 
     #[test]
     fn sizes_parse_like_duckdb_and_datafusion_write_them() {

@@ -319,6 +319,10 @@ impl Engine {
             .build();
         let ctx = SessionContext::new_with_state(state);
         let tiers = crate::tiers::Tiers::new(&options.cache, options.memory_limit, &memory.pool(), options.requests.clone());
+        if let Some(t) = &tiers {
+            let weak: std::sync::Weak<dyn crate::memory::Reclaim> = Arc::downgrade(t) as std::sync::Weak<dyn crate::memory::Reclaim>;
+            memory.set_reclaimer(weak);
+        }
         let source = source.with_tiers(tiers);
         let footers = Arc::new(FooterCache::new(&memory.pool()));
         db.account_caches_in(&memory.pool());

@@ -10,6 +10,7 @@
 
 use std::ops::Range;
 use std::path::PathBuf;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
@@ -18,6 +19,10 @@ use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReser
 use blobhouse_cache::{Lookup, MemoryTier, PolicyKind, SegmentKey, SsdTier, Touch};
 
 use crate::chunks::{RequestPolicy, Span};
+use crate::memory::Reclaim;
+
+/// The memory tier's consumer name in the engine's budget.
+const CONSUMER: &str = "SegmentCache";
 
 /// How the tiers are set up.
 #[derive(Debug, Clone)]
@@ -55,8 +60,10 @@ impl CacheOptions {
 pub struct Tiers {
     memory: Option<MemoryTier>,
     ssd: Option<Arc<SsdTier>>,
-    /// The memory tier's bytes in the engine's budget.
+    /// The memory tier's bytes in the engine's budget, and their number
+    /// readable without the lock (for the pool, see [`Reclaim`]).
     reservation: Mutex<MemoryReservation>,
+    held: AtomicUsize,
     /// Warnings not yet shown (a tier that could not be opened, a failing disk).
     warnings: Mutex<Vec<String>>,
     /// How the chunks no tier has are cut into requests.
@@ -100,8 +107,8 @@ impl Tiers {
         if memory.is_none() && ssd.is_none() && warnings.is_empty() {
             return None;
         }
-        let reservation = Mutex::new(MemoryConsumer::new("SegmentCache").register(pool));
-        Some(Arc::new(Tiers { memory, ssd, reservation, warnings: Mutex::new(warnings), policy }))
+        let reservation = Mutex::new(MemoryConsumer::new(CONSUMER).register(pool));
+        Some(Arc::new(Tiers { memory, ssd, reservation, held: AtomicUsize::new(0), warnings: Mutex::new(warnings), policy }))
     }
 
     /// The memory tier, if any.
@@ -144,10 +151,15 @@ impl Tiers {
         let used = m.stats().used as usize;
         let r = self.reservation.lock().expect("not poisoned");
         if r.try_resize(used).is_err() {
+            // Only what is free: shrink to what is held, then back to the
+            // configured size (it refills into free memory only).
+            let capacity = m.stats().capacity;
             m.set_capacity(r.size() as u64);
+            m.set_capacity(capacity);
             let used = m.stats().used as usize;
             r.resize(used.min(r.size()));
         }
+        self.held.store(r.size(), Ordering::Relaxed);
     }
 
     /// Looks `chunks` of `object` up in memory, then on SSD (on a blocking
@@ -231,5 +243,30 @@ impl Tiers {
             }
             self.account();
         }
+    }
+}
+
+/// The memory tier gives its bytes back to queries: the least valuable
+/// segments are evicted until `bytes` are free; its size stays what was
+/// configured, so it refills as memory frees up.
+impl Reclaim for Tiers {
+    fn consumer(&self) -> &str {
+        CONSUMER
+    }
+
+    fn reclaimable(&self) -> usize {
+        self.held.load(Ordering::Relaxed)
+    }
+
+    fn reclaim(&self, bytes: usize) -> usize {
+        let Some(m) = &self.memory else { return 0 };
+        let r = self.reservation.lock().expect("not poisoned");
+        let before = r.size();
+        let capacity = m.stats().capacity;
+        m.set_capacity(before.saturating_sub(bytes) as u64);
+        m.set_capacity(capacity);
+        r.resize((m.stats().used as usize).min(before));
+        self.held.store(r.size(), Ordering::Relaxed);
+        before - r.size()
     }
 }
