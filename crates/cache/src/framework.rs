@@ -178,6 +178,18 @@ impl BenefitCache {
         }
     }
 
+    /// Values segments by `policy` from now on. The cached segments stay,
+    /// each recorded once with the new policy; other history is dropped.
+    pub fn set_policy(&mut self, policy: Box<dyn Policy>) {
+        self.policy = policy;
+        self.tracked = self.cached.keys().cloned().collect();
+        let mut cached: Vec<(&SegmentKey, &u64)> = self.cached.iter().collect();
+        cached.sort();
+        for (key, size) in cached {
+            self.policy.record(key, *size, 1.0, self.query);
+        }
+    }
+
     /// A new capacity; evicts the least valuable segments until they fit.
     pub fn set_capacity(&mut self, capacity: u64) -> Vec<SegmentKey> {
         self.capacity = capacity;
@@ -299,6 +311,20 @@ mod tests {
         assert_eq!(gone.len(), 2);
         assert!(c.contains(&k("c")), "the most recently used stays");
         assert!(c.remove(&k("c")) && c.used() == 0 && !c.remove(&k("c")));
+    }
+
+    #[test]
+    fn a_new_policy_keeps_what_is_cached() {
+        let mut c = BenefitCache::new(200, Box::new(Lru::default()));
+        c.on_query(&q(&["a", "b"]));
+        c.set_policy(Box::new(Lfu::default()));
+        assert_eq!(c.policy_name(), "lfu");
+        assert!(c.contains(&k("a")) && c.contains(&k("b")));
+        assert_eq!(c.on_query(&q(&["a"])).hits, vec![k("a")]);
+        // Under LFU, a (read twice since) outranks b, so c replaces b.
+        c.on_query(&q(&["c"]));
+        let d = c.on_query(&q(&["c"]));
+        assert_eq!(d.evicted, vec![k("b")]);
     }
 
     /// A loop over one segment more than fits: LRU evicts each segment just

@@ -146,6 +146,11 @@ impl MemoryTier {
         inner.stats.capacity = capacity;
     }
 
+    /// Values segments by `policy` from now on (`SET cache_policy`).
+    pub fn set_policy(&self, policy: Box<dyn Policy>) {
+        self.lock().framework.set_policy(policy);
+    }
+
     /// The counters.
     pub fn stats(&self) -> MemoryStats {
         self.lock().stats

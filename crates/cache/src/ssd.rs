@@ -226,6 +226,11 @@ impl SsdTier {
         }
     }
 
+    /// How many entries it holds (or has admitted and is writing).
+    pub fn segments(&self) -> usize {
+        self.lock().framework.entries().len()
+    }
+
     /// The counters.
     pub fn stats(&self) -> SsdStats {
         self.lock().stats

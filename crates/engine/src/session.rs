@@ -356,6 +356,63 @@ impl Engine {
         self.source.download_manager()
     }
 
+    /// `SET` / `RESET` (`value` `None`) of a cache setting.
+    fn set_cache(&self, variable: &str, value: Option<&str>) -> Result<(), EngineError> {
+        let setting = |message: String| EngineError::Setting { variable: variable.to_string(), message };
+        let tiers = self.tiers().ok_or_else(|| setting("this engine has no caching tiers (it was opened with the caches off)".into()))?;
+        let text = value.map(|v| v.trim().trim_matches('\'').to_string());
+        match variable.trim_start_matches("blobhouse.") {
+            "cache_memory" => {
+                // 0 (or 'off') empties the tier and stops it admitting.
+                let size = |t: &str| match t.to_ascii_lowercase().as_str() {
+                    "0" | "off" => Ok(0),
+                    _ => memory::parse_size(t),
+                };
+                let bytes = text.map(|t| size(&t)).transpose().map_err(setting)?;
+                tiers.set_memory_capacity(bytes).map_err(setting)
+            }
+            _ => {
+                let policy = text.map(|t| blobhouse_cache::PolicyKind::parse(&t).ok_or_else(|| setting(format!("unknown policy '{t}': use 'lru' or 'lfu'")))).transpose()?;
+                tiers.set_memory_policy(policy).map_err(setting)
+            }
+        }
+    }
+
+    /// `SHOW CACHE`: a row per tier.
+    fn show_cache(&self, started: Instant) -> QueryResult {
+        let rows = self.tiers().map(|t| t.describe()).unwrap_or_default();
+        let hit_rate = |h: u64, m: u64| if h + m == 0 { 0.0 } else { h as f64 / (h + m) as f64 };
+        let schema = Arc::new(Schema::new(vec![
+            Field::new("tier", DataType::Utf8, false),
+            Field::new("policy", DataType::Utf8, false),
+            Field::new("segments", DataType::UInt64, false),
+            Field::new("bytes", DataType::UInt64, false),
+            Field::new("capacity", DataType::UInt64, false),
+            Field::new("hits", DataType::UInt64, false),
+            Field::new("misses", DataType::UInt64, false),
+            Field::new("hit_rate", DataType::Float64, false),
+            Field::new("bytes_served", DataType::UInt64, false),
+            Field::new("evicted", DataType::UInt64, false),
+            Field::new("note", DataType::Utf8, false),
+        ]));
+        let u = |f: fn(&crate::tiers::TierRow) -> u64| -> ArrayRef { Arc::new(rows.iter().map(f).collect::<UInt64Array>()) };
+        let columns: Vec<ArrayRef> = vec![
+            Arc::new(rows.iter().map(|r| Some(r.tier)).collect::<StringArray>()),
+            Arc::new(rows.iter().map(|r| Some(r.policy)).collect::<StringArray>()),
+            u(|r| r.segments),
+            u(|r| r.bytes),
+            u(|r| r.capacity),
+            u(|r| r.hits),
+            u(|r| r.misses),
+            Arc::new(rows.iter().map(|r| hit_rate(r.hits, r.misses)).collect::<datafusion::arrow::array::Float64Array>()),
+            u(|r| r.served),
+            u(|r| r.evicted),
+            Arc::new(rows.iter().map(|r| Some(r.note.as_str())).collect::<StringArray>()),
+        ];
+        let batch = RecordBatch::try_new(schema.clone(), columns).expect("SHOW CACHE batch");
+        QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) }
+    }
+
     /// The caching tiers its scans consult, if any.
     pub fn tiers(&self) -> Option<&Arc<crate::tiers::Tiers>> {
         self.source.tiers()
@@ -457,6 +514,9 @@ impl Engine {
     }
 
     async fn execute_statement(&self, sql: &str, started: Instant) -> Result<QueryResult, EngineError> {
+        if words_are(sql, &["show", "cache"]) {
+            return Ok(self.show_cache(started));
+        }
         if is_show_memory_limit(sql) {
             let value = self.memory.limit().map_or("none".to_string(), |l| format_bytes(l as u64));
             return Ok(setting_result("memory_limit", &value, started));
@@ -647,6 +707,14 @@ impl Engine {
                 "{} is not supported yet; blobhouse supports CREATE TABLE [AS SELECT], DROP TABLE, INSERT, DELETE, UPDATE, COPY … FROM and queries",
                 other.name()
             ))),
+            LogicalPlan::Statement(Statement::SetVariable(set)) if is_cache_setting(&set.variable) => {
+                self.set_cache(&set.variable, Some(set.value.as_str()))?;
+                Ok(empty_result(started))
+            }
+            LogicalPlan::Statement(Statement::ResetVariable(reset)) if is_cache_setting(&reset.variable) => {
+                self.set_cache(&reset.variable, None)?;
+                Ok(empty_result(started))
+            }
             LogicalPlan::Statement(Statement::SetVariable(set)) if is_memory_limit(&set.variable) => {
                 self.set_memory_limit(parse_limit(&set.value).map_err(|message| EngineError::Setting { variable: set.variable.clone(), message })?);
                 Ok(empty_result(started))
@@ -1142,8 +1210,18 @@ fn is_memory_limit(variable: &str) -> bool {
 }
 
 fn is_show_memory_limit(sql: &str) -> bool {
+    words_are(sql, &["show", "memory_limit"])
+}
+
+/// Whether `sql` is exactly these words (any case, a trailing ';' allowed).
+fn words_are(sql: &str, expected: &[&str]) -> bool {
     let words: Vec<String> = sql.trim().trim_end_matches(';').split_whitespace().map(str::to_ascii_lowercase).collect();
-    words == ["show", "memory_limit"]
+    words == expected
+}
+
+/// The caching tiers' settings (docs/cache.md).
+fn is_cache_setting(variable: &str) -> bool {
+    matches!(variable.trim_start_matches("blobhouse."), "cache_memory" | "cache_policy")
 }
 
 fn setting_result(name: &str, value: &str, started: Instant) -> QueryResult {

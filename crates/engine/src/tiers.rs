@@ -68,12 +68,34 @@ pub struct Tiers {
     warnings: Mutex<Vec<String>>,
     /// How the chunks no tier has are cut into requests.
     policy: RequestPolicy,
+    /// The memory tier as configured (what RESET goes back to).
+    configured: (u64, PolicyKind),
 }
 
 impl std::fmt::Debug for Tiers {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         f.debug_struct("Tiers").field("memory", &self.memory.as_ref().map(|m| m.stats())).field("ssd", &self.ssd.as_ref().map(|s| s.stats())).finish()
     }
+}
+
+fn no_memory_tier() -> String {
+    "this engine has no memory tier (it was opened with the caches off); open it with a cache size".into()
+}
+
+/// One tier in `SHOW CACHE`.
+#[derive(Debug, Clone)]
+pub struct TierRow {
+    pub tier: &'static str,
+    pub policy: &'static str,
+    pub segments: u64,
+    pub bytes: u64,
+    pub capacity: u64,
+    pub hits: u64,
+    pub misses: u64,
+    /// Bytes the tier served.
+    pub served: u64,
+    pub evicted: u64,
+    pub note: String,
 }
 
 /// Where one unit's chunks came from.
@@ -108,7 +130,8 @@ impl Tiers {
             return None;
         }
         let reservation = Mutex::new(MemoryConsumer::new(CONSUMER).register(pool));
-        Some(Arc::new(Tiers { memory, ssd, reservation, held: AtomicUsize::new(0), warnings: Mutex::new(warnings), policy }))
+        let configured = (memory_bytes, options.memory_policy);
+        Some(Arc::new(Tiers { memory, ssd, reservation, held: AtomicUsize::new(0), warnings: Mutex::new(warnings), policy, configured }))
     }
 
     /// The memory tier, if any.
@@ -119,6 +142,39 @@ impl Tiers {
     /// The SSD tier, if any.
     pub fn ssd(&self) -> Option<&SsdTier> {
         self.ssd.as_deref()
+    }
+
+    /// `SET cache_memory`: the memory tier's size (`None`: as configured).
+    /// Errors when the engine has no memory tier.
+    pub fn set_memory_capacity(&self, bytes: Option<u64>) -> Result<(), String> {
+        let m = self.memory.as_ref().ok_or_else(no_memory_tier)?;
+        m.set_capacity(bytes.unwrap_or(self.configured.0));
+        self.account();
+        Ok(())
+    }
+
+    /// `SET cache_policy`: the memory tier's policy (`None`: as configured).
+    pub fn set_memory_policy(&self, policy: Option<PolicyKind>) -> Result<(), String> {
+        let m = self.memory.as_ref().ok_or_else(no_memory_tier)?;
+        m.set_policy(policy.unwrap_or(self.configured.1).build());
+        Ok(())
+    }
+
+    /// What `SHOW CACHE` lists, a row per tier: (tier, policy, segments,
+    /// bytes, capacity, hits, misses, bytes served, evicted, note).
+    pub fn describe(&self) -> Vec<TierRow> {
+        let mut rows = Vec::new();
+        if let Some(m) = &self.memory {
+            let s = m.stats();
+            let note = format!("admitted {}, rejected {}", s.admitted, s.rejected);
+            rows.push(TierRow { tier: "memory", policy: m.policy_name(), segments: m.contents().len() as u64, bytes: s.used, capacity: s.capacity, hits: s.hits, misses: s.misses, served: s.hit_bytes, evicted: s.evicted, note });
+        }
+        if let Some(d) = &self.ssd {
+            let s = d.stats();
+            let note = format!("{}; recovered {}, written {}, damaged {}, write errors {}", d.slot().display(), s.recovered, s.written, s.corrupt, s.write_errors);
+            rows.push(TierRow { tier: "ssd", policy: "lru", segments: d.segments() as u64, bytes: s.used, capacity: s.capacity, hits: s.hits, misses: s.misses, served: s.hit_bytes, evicted: s.evicted, note });
+        }
+        rows
     }
 
     /// Warnings since the last call: each said once.

@@ -151,4 +151,42 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out
 }
 
+/// SHOW CACHE lists the tiers; SET changes the memory tier's size and
+/// policy for the running engine, RESET goes back to the configuration,
+/// and bad values or an engine without caches get clear errors.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn set_and_show_cache() {
+    let db = loaded(Backend::Local, "cache-settings").await;
+    let dir = tempfile::tempdir().unwrap();
+    let e = db.engine(with_cache(CacheOptions { memory: Some(32 << 20), ssd_dir: Some(dir.path().to_path_buf()), ..CacheOptions::default() })).await;
+    let sql = "SELECT sum(l_quantity) FROM lineitem";
+    run(&e, sql).await;
+    run(&e, sql).await;
+    let rows = lines(&run(&e, "SHOW CACHE").await);
+    assert_eq!(rows.len(), 2, "{rows:?}");
+    let memory: Vec<&str> = rows[0].split('|').collect();
+    assert_eq!((memory[0], memory[1], memory[4]), ("memory", "lfu", "33554432"), "{rows:?}");
+    assert!(memory[2].parse::<u64>().unwrap() > 0 && memory[5].parse::<u64>().unwrap() > 0, "segments and hits: {rows:?}");
+    assert!(rows[1].starts_with("ssd|lru|"), "{rows:?}");
+
+    run(&e, "SET cache_policy = 'lru'").await;
+    run(&e, "SET cache_memory = '0'").await;
+    let rows = lines(&run(&e, "SHOW CACHE").await);
+    assert!(rows[0].starts_with("memory|lru|0|0|0|"), "{rows:?}");
+    let r = run(&e, sql).await;
+    assert_eq!(r.scan.memory_hits, 0, "an empty memory tier serves nothing: {:?}", r.scan);
+    run(&e, "RESET cache_memory").await;
+    run(&e, "RESET cache_policy").await;
+    assert!(lines(&run(&e, "SHOW CACHE").await)[0].starts_with("memory|lfu|"));
+    let err = fail(&e, "SET cache_policy = 'belady'").await;
+    assert!(err.contains("lru") && err.contains("lfu"), "{err}");
+    let err = fail(&e, "SET cache_memory = 'lots'").await;
+    assert!(err.contains("cache_memory"), "{err}");
+
+    let off = db.engine(with_cache(CacheOptions::off())).await;
+    assert!(lines(&run(&off, "SHOW CACHE").await).is_empty());
+    let err = fail(&off, "SET cache_memory = '1G'").await;
+    assert!(err.contains("no caching tiers"), "{err}");
+}
+
 crate::on_both_backends!(a_repeated_query_is_served_from_memory, a_later_engine_reads_the_ssd_entries_of_an_earlier_one, damaged_ssd_entries_are_refetched_never_served);
