@@ -92,6 +92,15 @@ pub struct EngineArgs {
     /// Most disk space spill files may take at once, e.g. 50G (default 100G).
     #[arg(long, value_name = "SIZE")]
     spill_limit: Option<String>,
+    /// Size of the in-memory cache of column chunks, within the memory limit (default: a quarter of it; 0: off).
+    #[arg(long, value_name = "SIZE", env = "BLOBHOUSE_CACHE_MEMORY")]
+    cache_memory: Option<String>,
+    /// Directory of the SSD cache of column chunks (default: no SSD cache). Kept across restarts; processes running at once get separate slots in it.
+    #[arg(long, value_name = "DIR", env = "BLOBHOUSE_CACHE_DIR")]
+    cache_dir: Option<std::path::PathBuf>,
+    /// Most disk space the SSD cache may take, e.g. 50G (default 10G).
+    #[arg(long, value_name = "SIZE", env = "BLOBHOUSE_CACHE_SSD_SIZE")]
+    cache_ssd_size: Option<String>,
 }
 
 impl EngineArgs {
@@ -105,6 +114,18 @@ impl EngineArgs {
         }
         if let Some(limit) = &self.spill_limit {
             options.spill.max_bytes = blobhouse_engine::memory::parse_size(limit).map_err(|e| anyhow::anyhow!("--spill-limit: {e}"))?;
+        }
+        if let Some(size) = &self.cache_memory {
+            options.cache.memory = Some(match size.trim() {
+                "0" => 0,
+                s => blobhouse_engine::memory::parse_size(s).map_err(|e| anyhow::anyhow!("--cache-memory: {e}"))?,
+            });
+        }
+        if let Some(dir) = &self.cache_dir {
+            options.cache.ssd_dir = Some(dir.clone());
+        }
+        if let Some(size) = &self.cache_ssd_size {
+            options.cache.ssd_capacity = blobhouse_engine::memory::parse_size(size).map_err(|e| anyhow::anyhow!("--cache-ssd-size: {e}"))?;
         }
         Ok(())
     }

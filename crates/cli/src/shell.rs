@@ -45,6 +45,14 @@ fn print_result(r: &QueryResult) {
     }
 }
 
+/// What the caching tiers have to say (a cache directory that cannot be
+/// used, damaged entries, a full disk): each said once.
+fn print_warnings(engine: &Engine) {
+    for w in engine.tiers().map(|t| t.take_warnings()).unwrap_or_default() {
+        eprintln!("warning: {w}");
+    }
+}
+
 /// A statement's memory is printed from these peaks on.
 const LARGE_RSS: u64 = 1 << 30;
 const LARGE_POOL: u64 = 256 << 20;
@@ -53,7 +61,10 @@ const LARGE_POOL: u64 = 256 << 20;
 pub async fn run_script(engine: &Engine, sql: &str) -> Result<()> {
     for (i, statement) in split_statements(sql).iter().enumerate() {
         match engine.execute(statement).await {
-            Ok(r) => print_result(&r),
+            Ok(r) => {
+                print_result(&r);
+                print_warnings(engine);
+            }
             Err(e) => {
                 roll_back_open_transaction(engine).await;
                 return Err(anyhow::anyhow!("statement {} failed: {e}", i + 1));
@@ -101,7 +112,10 @@ pub async fn interactive(engine: &Engine, url: &str) -> Result<()> {
                     let _ = editor.add_history_entry(buffer.trim());
                     for statement in split_statements(&buffer) {
                         match engine.execute(&statement).await {
-                            Ok(r) => print_result(&r),
+                            Ok(r) => {
+                                print_result(&r);
+                                print_warnings(engine);
+                            }
                             Err(e) => eprintln!("error: {e}"),
                         }
                     }
