@@ -13,6 +13,8 @@
 //! - [`memory`]: the memory tier — the framework plus the bytes.
 //! - [`ssd`]: the SSD tier (SAP IQ's object cache manager) — checksummed
 //!   files in a local directory, surviving restarts.
+//! - [`router`]: SSD or store for a segment the SSD holds, by the speed
+//!   each has shown lately.
 //!
 //! Why not a cache crate: foyer, moka and quick_cache each fix their policy
 //! (S3-FIFO, TinyLFU, CLOCK-Pro) and have no admission hook that weighs a
@@ -24,10 +26,12 @@ pub mod framework;
 pub mod key;
 pub mod memory;
 pub mod policy;
+pub mod router;
 pub mod ssd;
 
 pub use framework::{BenefitCache, Decision, Touch};
 pub use key::SegmentKey;
 pub use memory::{Lookup, MemoryStats, MemoryTier};
 pub use policy::{Belady, Lfu, Lru, Policy, PolicyKind};
+pub use router::{Route, Router, RouterStats};
 pub use ssd::{SsdError, SsdStats, SsdTier};

@@ -80,6 +80,8 @@ pub struct SsdStats {
 
 struct Inner {
     framework: BenefitCache,
+    /// Entries written (or recovered), as opposed to admitted and pending.
+    written: std::collections::HashSet<SegmentKey>,
     stats: SsdStats,
     /// Warnings not yet taken by the caller, one per kind.
     warnings: Vec<String>,
@@ -110,9 +112,9 @@ impl SsdTier {
                 continue;
             }
             let mut framework = BenefitCache::new(capacity, policy);
-            let recovered = recover(&slot, &mut framework);
-            let stats = SsdStats { recovered: recovered as u64, used: framework.used(), capacity, ..Default::default() };
-            let inner = Inner { framework, stats, warnings: Vec::new(), warned: Default::default() };
+            let written: std::collections::HashSet<SegmentKey> = recover(&slot, &mut framework).into_iter().collect();
+            let stats = SsdStats { recovered: written.len() as u64, used: framework.used(), capacity, ..Default::default() };
+            let inner = Inner { framework, written, stats, warnings: Vec::new(), warned: Default::default() };
             return Ok(SsdTier { slot, _lock: lock, inner: Mutex::new(inner) });
         }
         Err(SsdError::NoFreeSlot { dir: dir.display().to_string() })
@@ -139,6 +141,9 @@ impl SsdTier {
         let decision = inner.framework.on_query(touched);
         inner.stats.evicted += decision.evicted.len() as u64;
         inner.stats.used = inner.framework.used();
+        for key in &decision.evicted {
+            inner.written.remove(key);
+        }
         drop(inner);
         for key in &decision.evicted {
             let _ = fs::remove_file(self.path_of(key));
@@ -171,6 +176,7 @@ impl SsdTier {
                 let _ = fs::remove_file(&path);
                 let mut inner = self.lock();
                 inner.framework.remove(key);
+                inner.written.remove(key);
                 inner.stats.used = inner.framework.used();
                 inner.stats.misses += 1;
                 inner.stats.corrupt += 1;
@@ -191,12 +197,14 @@ impl SsdTier {
         match write_entry(&self.slot, &path, key, bytes) {
             Ok(()) => {
                 let mut inner = self.lock();
+                inner.written.insert(key.clone());
                 inner.stats.written += 1;
                 inner.stats.written_bytes += bytes.len() as u64;
             }
             Err(e) => {
                 let mut inner = self.lock();
                 inner.framework.remove(key);
+                inner.written.remove(key);
                 inner.stats.used = inner.framework.used();
                 inner.stats.write_errors += 1;
                 let kind = if e.raw_os_error() == Some(libc::ENOSPC) { "full" } else { "write" };
@@ -210,6 +218,7 @@ impl SsdTier {
     pub fn abandon(&self, key: &SegmentKey) {
         let mut inner = self.lock();
         inner.framework.remove(key);
+        inner.written.remove(key);
         inner.stats.used = inner.framework.used();
     }
 
@@ -220,10 +229,18 @@ impl SsdTier {
         inner.stats.evicted += evicted.len() as u64;
         inner.stats.used = inner.framework.used();
         inner.stats.capacity = capacity;
+        for key in &evicted {
+            inner.written.remove(key);
+        }
         drop(inner);
         for key in &evicted {
             let _ = fs::remove_file(self.path_of(key));
         }
+    }
+
+    /// Whether it holds `key`, written (not just admitted).
+    pub fn holds(&self, key: &SegmentKey) -> bool {
+        self.lock().written.contains(key)
     }
 
     /// How many entries it holds (or has admitted and is writing).
@@ -342,12 +359,12 @@ fn parse_header(head: &[u8], file_len: usize) -> Result<(SegmentKey, usize), Str
 }
 
 /// Takes over a slot's entries (oldest first, so the newest are the most
-/// recent for the policy) and removes temporary files; returns how many
-/// entries were kept. Entries beyond the capacity, or whose header is
+/// recent for the policy) and removes temporary files; returns the entries
+/// kept. Entries beyond the capacity, or whose header is
 /// unreadable, are deleted; checksums are checked when an entry is read.
-fn recover(slot: &Path, framework: &mut BenefitCache) -> usize {
+fn recover(slot: &Path, framework: &mut BenefitCache) -> Vec<SegmentKey> {
     let mut found: Vec<(std::time::SystemTime, PathBuf, SegmentKey)> = Vec::new();
-    let Ok(dirs) = fs::read_dir(slot) else { return 0 };
+    let Ok(dirs) = fs::read_dir(slot) else { return Vec::new() };
     for dir in dirs.flatten() {
         let path = dir.path();
         let name = dir.file_name().to_string_lossy().to_string();
@@ -392,11 +409,11 @@ fn recover(slot: &Path, framework: &mut BenefitCache) -> usize {
             let _ = fs::remove_file(path);
         }
     }
-    let n = kept.len();
-    for key in kept.into_iter().rev() {
+    kept.reverse();
+    for key in &kept {
         framework.insert(key.clone(), key.len);
     }
-    n
+    kept
 }
 
 fn read_up_to(f: &mut File, buf: &mut [u8]) -> std::io::Result<usize> {

@@ -99,6 +99,8 @@ pub(crate) struct ScanCounters {
     pub ssd_bytes: Count,
     pub cache_misses: Count,
     pub gets_avoided: Count,
+    /// Chunks the SSD held that the router read from the store instead.
+    pub routed_to_store: Count,
     /// Decisions of the latest run, for plots.
     pub timeline: Arc<Mutex<Vec<Decision>>>,
 }
@@ -138,6 +140,7 @@ impl ScanCounters {
             ssd_bytes: count("cache_ssd_bytes"),
             cache_misses: count("cache_misses"),
             gets_avoided: count("cache_gets_avoided"),
+            routed_to_store: count("cache_routed_to_store"),
             timeline: Arc::default(),
         }
     }
@@ -473,7 +476,8 @@ async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> R
     m.memory_bytes.add(served.memory_bytes as usize);
     m.ssd_hits.add(served.ssd_hits);
     m.ssd_bytes.add(served.ssd_bytes as usize);
-    m.cache_misses.add(served.missing.len());
+    m.cache_misses.add(served.missing.len() - served.routed_to_store);
+    m.routed_to_store.add(served.routed_to_store);
     let planned: usize = unit.spans.iter().map(|s| s.requests.len()).sum();
     let mut from_store = 0;
     if !served.missing.is_empty() {
@@ -483,6 +487,7 @@ async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> R
         };
         let issued: usize = spans.iter().map(|s| s.requests.len()).sum();
         m.gets_avoided.add(planned.saturating_sub(issued));
+        let started = Instant::now();
         let fetched = match fetch_spans(source, unit, &spans, m).await {
             Ok(f) => FetchedChunks::new(f, unit.object.size, unit.object.display.clone()),
             Err(e) => {
@@ -491,13 +496,15 @@ async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> R
             }
         };
         let mut for_tiers = Vec::with_capacity(served.missing.len());
-        for (range, key, fill) in std::mem::take(&mut served.missing) {
+        for missing in std::mem::take(&mut served.missing) {
             use parquet::file::reader::ChunkReader;
+            let range = &missing.range;
             let bytes = fetched.get_bytes(range.start, (range.end - range.start) as usize)?;
             from_store += bytes.len() as u64;
             served.chunks.push((range.start, bytes.clone()));
-            for_tiers.push((key, fill, bytes));
+            for_tiers.push((missing, bytes));
         }
+        tiers.observe_store(from_store, started.elapsed());
         tiers.fetched(&for_tiers);
     } else {
         m.gets_avoided.add(planned);

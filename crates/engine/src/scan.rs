@@ -726,6 +726,7 @@ impl BlobScanExec {
             ssd_bytes: get("cache_ssd_bytes"),
             cache_misses: get("cache_misses"),
             gets_avoided: get("cache_gets_avoided"),
+            routed_to_store: get("cache_routed_to_store"),
         }
     }
 
@@ -763,6 +764,8 @@ pub struct ScanMetrics {
     pub cache_misses: u64,
     /// Requests to the store the tiers made unnecessary.
     pub gets_avoided: u64,
+    /// Chunks the SSD held that were read from the store, being faster.
+    pub routed_to_store: u64,
 }
 
 impl std::ops::AddAssign for ScanMetrics {
@@ -784,6 +787,7 @@ impl std::ops::AddAssign for ScanMetrics {
         self.ssd_bytes += o.ssd_bytes;
         self.cache_misses += o.cache_misses;
         self.gets_avoided += o.gets_avoided;
+        self.routed_to_store += o.routed_to_store;
     }
 }
 

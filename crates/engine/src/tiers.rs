@@ -16,7 +16,7 @@ use std::sync::{Arc, Mutex};
 use bytes::Bytes;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 
-use blobhouse_cache::{Lookup, MemoryTier, PolicyKind, SegmentKey, SsdTier, Touch};
+use blobhouse_cache::{Lookup, MemoryTier, PolicyKind, Route, Router, RouterStats, SegmentKey, SsdTier, Touch};
 
 use crate::chunks::{RequestPolicy, Span};
 use crate::memory::Reclaim;
@@ -36,11 +36,14 @@ pub struct CacheOptions {
     pub ssd_dir: Option<PathBuf>,
     /// Bytes of the SSD tier.
     pub ssd_capacity: u64,
+    /// Added to every SSD read: a disk slower than it is, for experiments
+    /// on routing (`blobhouse bench cache`, tests). Zero normally.
+    pub ssd_read_delay: std::time::Duration,
 }
 
 impl Default for CacheOptions {
     fn default() -> Self {
-        CacheOptions { memory: None, memory_policy: PolicyKind::default(), ssd_dir: None, ssd_capacity: 10 << 30 }
+        CacheOptions { memory: None, memory_policy: PolicyKind::default(), ssd_dir: None, ssd_capacity: 10 << 30, ssd_read_delay: std::time::Duration::ZERO }
     }
 }
 
@@ -70,6 +73,9 @@ pub struct Tiers {
     policy: RequestPolicy,
     /// The memory tier as configured (what RESET goes back to).
     configured: (u64, PolicyKind),
+    /// SSD or store for what the SSD holds.
+    router: Router,
+    ssd_read_delay: std::time::Duration,
 }
 
 impl std::fmt::Debug for Tiers {
@@ -107,9 +113,21 @@ pub(crate) struct Served {
     pub memory_bytes: u64,
     pub ssd_hits: usize,
     pub ssd_bytes: u64,
-    /// The chunks still to fetch from the store, and for each whether the
-    /// memory tier waits for its bytes.
-    pub missing: Vec<(Range<u64>, SegmentKey, bool)>,
+    /// The chunks still to fetch from the store.
+    pub missing: Vec<Missing>,
+    /// Of them, chunks the SSD held but the router sent to the store.
+    pub routed_to_store: usize,
+}
+
+/// A chunk to fetch from the store.
+#[derive(Debug, Clone)]
+pub(crate) struct Missing {
+    pub range: Range<u64>,
+    pub key: SegmentKey,
+    /// The memory tier admitted it and waits for its bytes.
+    pub fill_memory: bool,
+    /// The SSD tier holds it already (the router chose the store): no write.
+    pub on_ssd: bool,
 }
 
 impl Tiers {
@@ -131,7 +149,17 @@ impl Tiers {
         }
         let reservation = Mutex::new(MemoryConsumer::new(CONSUMER).register(pool));
         let configured = (memory_bytes, options.memory_policy);
-        Some(Arc::new(Tiers { memory, ssd, reservation, held: AtomicUsize::new(0), warnings: Mutex::new(warnings), policy, configured }))
+        Some(Arc::new(Tiers {
+            memory,
+            ssd,
+            reservation,
+            held: AtomicUsize::new(0),
+            warnings: Mutex::new(warnings),
+            policy,
+            configured,
+            router: Router::new(),
+            ssd_read_delay: options.ssd_read_delay,
+        }))
     }
 
     /// The memory tier, if any.
@@ -171,7 +199,19 @@ impl Tiers {
         }
         if let Some(d) = &self.ssd {
             let s = d.stats();
-            let note = format!("{}; recovered {}, written {}, damaged {}, write errors {}", d.slot().display(), s.recovered, s.written, s.corrupt, s.write_errors);
+            let r = self.router.stats();
+            let ms = |v: Option<f64>| v.map_or("?".to_string(), |s| format!("{:.1} ms", s * 1e3));
+            let note = format!(
+                "{}; recovered {}, written {}, damaged {}, write errors {}; 1 MiB from SSD {}, from the store {}, {} reads routed to the store",
+                d.slot().display(),
+                s.recovered,
+                s.written,
+                s.corrupt,
+                s.write_errors,
+                ms(r.ssd_mib_secs),
+                ms(r.store_mib_secs),
+                r.routed_to_store
+            );
             rows.push(TierRow { tier: "ssd", policy: "lru", segments: d.segments() as u64, bytes: s.used, capacity: s.capacity, hits: s.hits, misses: s.misses, served: s.hit_bytes, evicted: s.evicted, note });
         }
         rows
@@ -219,68 +259,118 @@ impl Tiers {
     }
 
     /// Looks `chunks` of `object` up in memory, then on SSD (on a blocking
-    /// thread); what neither has is listed as missing.
+    /// thread) unless the router finds the store faster for it now; what
+    /// neither serves is listed as missing.
     pub(crate) async fn lookup(self: &Arc<Self>, object: &str, chunks: &[Range<u64>]) -> Served {
         let object: Arc<str> = Arc::from(object);
         let mut served = Served::default();
         let mut not_in_memory = Vec::new();
         for r in chunks {
             let key = SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start };
-            match self.memory.as_ref().map(|m| m.get(&key)) {
+            let fill_memory = match self.memory.as_ref().map(|m| m.get(&key)) {
                 Some(Lookup::Hit(bytes)) => {
                     served.memory_hits += 1;
                     served.memory_bytes += bytes.len() as u64;
                     served.chunks.push((r.start, bytes));
+                    continue;
                 }
-                Some(Lookup::Miss { fill }) => not_in_memory.push((r.clone(), key, fill)),
-                None => not_in_memory.push((r.clone(), key, false)),
-            }
+                Some(Lookup::Miss { fill }) => fill,
+                None => false,
+            };
+            not_in_memory.push(Missing { range: r.clone(), key, fill_memory, on_ssd: false });
         }
         let Some(ssd) = self.ssd.clone() else {
             served.missing = not_in_memory;
             return served;
         };
-        if not_in_memory.is_empty() {
+        // What the SSD holds goes to the SSD or the store, as routed.
+        let mut from_ssd = Vec::new();
+        for mut m in not_in_memory {
+            if ssd.holds(&m.key) {
+                match self.router.route(m.key.len) {
+                    Route::Ssd => {
+                        from_ssd.push(m);
+                        continue;
+                    }
+                    Route::Store => {
+                        m.on_ssd = true;
+                        served.routed_to_store += 1;
+                    }
+                }
+            }
+            served.missing.push(m);
+        }
+        if from_ssd.is_empty() {
             return served;
         }
-        let keys: Vec<SegmentKey> = not_in_memory.iter().map(|(_, k, _)| k.clone()).collect();
-        let found = tokio::task::spawn_blocking(move || keys.iter().map(|k| ssd.read(k)).collect::<Vec<_>>()).await.unwrap_or_default();
-        for (i, (r, key, fill)) in not_in_memory.into_iter().enumerate() {
+        let keys: Vec<SegmentKey> = from_ssd.iter().map(|m| m.key.clone()).collect();
+        let delay = self.ssd_read_delay;
+        let tiers = self.clone();
+        let found = tokio::task::spawn_blocking(move || {
+            keys.iter()
+                .map(|k| {
+                    let started = std::time::Instant::now();
+                    if !delay.is_zero() {
+                        std::thread::sleep(delay);
+                    }
+                    let bytes = ssd.read(k);
+                    if let Some(b) = &bytes {
+                        tiers.router.observe_ssd(b.len() as u64, started.elapsed());
+                    }
+                    bytes
+                })
+                .collect::<Vec<_>>()
+        })
+        .await
+        .unwrap_or_default();
+        for (i, m) in from_ssd.into_iter().enumerate() {
             match found.get(i).cloned().flatten() {
                 Some(bytes) => {
                     served.ssd_hits += 1;
                     served.ssd_bytes += bytes.len() as u64;
-                    if fill && let Some(m) = &self.memory {
-                        m.fill(&key, bytes.clone());
+                    if m.fill_memory && let Some(mem) = &self.memory {
+                        mem.fill(&m.key, bytes.clone());
                     }
-                    served.chunks.push((r.start, bytes));
+                    served.chunks.push((m.range.start, bytes));
                 }
-                None => served.missing.push((r, key, fill)),
+                None => served.missing.push(m),
             }
         }
         served
     }
 
+    /// A fetch of `bytes` from the store took `took` (for the router).
+    pub(crate) fn observe_store(&self, bytes: u64, took: std::time::Duration) {
+        if self.ssd.is_some() {
+            self.router.observe_store(bytes, took);
+        }
+    }
+
+    /// The router's estimates and decisions.
+    pub fn router(&self) -> RouterStats {
+        self.router.stats()
+    }
+
     /// The requests for `missing` chunks.
-    pub(crate) fn requests_for(&self, missing: &[(Range<u64>, SegmentKey, bool)]) -> Vec<Span> {
-        let ranges: Vec<Range<u64>> = missing.iter().map(|(r, _, _)| r.clone()).collect();
+    pub(crate) fn requests_for(&self, missing: &[Missing]) -> Vec<Span> {
+        let ranges: Vec<Range<u64>> = missing.iter().map(|m| m.range.clone()).collect();
         self.policy.plan(&ranges)
     }
 
     /// Chunks fetched from the store: to the memory tier when it waits for
     /// them, and written to the SSD tier in the background when it admitted
     /// them (read-through, filled asynchronously).
-    pub(crate) fn fetched(&self, chunks: &[(SegmentKey, bool, Bytes)]) {
-        if let Some(m) = &self.memory {
-            for (key, fill, bytes) in chunks {
-                if *fill {
-                    m.fill(key, bytes.clone());
+    pub(crate) fn fetched(&self, chunks: &[(Missing, Bytes)]) {
+        if let Some(mem) = &self.memory {
+            for (m, bytes) in chunks {
+                if m.fill_memory {
+                    mem.fill(&m.key, bytes.clone());
                 }
             }
         }
         if let Some(ssd) = &self.ssd {
             let ssd = ssd.clone();
-            let chunks: Vec<(SegmentKey, Bytes)> = chunks.iter().map(|(k, _, b)| (k.clone(), b.clone())).collect();
+            let chunks: Vec<(SegmentKey, Bytes)> = chunks.iter().filter(|(m, _)| !m.on_ssd).map(|(m, b)| (m.key.clone(), b.clone())).collect();
             tokio::task::spawn_blocking(move || {
                 for (key, bytes) in chunks {
                     ssd.write(&key, &bytes);
@@ -290,11 +380,11 @@ impl Tiers {
     }
 
     /// Chunks whose download failed: the memory tier stops waiting for them.
-    pub(crate) fn failed(&self, missing: &[(Range<u64>, SegmentKey, bool)]) {
-        if let Some(m) = &self.memory {
-            for (_, key, fill) in missing {
-                if *fill {
-                    m.abandon(key);
+    pub(crate) fn failed(&self, missing: &[Missing]) {
+        if let Some(mem) = &self.memory {
+            for m in missing {
+                if m.fill_memory {
+                    mem.abandon(&m.key);
                 }
             }
             self.account();

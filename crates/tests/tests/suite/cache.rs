@@ -189,4 +189,40 @@ async fn set_and_show_cache() {
     assert!(err.contains("no caching tiers"), "{err}");
 }
 
+/// Routing by measured speed: with the SSD made slower than the store (a
+/// read delay of 30 ms against MinIO on loopback), reads of what the SSD
+/// holds go to the store, but for the probes that keep the estimate fresh;
+/// with a fast SSD, they stay on the SSD.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_slower_ssd_is_routed_around() {
+    let db = loaded(Backend::Minio, "cache-routing").await;
+    let sql = "SELECT l_returnflag, count(*), sum(l_quantity), sum(l_extendedprice), avg(l_discount) FROM lineitem GROUP BY 1 ORDER BY 1";
+    let mut figures = Vec::new();
+    for delay_ms in [30u64, 0] {
+        let dir = tempfile::tempdir().unwrap();
+        let cache = CacheOptions {
+            memory: Some(0),
+            ssd_dir: Some(dir.path().to_path_buf()),
+            ssd_read_delay: std::time::Duration::from_millis(delay_ms),
+            ..CacheOptions::default()
+        };
+        let e = db.engine(with_cache(cache)).await;
+        let answer = lines(&run(&e, sql).await);
+        ssd_settled(&e).await;
+        let (mut ssd_hits, mut routed) = (0, 0);
+        for _ in 0..8 {
+            let r = run(&e, sql).await;
+            assert_eq!(lines(&r), answer);
+            ssd_hits += r.scan.ssd_hits;
+            routed += r.scan.routed_to_store;
+        }
+        figures.push((delay_ms, ssd_hits, routed, e.tiers().unwrap().router()));
+    }
+    eprintln!("routing (delay ms, SSD hits, routed to the store, router): {figures:?}");
+    let (slow, fast) = (&figures[0], &figures[1]);
+    assert!(slow.2 > slow.1, "a slow SSD: most reads routed to the store: {figures:?}");
+    assert!(slow.1 > 0, "a slow SSD still gets probes: {figures:?}");
+    assert!(fast.1 > fast.2, "a fast SSD serves most reads: {figures:?}");
+}
+
 crate::on_both_backends!(a_repeated_query_is_served_from_memory, a_later_engine_reads_the_ssd_entries_of_an_earlier_one, damaged_ssd_entries_are_refetched_never_served);
