@@ -154,9 +154,12 @@ impl SsdTier {
     /// The bytes of `key` if the tier has them, checked; a damaged entry is
     /// deleted and reported as a miss.
     pub fn read(&self, key: &SegmentKey) -> Option<Bytes> {
-        if !self.lock().framework.contains(key) {
-            self.lock().stats.misses += 1;
-            return None;
+        {
+            let mut inner = self.lock();
+            if !inner.framework.contains(key) {
+                inner.stats.misses += 1;
+                return None;
+            }
         }
         let path = self.path_of(key);
         match read_entry(&path, key) {

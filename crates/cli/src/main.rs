@@ -116,10 +116,7 @@ impl EngineArgs {
             options.spill.max_bytes = blobhouse_engine::memory::parse_size(limit).map_err(|e| anyhow::anyhow!("--spill-limit: {e}"))?;
         }
         if let Some(size) = &self.cache_memory {
-            options.cache.memory = Some(match size.trim() {
-                "0" => 0,
-                s => blobhouse_engine::memory::parse_size(s).map_err(|e| anyhow::anyhow!("--cache-memory: {e}"))?,
-            });
+            options.cache.memory = Some(blobhouse_engine::parse_cache_size(size).map_err(|e| anyhow::anyhow!("--cache-memory: {e}"))?);
         }
         if let Some(dir) = &self.cache_dir {
             options.cache.ssd_dir = Some(dir.clone());

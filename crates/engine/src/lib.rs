@@ -38,5 +38,5 @@ pub use source::DataSource;
 pub use scan::{BlobScanExec, ScanMetrics, collect_scan_metrics};
 pub use scheduler::{Decision, SchedulerOptions};
 pub use memory::MemoryBudget;
-pub use tiers::{CacheOptions, Tiers};
+pub use tiers::{CacheOptions, Tiers, parse_cache_size};
 pub use session::{Engine, EngineError, EngineOptions, MemoryUse, QueryResult, SpillOptions, scan_download_options, split_statements};

@@ -364,11 +364,7 @@ impl Engine {
         match variable.trim_start_matches("blobhouse.") {
             "cache_memory" => {
                 // 0 (or 'off') empties the tier and stops it admitting.
-                let size = |t: &str| match t.to_ascii_lowercase().as_str() {
-                    "0" | "off" => Ok(0),
-                    _ => memory::parse_size(t),
-                };
-                let bytes = text.map(|t| size(&t)).transpose().map_err(setting)?;
+                let bytes = text.map(|t| crate::tiers::parse_cache_size(&t)).transpose().map_err(setting)?;
                 tiers.set_memory_capacity(bytes).map_err(setting)
             }
             _ => {

@@ -47,6 +47,15 @@ impl Default for CacheOptions {
     }
 }
 
+/// A cache size as people write it: a size (`512M`, `2G`, `10%`), or `0` /
+/// `off` for none. One parser for the CLI flag and `SET cache_memory`.
+pub fn parse_cache_size(text: &str) -> Result<u64, String> {
+    match text.trim().trim_matches('\'').trim().to_ascii_lowercase().as_str() {
+        "0" | "off" => Ok(0),
+        _ => crate::memory::parse_size(text),
+    }
+}
+
 impl CacheOptions {
     /// No tier at all (benchmarks that measure reads from the store).
     pub fn off() -> CacheOptions {
