@@ -37,8 +37,8 @@ use crate::io_bench::cpu_seconds;
 use crate::plot::{self, Axes, Series};
 use crate::tpch;
 
-/// Public S3 GET price: $0.0004 per 1,000 requests, in cents per request.
-pub const S3_GET_CENTS: f64 = 0.0004 / 1000.0 * 100.0;
+/// Public S3 GET price in cents per request (the engine's [`blobhouse_engine::GET_PRICE_USD`]).
+pub const S3_GET_CENTS: f64 = blobhouse_engine::GET_PRICE_USD * 100.0;
 
 /// What to run.
 #[derive(Debug, Clone)]

@@ -217,6 +217,17 @@ impl SsdTier {
         }
     }
 
+    /// Write-through of a newly written object's segments: they count as
+    /// one access (a load leaves its data hot, SAP IQ §4), and what the
+    /// policy admits is written at once. Runs on the caller's thread.
+    pub fn write_through(&self, segments: &[(SegmentKey, Bytes)]) {
+        let touched: Vec<Touch> = segments.iter().map(|(k, _)| Touch::of(k.clone())).collect();
+        let admitted: std::collections::HashSet<SegmentKey> = self.plan(&touched).into_iter().collect();
+        for (key, bytes) in segments.iter().filter(|(k, _)| admitted.contains(k)) {
+            self.write(key, bytes);
+        }
+    }
+
     /// An admitted segment that will not be written: its space is given back.
     pub fn abandon(&self, key: &SegmentKey) {
         let mut inner = self.lock();

@@ -16,19 +16,10 @@ fn print_result(r: &QueryResult) {
         }
     }
     let mib = r.scan.bytes_fetched as f64 / 1048576.0;
-    let s = &r.scan;
-    let hits = s.memory_hits + s.ssd_hits;
-    // The caches, when they served anything: hit rate, bytes by tier, GETs saved.
-    let cache = match hits {
+    // The caches, when they served anything: hit rate, bytes by tier, GETs and dollars saved.
+    let cache = match r.scan.memory_hits + r.scan.ssd_hits {
         0 => String::new(),
-        _ => format!(
-            "; cache: {:.0}% of chunks, {:.2} MiB from memory, {:.2} MiB from SSD, {} GET{} avoided",
-            100.0 * hits as f64 / (hits + s.cache_misses) as f64,
-            s.memory_bytes as f64 / 1048576.0,
-            s.ssd_bytes as f64 / 1048576.0,
-            s.gets_avoided,
-            if s.gets_avoided == 1 { "" } else { "s" },
-        ),
+        _ => r.scan.cache_summary().map_or(String::new(), |c| format!("; cache: {c}")),
     };
     eprintln!(
         "{} row{} in {:.3} s ({} GET{}, {mib:.2} MiB fetched{cache})",

@@ -35,7 +35,7 @@ pub mod tiers;
 
 pub use chunks::RequestPolicy;
 pub use source::DataSource;
-pub use scan::{BlobScanExec, ScanMetrics, collect_scan_metrics};
+pub use scan::{BlobScanExec, GET_PRICE_USD, ScanMetrics, collect_scan_metrics};
 pub use scheduler::{Decision, SchedulerOptions};
 pub use memory::MemoryBudget;
 pub use tiers::{CacheOptions, Tiers, parse_cache_size};

@@ -791,6 +791,41 @@ impl std::ops::AddAssign for ScanMetrics {
     }
 }
 
+/// Public S3 price of a GET: $0.0004 per 1,000 requests. What the caches
+/// save is counted at this price (the store's own price may differ; S3's is
+/// the reference every peer quotes).
+pub const GET_PRICE_USD: f64 = 0.0004 / 1000.0;
+
+impl ScanMetrics {
+    /// What the caches did for these scans, in one line for the shell and
+    /// EXPLAIN ANALYZE: hit rate, bytes by tier, GETs avoided and what they
+    /// would have cost. `None` when no cache was asked (no tier, or a scan
+    /// that read nothing).
+    pub fn cache_summary(&self) -> Option<String> {
+        let hits = self.memory_hits + self.ssd_hits;
+        let asked = hits + self.cache_misses;
+        if asked == 0 {
+            return None;
+        }
+        let mib = |b: u64| b as f64 / 1048576.0;
+        let routed = match self.routed_to_store {
+            0 => String::new(),
+            n => format!(", {n} read{} routed to the store", if n == 1 { "" } else { "s" }),
+        };
+        Some(format!(
+            "{:.0}% of {asked} chunks from cache ({} memory, {:.2} MiB; {} SSD, {:.2} MiB{routed}), {} GET{} avoided = ${:.6} saved",
+            100.0 * hits as f64 / asked as f64,
+            self.memory_hits,
+            mib(self.memory_bytes),
+            self.ssd_hits,
+            mib(self.ssd_bytes),
+            self.gets_avoided,
+            if self.gets_avoided == 1 { "" } else { "s" },
+            self.gets_avoided as f64 * GET_PRICE_USD,
+        ))
+    }
+}
+
 /// Sums the scan metrics of every [`BlobScanExec`] in an executed plan.
 pub fn collect_scan_metrics(plan: &Arc<dyn ExecutionPlan>) -> ScanMetrics {
     let mut total = ScanMetrics::default();

@@ -322,6 +322,9 @@ impl Engine {
         if let Some(t) = &tiers {
             let weak: std::sync::Weak<dyn crate::memory::Reclaim> = Arc::downgrade(t) as std::sync::Weak<dyn crate::memory::Reclaim>;
             memory.set_reclaimer(weak);
+            if t.ssd().is_some() {
+                db.observe_uploads(Arc::new(crate::tiers::WriteThrough { tiers: t.clone(), location: db.location().clone() }));
+            }
         }
         let source = source.with_tiers(tiers);
         let footers = Arc::new(FooterCache::new(&memory.pool()));
@@ -734,6 +737,9 @@ impl Engine {
                     self.record_memory(&mut result);
                     let text = result.memory.describe();
                     append_explain_row(&mut result, "Memory", &text);
+                    if let Some(cache) = result.scan.cache_summary() {
+                        append_explain_row(&mut result, "Cache", &cache);
+                    }
                 }
                 Ok(result)
             }

@@ -39,11 +39,15 @@ pub struct CacheOptions {
     /// Added to every SSD read: a disk slower than it is, for experiments
     /// on routing (`blobhouse bench cache`, tests). Zero normally.
     pub ssd_read_delay: std::time::Duration,
+    /// Route each read of what the SSD holds to the faster of SSD and
+    /// store (default). Off: always the SSD — the baseline the routing is
+    /// measured against.
+    pub route_by_speed: bool,
 }
 
 impl Default for CacheOptions {
     fn default() -> Self {
-        CacheOptions { memory: None, memory_policy: PolicyKind::default(), ssd_dir: None, ssd_capacity: 10 << 30, ssd_read_delay: std::time::Duration::ZERO }
+        CacheOptions { memory: None, memory_policy: PolicyKind::default(), ssd_dir: None, ssd_capacity: 10 << 30, ssd_read_delay: std::time::Duration::ZERO, route_by_speed: true }
     }
 }
 
@@ -85,6 +89,9 @@ pub struct Tiers {
     /// SSD or store for what the SSD holds.
     router: Router,
     ssd_read_delay: std::time::Duration,
+    route_by_speed: bool,
+    /// Every scan's segments in order, while recording (for Belady).
+    trace: Mutex<Option<Vec<Vec<SegmentKey>>>>,
 }
 
 impl std::fmt::Debug for Tiers {
@@ -168,6 +175,8 @@ impl Tiers {
             configured,
             router: Router::new(),
             ssd_read_delay: options.ssd_read_delay,
+            route_by_speed: options.route_by_speed,
+            trace: Mutex::new(None),
         }))
     }
 
@@ -239,6 +248,9 @@ impl Tiers {
     /// its policy and admits what it decides (FlexPushdownDB's Algorithm 1,
     /// one scan = one access).
     pub fn plan(&self, chunks: &[SegmentKey]) {
+        if let Some(trace) = self.trace.lock().expect("not poisoned").as_mut() {
+            trace.push(chunks.to_vec());
+        }
         let touched: Vec<Touch> = chunks.iter().cloned().map(Touch::of).collect();
         if let Some(m) = &self.memory {
             m.plan(&touched);
@@ -246,6 +258,43 @@ impl Tiers {
         }
         if let Some(s) = &self.ssd {
             s.plan(&touched);
+        }
+    }
+
+    /// Starts recording every scan's segments (what an offline policy such
+    /// as Belady needs), dropping what was recorded before.
+    pub fn record_trace(&self) {
+        *self.trace.lock().expect("not poisoned") = Some(Vec::new());
+    }
+
+    /// The accesses recorded since [`Tiers::record_trace`], one per scan;
+    /// recording stops.
+    pub fn take_trace(&self) -> Vec<Vec<SegmentKey>> {
+        self.trace.lock().expect("not poisoned").take().unwrap_or_default()
+    }
+
+    /// Write-through: the column chunks of an object just uploaded go to
+    /// the SSD tier (as one access, on a blocking thread), so a load leaves
+    /// its data on local disk. The memory tier is left alone: a large load
+    /// would push out what queries keep reading. An object whose commit
+    /// never comes leaves entries no scan asks for, which age out: object
+    /// keys are never reused.
+    fn write_through(&self, object: &str, chunks: &[Range<u64>], bytes: &Bytes) {
+        let Some(ssd) = self.ssd.clone() else { return };
+        let object: Arc<str> = Arc::from(object);
+        let segments: Vec<(SegmentKey, Bytes)> = chunks
+            .iter()
+            .filter(|r| r.end > r.start && r.end <= bytes.len() as u64)
+            .map(|r| (SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start }, bytes.slice(r.start as usize..r.end as usize)))
+            .collect();
+        if segments.is_empty() {
+            return;
+        }
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => {
+                rt.spawn_blocking(move || ssd.write_through(&segments));
+            }
+            Err(_) => ssd.write_through(&segments),
         }
     }
 
@@ -296,7 +345,8 @@ impl Tiers {
         let mut from_ssd = Vec::new();
         for mut m in not_in_memory {
             if ssd.holds(&m.key) {
-                match self.router.route(m.key.len) {
+                let route = if self.route_by_speed { self.router.route(m.key.len) } else { Route::Ssd };
+                match route {
                     Route::Ssd => {
                         from_ssd.push(m);
                         continue;
@@ -423,5 +473,21 @@ impl Reclaim for Tiers {
         r.resize((m.stats().used as usize).min(before));
         self.held.store(r.size(), Ordering::Relaxed);
         before - r.size()
+    }
+}
+
+/// Hands every data object the database's writers upload to the tiers
+/// (write-through), keyed as the scans will ask for its column chunks.
+#[derive(Debug)]
+pub(crate) struct WriteThrough {
+    pub tiers: Arc<Tiers>,
+    pub location: blobhouse_storage::Location,
+}
+
+impl blobhouse_storage::UploadObserver for WriteThrough {
+    fn uploaded(&self, object: &blobhouse_storage::format::DataObject, bytes: &Bytes) {
+        let display = self.location.display(&self.location.child(&object.path));
+        let chunks: Vec<Range<u64>> = object.row_groups.iter().flat_map(|rg| rg.columns.iter().map(|c| c.range())).collect();
+        self.tiers.write_through(&display, &chunks, bytes);
     }
 }

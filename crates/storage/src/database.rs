@@ -88,6 +88,19 @@ pub struct Database {
     /// The manifest cache's bytes in the engine's memory budget, once the
     /// engine has given one ([`Database::account_caches_in`]).
     manifest_bytes: std::sync::OnceLock<MemoryReservation>,
+    /// Told of every data object a writer of this handle uploads (the
+    /// engine's caches: write-through), once set.
+    upload_observer: std::sync::OnceLock<Arc<dyn UploadObserver>>,
+}
+
+/// Hears of each data object once it is on the store, with its bytes: the
+/// extension point for a cache above the storage layer to keep what a load
+/// wrote (write-through) without the storage layer knowing of caches.
+/// Called on the uploading task; must not block for long.
+pub trait UploadObserver: Send + Sync + std::fmt::Debug {
+    /// `object` (its path relative to the database, its chunk ranges) was
+    /// uploaded with exactly `bytes`.
+    fn uploaded(&self, object: &crate::format::DataObject, bytes: &Bytes);
 }
 
 impl Database {
@@ -145,6 +158,7 @@ impl Database {
             manifests: Mutex::new(HashMap::new()),
             vectors: Mutex::new(HashMap::new()),
             manifest_bytes: std::sync::OnceLock::new(),
+            upload_observer: std::sync::OnceLock::new(),
         });
         db.refresh().await?;
         Ok(db)
@@ -162,6 +176,17 @@ impl Database {
             // What was cached before accounting started is not counted: drop it.
             self.manifests.lock().expect("manifest cache").clear();
         }
+    }
+
+    /// Tells `observer` of every data object uploaded through this handle
+    /// from now on. Only the first observer given counts.
+    pub fn observe_uploads(&self, observer: Arc<dyn UploadObserver>) {
+        let _ = self.upload_observer.set(observer);
+    }
+
+    /// The observer of uploads, if one was given.
+    pub fn upload_observer(&self) -> Option<&Arc<dyn UploadObserver>> {
+        self.upload_observer.get()
     }
 
     /// Keeps `manifest` (of `size` JSON bytes) in the cache if the budget

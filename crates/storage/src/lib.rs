@@ -28,7 +28,7 @@ pub mod versions;
 pub mod writer;
 
 pub use changes::{Change, RemovedObject, VectorChange};
-pub use database::{CommitOutcome, Database, LiveObject, TableData, VersionSummary};
+pub use database::{CommitOutcome, Database, LiveObject, TableData, UploadObserver, VersionSummary};
 pub use transaction::Transaction;
 pub use error::{Result, StorageError};
 pub use location::{Location, StoreOptions, open_location};

@@ -166,7 +166,10 @@ impl TableWriter {
         let body = Bytes::from(buf);
         self.uploads.spawn(async move {
             crate::failpoint::hit("upload.data")?;
-            db.put_new(&object.path, body).await?;
+            db.put_new(&object.path, body.clone()).await?;
+            if let Some(observer) = db.upload_observer() {
+                observer.uploaded(&object, &body);
+            }
             Ok(object)
         });
         Ok(())

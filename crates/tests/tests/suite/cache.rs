@@ -225,4 +225,130 @@ async fn a_slower_ssd_is_routed_around() {
     assert!(fast.1 > fast.2, "a fast SSD serves most reads: {figures:?}");
 }
 
-crate::on_both_backends!(a_repeated_query_is_served_from_memory, a_later_engine_reads_the_ssd_entries_of_an_earlier_one, damaged_ssd_entries_are_refetched_never_served);
+/// Write-through: what a load writes is on the SSD tier when it commits,
+/// so the first query after it reads the data from local disk, not the
+/// store; EXPLAIN ANALYZE and the shell's summary say what that saved.
+async fn a_load_leaves_its_data_on_the_ssd(b: Backend) {
+    let db = TestDb::new(b, "cache-write-through");
+    let dir = tempfile::tempdir().unwrap();
+    let e = db.engine(with_cache(CacheOptions { memory: Some(0), ssd_dir: Some(dir.path().to_path_buf()), ..CacheOptions::default() })).await;
+    run(&e, "CREATE TABLE t (k BIGINT, v VARCHAR)").await;
+    run(&e, "INSERT INTO t SELECT v, 'row ' || CAST(v AS VARCHAR) FROM generate_series(1, 50000) AS s(v)").await;
+    ssd_settled(&e).await;
+    let ssd = e.tiers().unwrap().ssd().unwrap().stats();
+    assert!(ssd.written >= 2, "both columns written through: {ssd:?}");
+    let r = run(&e, "SELECT count(*), sum(k), max(v) FROM t").await;
+    assert_eq!(lines(&r), vec!["50000|1250025000|row 9999"]);
+    assert!(r.scan.ssd_hits >= 2 && r.scan.cache_misses == 0 && r.scan.get_requests == 0, "{:?}", r.scan);
+
+    let explain = lines(&run(&e, "EXPLAIN ANALYZE SELECT sum(k) FROM t").await);
+    let cache = explain.iter().find(|l| l.starts_with("Cache|")).unwrap_or_else(|| panic!("no Cache row: {explain:?}"));
+    assert!(cache.contains("100% of 1 chunks from cache") && cache.contains("1 GET avoided = $0.000000 saved"), "{cache}");
+    let summary = r.scan.cache_summary().unwrap();
+    assert!(summary.starts_with("100% of 2 chunks from cache (0 memory, 0.00 MiB; 2 SSD,") && summary.contains(" avoided = $"), "{summary}");
+    // Cache off: nothing to say.
+    let off = db.engine(with_cache(CacheOptions::off())).await;
+    let r = run(&off, "SELECT sum(k) FROM t").await;
+    assert_eq!(r.scan.cache_summary(), None);
+    assert!(!lines(&run(&off, "EXPLAIN ANALYZE SELECT sum(k) FROM t").await).iter().any(|l| l.starts_with("Cache|")));
+}
+
+/// What a cache worker process is told: a database, a cache directory, and
+/// statements to run in order, forever when `forever` is set.
+#[derive(serde::Serialize, serde::Deserialize)]
+struct CacheTask {
+    url: String,
+    store: blobhouse_storage::StoreOptions,
+    cache_dir: std::path::PathBuf,
+    statements: Vec<String>,
+    forever: bool,
+}
+
+const CACHE_WORKER_ENV: &str = "BLOBHOUSE_CACHE_WORKER";
+
+/// A process of its own with an SSD tier on the task's directory (the
+/// harness's worker: run by the tests below, not on its own). Prints each
+/// statement's answer and scan figures on one line.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+#[ignore = "a worker process of the tests below"]
+async fn cache_worker() {
+    let task: CacheTask = serde_json::from_str(&std::env::var(CACHE_WORKER_ENV).expect("run by a test")).unwrap();
+    let cache = CacheOptions { memory: Some(0), ssd_dir: Some(task.cache_dir.clone()), ssd_capacity: 64 << 20, ..CacheOptions::default() };
+    let e = Engine::open(&task.url, &task.store, with_cache(cache)).await.unwrap();
+    loop {
+        for s in &task.statements {
+            let r = run(&e, s).await;
+            println!("CACHE-WORKER {}", serde_json::json!({"answer": lines(&r), "ssd_hits": r.scan.ssd_hits, "gets": r.scan.get_requests}));
+        }
+        if !task.forever {
+            break;
+        }
+    }
+    ssd_settled(&e).await;
+    println!("CACHE-WORKER done");
+}
+
+fn cache_worker_command(db: &TestDb, dir: &std::path::Path, statements: &[&str], forever: bool) -> tokio::process::Command {
+    let task = CacheTask { url: db.url.clone(), store: db.store_options.clone(), cache_dir: dir.to_path_buf(), statements: statements.iter().map(|s| s.to_string()).collect(), forever };
+    let mut c = tokio::process::Command::from(worker_command("cache::cache_worker"));
+    c.env(CACHE_WORKER_ENV, serde_json::to_string(&task).unwrap()).kill_on_drop(true);
+    c
+}
+
+fn worker_lines(out: &std::process::Output) -> Vec<serde_json::Value> {
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(stdout.contains("CACHE-WORKER done"), "the worker failed: {stdout}\n{}", String::from_utf8_lossy(&out.stderr));
+    // (libtest prints the test's name on the line its first output starts.)
+    stdout.lines().filter_map(|l| l.find("CACHE-WORKER {").map(|i| &l[i + "CACHE-WORKER ".len()..])).map(|l| serde_json::from_str(l).unwrap()).collect()
+}
+
+/// Restart: a second process on the same cache directory finds what the
+/// first one left and serves its first query from the SSD, without a GET.
+async fn a_second_process_reads_what_the_first_left_on_the_ssd(b: Backend) {
+    let db = loaded(b, "cache-processes").await;
+    let dir = tempfile::tempdir().unwrap();
+    let sql = ["SELECT l_returnflag, count(*), sum(l_extendedprice) FROM lineitem GROUP BY 1 ORDER BY 1"];
+    let first = worker_lines(&cache_worker_command(&db, dir.path(), &sql, false).output().await.unwrap());
+    assert_eq!(first[0]["ssd_hits"], 0, "{first:?}");
+    let second = worker_lines(&cache_worker_command(&db, dir.path(), &sql, false).output().await.unwrap());
+    assert_eq!(second[0]["answer"], first[0]["answer"]);
+    assert!(second[0]["ssd_hits"].as_u64().unwrap() > 0 && second[0]["gets"] == 0, "second process: {second:?}");
+}
+
+/// Processes killed (SIGKILL) while they fill the SSD tier leave nothing
+/// that is served wrong: after each kill the next process recovers the
+/// directory, and at the end all 22 answers are exact from what is left.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn killed_processes_leave_no_entry_served_wrong() {
+    let db = loaded(Backend::Local, "cache-kill").await;
+    let dir = tempfile::tempdir().unwrap();
+    let queries: Vec<String> = (1..=22).map(|q| tpch::query(q).to_string()).collect();
+    let statements: Vec<&str> = queries.iter().map(String::as_str).collect();
+    let mut killed_with_output = 0;
+    for delay_ms in [150u64, 400, 700, 1100, 1600] {
+        let mut child = cache_worker_command(&db, dir.path(), &statements, true).stdout(std::process::Stdio::piped()).spawn().unwrap();
+        tokio::time::sleep(std::time::Duration::from_millis(delay_ms)).await;
+        child.start_kill().unwrap(); // SIGKILL
+        let out = child.wait_with_output().await.unwrap();
+        assert!(!out.status.success(), "killed");
+        killed_with_output += usize::from(String::from_utf8_lossy(&out.stdout).contains("CACHE-WORKER {"));
+    }
+    let e = db.engine(with_cache(CacheOptions { memory: Some(0), ssd_dir: Some(dir.path().to_path_buf()), ssd_capacity: 64 << 20, ..CacheOptions::default() })).await;
+    let ssd = e.tiers().unwrap().ssd().unwrap();
+    let recovered = ssd.stats().recovered;
+    assert_22_answers(&e, " (after killed cache processes)").await;
+    let stats = ssd.stats();
+    assert_eq!(stats.corrupt, 0, "a kill never leaves a damaged entry under its name: {stats:?}");
+    assert!(recovered > 0 && stats.hits > 0, "what the killed processes wrote is used: recovered {recovered}, {stats:?}");
+    let leftovers: Vec<_> = walk(dir.path()).into_iter().filter(|p| p.file_name().unwrap().to_string_lossy().starts_with("tmp-") && p.starts_with(ssd.slot())).collect();
+    assert!(leftovers.is_empty(), "recovery removes half-written files: {leftovers:?}");
+    eprintln!("killed 5 cache processes ({killed_with_output} had answered a query); recovered {recovered} entries; {stats:?}");
+}
+
+crate::on_both_backends!(
+    a_repeated_query_is_served_from_memory,
+    a_later_engine_reads_the_ssd_entries_of_an_earlier_one,
+    damaged_ssd_entries_are_refetched_never_served,
+    a_load_leaves_its_data_on_the_ssd,
+    a_second_process_reads_what_the_first_left_on_the_ssd
+);
