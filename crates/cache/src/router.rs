@@ -3,49 +3,77 @@
 //! slower than S3 under write bursts, §5).
 //!
 //! Each source's reads are measured as they happen — time to read `n`
-//! bytes — and kept as exponentially weighted averages of a fixed latency
-//! and a per-byte time, fitted from small and large reads alike. A segment
-//! goes to whichever source's estimate for its size is lower. A source not
-//! chosen still gets one read in [`PROBE_EVERY`], so an SSD that recovers
-//! (or a store that slows down) is noticed.
+//! bytes — and a line (a fixed latency plus a time per byte) is fitted to
+//! them by exponentially weighted least squares, from small and large reads
+//! alike. The SSD's reads queue at one device, so its estimate for a read
+//! counts the bytes queued ahead of it. A segment goes to whichever
+//! source's estimate is lower. A source not
+//! chosen still gets one read in [`PROBE_EVERY`] (the next segment of at
+//! most [`PROBE_MAX_BYTES`]), so an SSD that recovers (or a store that slows
+//! down) is noticed.
 
 use std::sync::Mutex;
 use std::time::Duration;
 
 /// One read in this many goes to the source the estimates did not pick.
 pub const PROBE_EVERY: u64 = 16;
-/// Weight of a new measurement in the averages.
-const ALPHA: f64 = 0.2;
+/// Largest segment a probe reads: a probe of the slower source costs the
+/// query that makes it, so it is made with the next small segment (the
+/// fit of latency and per-byte time needs no large read).
+pub const PROBE_MAX_BYTES: u64 = 1 << 20;
+/// How much of the fit's weight a read keeps per later read.
+const DECAY: f64 = 0.95;
 
 /// Where a segment is read from.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Route {
-    Ssd,
+    /// The SSD, with `ahead` bytes of reads queued before this one.
+    Ssd { ahead: u64 },
     Store,
 }
 
+/// A source's speed: time of a read as a line in its size, fitted by least
+/// squares over exponentially weighted sums (old reads fade by [`DECAY`]
+/// per read), so that small and large reads together tell latency from
+/// bandwidth, and a few odd reads do not swing it.
 #[derive(Debug, Default, Clone, Copy)]
 struct Speed {
-    /// Seconds per read and seconds per byte, averaged; `None` until measured.
-    fit: Option<(f64, f64)>,
+    /// Weighted sums: weight, bytes, seconds, bytes², bytes × seconds.
+    w: f64,
+    x: f64,
+    y: f64,
+    xx: f64,
+    xy: f64,
 }
 
 impl Speed {
     fn observe(&mut self, bytes: u64, took: Duration) {
-        let secs = took.as_secs_f64();
-        // Split a read's time into a fixed part and a per-byte part with the
-        // current per-byte estimate (the first read is all per-byte).
-        let (lat, per_byte) = self.fit.unwrap_or((0.0, secs / bytes.max(1) as f64));
-        let new_per_byte = ((secs - lat).max(0.0) / bytes.max(1) as f64).max(per_byte * 0.1);
-        let new_lat = (secs - per_byte * bytes as f64).max(0.0);
-        self.fit = Some(match self.fit {
-            None => (0.0, new_per_byte),
-            Some(_) => (lat + ALPHA * (new_lat - lat), per_byte + ALPHA * (new_per_byte - per_byte)),
-        });
+        let (x, y) = (bytes as f64, took.as_secs_f64());
+        for (sum, v) in [(&mut self.w, 1.0), (&mut self.x, x), (&mut self.y, y), (&mut self.xx, x * x), (&mut self.xy, x * y)] {
+            *sum = *sum * DECAY + v;
+        }
+    }
+
+    /// Seconds per read and per byte; `None` until measured.
+    fn fit(&self) -> Option<(f64, f64)> {
+        if self.w <= 0.0 {
+            return None;
+        }
+        let (mx, my) = (self.x / self.w, self.y / self.w);
+        let var = self.xx / self.w - mx * mx;
+        let cov = self.xy / self.w - mx * my;
+        // Reads of (nearly) one size cannot tell latency from bandwidth:
+        // all of it per byte, exact at that size.
+        if var <= (0.05 * mx).powi(2) || mx <= 0.0 {
+            return Some((0.0, my / mx.max(1.0)));
+        }
+        let per_byte = (cov / var).max(0.0);
+        let latency = (my - per_byte * mx).max(0.0);
+        Some((latency, per_byte))
     }
 
     fn estimate(&self, bytes: u64) -> Option<f64> {
-        self.fit.map(|(lat, per_byte)| lat + per_byte * bytes as f64)
+        self.fit().map(|(lat, per_byte)| lat + per_byte * bytes as f64)
     }
 }
 
@@ -55,6 +83,10 @@ struct State {
     store: Speed,
     decisions: u64,
     to_store: u64,
+    /// Bytes of SSD reads routed and not finished: the device's queue.
+    ssd_queued: u64,
+    /// A probe is due, waiting for a segment small enough.
+    probe_due: bool,
 }
 
 /// The router. Shared by the scans of an engine.
@@ -82,9 +114,22 @@ impl Router {
         self.state.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// An SSD read of `bytes` took `took`.
+    /// An SSD read of `bytes` took `took`, with nothing queued before it.
     pub fn observe_ssd(&self, bytes: u64, took: Duration) {
         self.lock().ssd.observe(bytes, took);
+    }
+
+    /// An SSD read that [`Router::route`] sent, with `ahead` bytes queued
+    /// before it, is over: it took `took` if it read anything. The disk
+    /// moved `ahead + bytes` in that time (its bandwidth is shared, so a
+    /// read waits for those ahead of it: a saturated disk shows as a
+    /// queue, not as a slower disk).
+    pub fn ssd_finished(&self, bytes: u64, ahead: u64, took: Option<Duration>) {
+        let mut s = self.lock();
+        s.ssd_queued = s.ssd_queued.saturating_sub(bytes);
+        if let Some(took) = took {
+            s.ssd.observe(ahead + bytes, took);
+        }
     }
 
     /// A read of `bytes` from the store took `took`.
@@ -93,23 +138,42 @@ impl Router {
     }
 
     /// Where to read a segment of `bytes` that the SSD holds. Until both
-    /// sources are measured, the SSD (it is local).
+    /// sources are measured, the SSD (it is local). The SSD's estimate
+    /// counts the reads queued at it: the store serves requests side by
+    /// side, a disk shares its bandwidth. A read sent to the SSD joins the
+    /// queue (`Route::Ssd { ahead }`: the bytes before it) until
+    /// [`Router::ssd_finished`].
     pub fn route(&self, bytes: u64) -> Route {
         let mut s = self.lock();
         s.decisions += 1;
-        let (Some(ssd), Some(store)) = (s.ssd.estimate(bytes), s.store.estimate(bytes)) else { return Route::Ssd };
-        let preferred = if ssd <= store { Route::Ssd } else { Route::Store };
-        let route = match s.decisions.is_multiple_of(PROBE_EVERY) {
+        let ahead = s.ssd_queued;
+        let to_ssd = |s: &mut State| {
+            s.ssd_queued += bytes;
+            Route::Ssd { ahead }
+        };
+        let (Some(ssd), Some(store)) = (s.ssd.estimate(bytes + ahead), s.store.estimate(bytes)) else { return to_ssd(&mut s) };
+        let preferred = if ssd <= store { Route::Ssd { ahead } } else { Route::Store };
+        if s.decisions.is_multiple_of(PROBE_EVERY) {
+            s.probe_due = true;
+        }
+        let probe = s.probe_due && bytes <= PROBE_MAX_BYTES;
+        if probe {
+            s.probe_due = false;
+        }
+        let route = match probe {
             true => match preferred {
-                Route::Ssd => Route::Store,
-                Route::Store => Route::Ssd,
+                Route::Ssd { .. } => Route::Store,
+                Route::Store => Route::Ssd { ahead },
             },
             false => preferred,
         };
-        if route == Route::Store {
-            s.to_store += 1;
+        match route {
+            Route::Store => {
+                s.to_store += 1;
+                route
+            }
+            Route::Ssd { .. } => to_ssd(&mut s),
         }
-        route
     }
 
     /// The estimates and counts.
@@ -125,26 +189,72 @@ mod tests {
 
     const MIB: u64 = 1 << 20;
 
+    /// Routes a read and, if it went to the SSD, finishes it at once.
+    fn route_done(r: &Router, bytes: u64) -> Route {
+        let route = r.route(bytes);
+        if let Route::Ssd { ahead } = route {
+            r.ssd_finished(bytes, ahead, None);
+        }
+        route
+    }
+
     #[test]
     fn the_faster_source_is_chosen_and_the_other_is_probed() {
         let r = Router::new();
-        assert_eq!(r.route(MIB), Route::Ssd, "unmeasured: the local SSD");
+        assert_eq!(r.route(MIB), Route::Ssd { ahead: 0 }, "unmeasured: the local SSD");
+        r.ssd_finished(MIB, 0, None);
         for _ in 0..20 {
             r.observe_ssd(MIB, Duration::from_millis(2));
             r.observe_store(MIB, Duration::from_millis(40));
         }
-        let routes: Vec<Route> = (0..64).map(|_| r.route(MIB)).collect();
+        let routes: Vec<Route> = (0..64).map(|_| route_done(&r, MIB)).collect();
         let to_store = routes.iter().filter(|x| **x == Route::Store).count();
         assert!(to_store >= 2 && to_store <= 64 / PROBE_EVERY as usize + 1, "a fast SSD serves all but the probes: {to_store}");
         // The SSD slows down (write bursts): the store takes over.
         for _ in 0..30 {
             r.observe_ssd(MIB, Duration::from_millis(200));
         }
-        let routes: Vec<Route> = (0..64).map(|_| r.route(MIB)).collect();
-        let to_ssd = routes.iter().filter(|x| **x == Route::Ssd).count();
+        let routes: Vec<Route> = (0..64).map(|_| route_done(&r, MIB)).collect();
+        let to_ssd = routes.iter().filter(|x| matches!(x, Route::Ssd { .. })).count();
         assert!(to_ssd >= 2 && to_ssd <= 64 / PROBE_EVERY as usize + 1, "a slow SSD gets only probes: {to_ssd}");
         assert!(r.stats().ssd_mib_secs.unwrap() > r.stats().store_mib_secs.unwrap());
         assert!(r.stats().routed_to_store > 0);
+    }
+
+    #[test]
+    fn probes_wait_for_a_small_segment() {
+        let r = Router::new();
+        for _ in 0..20 {
+            r.observe_ssd(MIB, Duration::from_millis(300));
+            r.observe_store(MIB, Duration::from_millis(40));
+        }
+        // Large segments only: the slow SSD is never probed with one.
+        let large: Vec<Route> = (0..64).map(|_| r.route(12 * MIB)).collect();
+        assert!(large.iter().all(|x| *x == Route::Store), "{large:?}");
+        // The probe that came due goes with the next small segment.
+        assert_eq!(route_done(&r, PROBE_MAX_BYTES), Route::Ssd { ahead: 0 });
+        assert_eq!(route_done(&r, PROBE_MAX_BYTES), Route::Store);
+    }
+
+    #[test]
+    fn a_busy_disk_sends_the_overflow_to_the_store() {
+        // The SSD: 1 ms + 10 ms per MiB (100 MiB/s); the store: 40 ms per MiB request, side by side.
+        let r = Router::new();
+        for _ in 0..20 {
+            r.observe_ssd(MIB, Duration::from_millis(11));
+            r.observe_store(MIB, Duration::from_millis(40));
+        }
+        // A scan asks for 32 MiB at once: the first reads queue at the
+        // SSD until waiting there costs more than a request to the store.
+        let routes: Vec<Route> = (0..32).map(|_| r.route(MIB)).collect();
+        let to_ssd: Vec<u64> = routes.iter().filter_map(|x| match x { Route::Ssd { ahead } => Some(*ahead), _ => None }).collect();
+        assert!((3..=5).contains(&to_ssd.len()), "about 40 ms of queue: {routes:?}");
+        assert_eq!(to_ssd[..3], [0, MIB, 2 * MIB], "each read knows what is ahead of it");
+        // The queue drains: the SSD is preferred again.
+        for (i, ahead) in to_ssd.iter().enumerate() {
+            r.ssd_finished(MIB, *ahead, Some(Duration::from_millis(11 * (i as u64 + 1))));
+        }
+        assert_eq!(r.route(MIB), Route::Ssd { ahead: 0 });
     }
 
     #[test]

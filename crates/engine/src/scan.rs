@@ -803,7 +803,7 @@ impl ScanMetrics {
     /// that read nothing).
     pub fn cache_summary(&self) -> Option<String> {
         let hits = self.memory_hits + self.ssd_hits;
-        let asked = hits + self.cache_misses;
+        let asked = hits + self.cache_misses + self.routed_to_store;
         if asked == 0 {
             return None;
         }

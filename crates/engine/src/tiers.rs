@@ -39,6 +39,10 @@ pub struct CacheOptions {
     /// Added to every SSD read: a disk slower than it is, for experiments
     /// on routing (`blobhouse bench cache`, tests). Zero normally.
     pub ssd_read_delay: std::time::Duration,
+    /// Added per MiB read from the SSD, on top of `ssd_read_delay`, one
+    /// read at a time: a disk with that little bandwidth left, shared by
+    /// all reads. Zero normally.
+    pub ssd_read_mib_delay: std::time::Duration,
     /// Route each read of what the SSD holds to the faster of SSD and
     /// store (default). Off: always the SSD — the baseline the routing is
     /// measured against.
@@ -47,7 +51,7 @@ pub struct CacheOptions {
 
 impl Default for CacheOptions {
     fn default() -> Self {
-        CacheOptions { memory: None, memory_policy: PolicyKind::default(), ssd_dir: None, ssd_capacity: 10 << 30, ssd_read_delay: std::time::Duration::ZERO, route_by_speed: true }
+        CacheOptions { memory: None, memory_policy: PolicyKind::default(), ssd_dir: None, ssd_capacity: 10 << 30, ssd_read_delay: std::time::Duration::ZERO, ssd_read_mib_delay: std::time::Duration::ZERO, route_by_speed: true }
     }
 }
 
@@ -89,6 +93,9 @@ pub struct Tiers {
     /// SSD or store for what the SSD holds.
     router: Router,
     ssd_read_delay: std::time::Duration,
+    ssd_read_mib_delay: std::time::Duration,
+    /// The slow disk's one device (see [`Tiers::slow_disk`]).
+    ssd_device: Mutex<()>,
     route_by_speed: bool,
     /// Every scan's segments in order, while recording (for Belady).
     trace: Mutex<Option<Vec<Vec<SegmentKey>>>>,
@@ -175,6 +182,8 @@ impl Tiers {
             configured,
             router: Router::new(),
             ssd_read_delay: options.ssd_read_delay,
+            ssd_read_mib_delay: options.ssd_read_mib_delay,
+            ssd_device: Mutex::new(()),
             route_by_speed: options.route_by_speed,
             trace: Mutex::new(None),
         }))
@@ -345,10 +354,10 @@ impl Tiers {
         let mut from_ssd = Vec::new();
         for mut m in not_in_memory {
             if ssd.holds(&m.key) {
-                let route = if self.route_by_speed { self.router.route(m.key.len) } else { Route::Ssd };
+                let route = if self.route_by_speed { self.router.route(m.key.len) } else { Route::Ssd { ahead: 0 } };
                 match route {
-                    Route::Ssd => {
-                        from_ssd.push(m);
+                    Route::Ssd { ahead } => {
+                        from_ssd.push((m, ahead));
                         continue;
                     }
                     Route::Store => {
@@ -362,27 +371,22 @@ impl Tiers {
         if from_ssd.is_empty() {
             return served;
         }
-        let keys: Vec<SegmentKey> = from_ssd.iter().map(|m| m.key.clone()).collect();
-        let delay = self.ssd_read_delay;
-        let tiers = self.clone();
-        let found = tokio::task::spawn_blocking(move || {
-            keys.iter()
-                .map(|k| {
-                    let started = std::time::Instant::now();
-                    if !delay.is_zero() {
-                        std::thread::sleep(delay);
-                    }
-                    let bytes = ssd.read(k);
-                    if let Some(b) = &bytes {
-                        tiers.router.observe_ssd(b.len() as u64, started.elapsed());
-                    }
-                    bytes
-                })
-                .collect::<Vec<_>>()
-        })
-        .await
-        .unwrap_or_default();
-        for (i, m) in from_ssd.into_iter().enumerate() {
+        // One blocking read per chunk, all at once: an SSD serves many
+        // reads in parallel (its queue depth), as the store does requests.
+        let reads = from_ssd.iter().map(|(m, ahead)| {
+            let (ssd, key, tiers, ahead) = (ssd.clone(), m.key.clone(), self.clone(), *ahead);
+            tokio::task::spawn_blocking(move || {
+                let started = std::time::Instant::now();
+                tiers.slow_disk(key.len);
+                let bytes = ssd.read(&key);
+                if tiers.route_by_speed {
+                    tiers.router.ssd_finished(key.len, ahead, bytes.as_ref().map(|_| started.elapsed()));
+                }
+                bytes
+            })
+        });
+        let found: Vec<Option<Bytes>> = futures::future::join_all(reads).await.into_iter().map(|r| r.ok().flatten()).collect();
+        for (i, (m, _)) in from_ssd.into_iter().enumerate() {
             match found.get(i).cloned().flatten() {
                 Some(bytes) => {
                     served.ssd_hits += 1;
@@ -396,6 +400,19 @@ impl Tiers {
             }
         }
         served
+    }
+
+    /// The slowdown of an SSD made slow for experiments: a delay per read,
+    /// and a delay per MiB taken one read at a time (one device whose
+    /// bandwidth all reads share, so a saturated disk shows as queueing).
+    fn slow_disk(&self, bytes: u64) {
+        if !self.ssd_read_delay.is_zero() {
+            std::thread::sleep(self.ssd_read_delay);
+        }
+        if !self.ssd_read_mib_delay.is_zero() {
+            let _device = self.ssd_device.lock().unwrap_or_else(|e| e.into_inner());
+            std::thread::sleep(self.ssd_read_mib_delay.mul_f64(bytes as f64 / 1048576.0));
+        }
     }
 
     /// A fetch of `bytes` from the store took `took` (for the router).
