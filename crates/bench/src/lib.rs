@@ -2,12 +2,14 @@
 //! queries, verification of answers against reference answers from outside
 //! the project (DuckDB's results on the same generated data, exported by
 //! `scripts/export-tpch-reference.py`), the testbed's calibration benchmark,
-//! the I/O benchmark (download manager vs object_store), the TPC-H
+//! the I/O benchmark (download manager vs object_store), the caching
+//! tiers' benchmark, the TPC-H
 //! benchmark (memory vs remote-only, and peer engines), the bank workload
 //! (transactions under concurrency), and PNG plots.
 
 pub mod answers;
 pub mod bank;
+pub mod cache_bench;
 pub mod calibrate;
 pub mod crash;
 pub mod dml_bench;

@@ -222,51 +222,89 @@ impl Drop for Peers {
     }
 }
 
-fn err(what: &str) -> impl Fn(blobhouse_engine::EngineError) -> String + '_ {
+pub(crate) fn err(what: &str) -> impl Fn(blobhouse_engine::EngineError) -> String + '_ {
     move |e| format!("{what}: {e}")
 }
 
 /// Runs the benchmark on `store` (a testbed already shaped to its profile,
 /// or a local directory). Returns the figures of the queries that ran and
 /// the errors of those that failed.
-pub async fn run(store: &BenchStore<'_>, opts: &TpchBenchOptions, progress: &dyn Fn(&str)) -> Result<(Vec<QueryFigures>, Vec<(usize, String)>), String> {
-    std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
-    let s3 = |endpoint: &str| StoreOptions {
+fn s3_options(endpoint: &str) -> StoreOptions {
+    StoreOptions {
         endpoint: Some(endpoint.to_string()),
         access_key_id: Some(ACCESS_KEY.into()),
         secret_access_key: Some(SECRET_KEY.into()),
         region: Some("us-east-1".into()),
         ..Default::default()
-    };
-    // Where the data is, and the store options to load it (unshaped).
+    }
+}
+
+/// The benchmark database of TPC-H at `sf` with column chunks of
+/// `chunk_bytes`, loaded where missing (one per scale factor and layout,
+/// kept for later runs): its URL, the unshaped store options that reach
+/// it, and the engine that loaded it (caches off).
+pub(crate) async fn prepare(store: &BenchStore<'_>, sf: f64, chunk_bytes: usize, progress: &dyn Fn(&str)) -> Result<(String, StoreOptions, Engine), String> {
+    let prefix = data_prefix(sf, chunk_bytes);
     let (url, direct) = match store {
-        BenchStore::Testbed(tb) => (format!("s3://{BUCKET}/{}", data_prefix(opts)), s3(&tb.endpoints().s3_direct)),
+        BenchStore::Testbed(tb) => (format!("s3://{BUCKET}/{prefix}"), s3_options(&tb.endpoints().s3_direct)),
         BenchStore::Local(dir) => {
             std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
             let dir = dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()))?;
-            (dir.join(data_prefix(opts)).to_string_lossy().to_string(), StoreOptions::default())
+            (dir.join(prefix).to_string_lossy().to_string(), StoreOptions::default())
         }
     };
-
-    // Load what is missing.
-    let mut load_options = EngineOptions::default();
-    load_options.write.target_chunk_bytes = opts.chunk_bytes;
+    let mut load_options = EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() };
+    load_options.write.target_chunk_bytes = chunk_bytes;
     let loader = Engine::open(&url, &direct, load_options).await.map_err(err("open the benchmark database"))?;
     let have = loader.database().refresh().await.map_err(|e| e.to_string())?;
     let missing: Vec<&str> = tpch::TABLES.iter().copied().filter(|t| !have.tables.contains_key(*t)).collect();
     if !missing.is_empty() {
-        progress(&format!("loading TPC-H SF {} ({} tables) into {url}", opts.sf, missing.len()));
+        progress(&format!("loading TPC-H SF {sf} ({} tables) into {url}", missing.len()));
         let started = Instant::now();
-        tpch::load_tables(&loader, opts.sf, &missing, Arc::new(|_, _, _| {})).await.map_err(err("load TPC-H"))?;
+        tpch::load_tables(&loader, sf, &missing, Arc::new(|_, _, _| {})).await.map_err(err("load TPC-H"))?;
         progress(&format!("loaded in {:.1} s", started.elapsed().as_secs_f64()));
     }
+    Ok((url, direct, loader))
+}
+
+/// The engine of the measured runs on `url`: on the testbed it reads
+/// through the profile's shaped endpoint (catalog and manifests direct).
+pub(crate) async fn open_measured(store: &BenchStore<'_>, url: &str, direct: &StoreOptions, options: EngineOptions) -> Result<Engine, String> {
+    match store {
+        BenchStore::Testbed(tb) => {
+            let shaped = open_location(url, &s3_options(&tb.endpoints().s3)).map_err(|e| e.to_string())?;
+            let direct_location = open_location(url, direct).map_err(|e| e.to_string())?;
+            Engine::open_location(direct_location.with_signer(shaped.signer), direct.clone(), options).await.map_err(err("open the remote engine"))
+        }
+        BenchStore::Local(_) => Engine::open(url, direct, options).await.map_err(err("open the local engine")),
+    }
+}
+
+/// The engine options of the measured runs: the request sizes for the
+/// profile, the scheduler and the link.
+pub(crate) fn measured_options(request_bytes: u64, link: Option<f64>, adaptive: bool, memory_limit: Option<usize>) -> EngineOptions {
+    let mut o = EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() };
+    o.memory_limit = memory_limit.or(o.memory_limit);
+    o.scan.adaptive = adaptive;
+    o.scan.link_bytes_per_sec = link;
+    o.requests.max_request_bytes = request_bytes;
+    o.requests.min_request_bytes = request_bytes / 2;
+    o.requests.coalesce_gap = o.requests.coalesce_gap.min(request_bytes / 16);
+    o
+}
+
+pub async fn run(store: &BenchStore<'_>, opts: &TpchBenchOptions, progress: &dyn Fn(&str)) -> Result<(Vec<QueryFigures>, Vec<(usize, String)>), String> {
+    std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
+    let (url, direct, loader) = prepare(store, opts.sf, opts.chunk_bytes, progress).await?;
 
     // The reference: every table read once into MemTables.
     let options = EngineOptions::default();
     let config = SessionConfig::new().with_target_partitions(options.target_partitions).with_batch_size(options.batch_size);
     let memory = SessionContext::new_with_config(config);
+    let mut decoded_bytes = 0;
     for &t in tpch::TABLES.iter().filter(|_| opts.arrow) {
         let r = loader.execute(&format!("SELECT * FROM {t}")).await.map_err(err(&format!("read {t} into memory")))?;
+        decoded_bytes += r.batches.iter().map(|b| b.get_array_memory_size()).sum::<usize>();
         let n = options.target_partitions.max(1);
         let mut parts: Vec<Vec<_>> = vec![Vec::new(); n];
         for (i, b) in r.batches.into_iter().enumerate() {
@@ -276,7 +314,15 @@ pub async fn run(store: &BenchStore<'_>, opts: &TpchBenchOptions, progress: &dyn
         memory.register_table(t, Arc::new(table)).map_err(|e| e.to_string())?;
     }
     if opts.arrow {
-        progress("tables decoded into memory");
+        // Against the compressed column chunks: what a cache of decoded
+        // arrays would hold per byte (docs/cache.md, the memory tier).
+        let compressed = crate::cache_bench::data_bytes(&loader).await?;
+        progress(&format!(
+            "tables decoded into memory: {:.1} MiB of Arrow arrays from {:.1} MiB of compressed column chunks ({:.2}x)",
+            decoded_bytes as f64 / 1048576.0,
+            compressed as f64 / 1048576.0,
+            decoded_bytes as f64 / compressed as f64
+        ));
     }
 
     // The same database, every object copied into an in-memory store.
@@ -295,21 +341,8 @@ pub async fn run(store: &BenchStore<'_>, opts: &TpchBenchOptions, progress: &dyn
 
     // The measured engine: remote-only through the shaped endpoint, or the local files.
     // Every run reads from the store (the caches are measured by `bench cache`).
-    let mut remote_options = EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() };
-    remote_options.memory_limit = opts.memory_limit.or(remote_options.memory_limit);
-    remote_options.scan.adaptive = opts.adaptive;
-    remote_options.scan.link_bytes_per_sec = opts.link;
-    remote_options.requests.max_request_bytes = opts.request_bytes;
-    remote_options.requests.min_request_bytes = opts.request_bytes / 2;
-    remote_options.requests.coalesce_gap = remote_options.requests.coalesce_gap.min(opts.request_bytes / 16);
-    let remote = match store {
-        BenchStore::Testbed(tb) => {
-            let shaped = open_location(&url, &s3(&tb.endpoints().s3)).map_err(|e| e.to_string())?;
-            let direct_location = open_location(&url, &direct).map_err(|e| e.to_string())?;
-            Engine::open_location(direct_location.with_signer(shaped.signer), direct.clone(), remote_options).await.map_err(err("open the remote engine"))?
-        }
-        BenchStore::Local(_) => Engine::open(&url, &direct, remote_options).await.map_err(err("open the local engine"))?,
-    };
+    let remote_options = measured_options(opts.request_bytes, opts.link, opts.adaptive, opts.memory_limit);
+    let remote = open_measured(store, &url, &direct, remote_options).await?;
     let server_pids = match store {
         BenchStore::Testbed(tb) => tb.state().pids.clone(),
         BenchStore::Local(_) => Vec::new(),
@@ -452,7 +485,7 @@ pub fn run_label(store: &BenchStore<'_>) -> &'static str {
 /// Returns the allocator's free memory to the kernel (glibc keeps freed
 /// memory in its arenas), so a query's peak resident set is not the
 /// leftovers of loading or of the query before.
-fn release_free_memory() {
+pub(crate) fn release_free_memory() {
     #[cfg(all(target_os = "linux", target_env = "gnu"))]
     // SAFETY: malloc_trim only returns free pages of the heap to the kernel.
     unsafe {
@@ -498,13 +531,13 @@ async fn peers_spec(store: &BenchStore<'_>, loader: &Engine, url: &str, direct: 
     };
     let local_peers = match store {
         BenchStore::Testbed(_) => None,
-        BenchStore::Local(dir) => Some(dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()))?.join("peers").join(data_prefix(opts))),
+        BenchStore::Local(dir) => Some(dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()))?.join("peers").join(data_prefix(opts.sf, opts.chunk_bytes))),
     };
     for t in tpch::TABLES {
         let manifest = loader.database().manifest(&version.tables[t]).await.map_err(|e| e.to_string())?;
         let mut keys = Vec::new();
         let prefix = match &local_peers {
-            None => format!("peers/{}/{t}/", data_prefix(opts)),
+            None => format!("peers/{}/{t}/", data_prefix(opts.sf, opts.chunk_bytes)),
             Some(dir) => dir.join(t).to_string_lossy().to_string() + "/",
         };
         for (i, o) in manifest.objects.iter().enumerate() {
@@ -567,15 +600,15 @@ fn servers_cpu_seconds(pids: &[u32]) -> f64 {
 
 /// Where the benchmark's database lives in the bucket: one per scale
 /// factor and data layout, so a run never reads data laid out for another.
-fn data_prefix(opts: &TpchBenchOptions) -> String {
-    if opts.chunk_bytes == blobhouse_storage::WriteOptions::default().target_chunk_bytes {
-        format!("tpch-sf{}", opts.sf)
+fn data_prefix(sf: f64, chunk_bytes: usize) -> String {
+    if chunk_bytes == blobhouse_storage::WriteOptions::default().target_chunk_bytes {
+        format!("tpch-sf{sf}")
     } else {
-        format!("tpch-sf{}-chunk{}k", opts.sf, opts.chunk_bytes >> 10)
+        format!("tpch-sf{sf}-chunk{}k", chunk_bytes >> 10)
     }
 }
 
-fn geomean(xs: impl Iterator<Item = f64>) -> f64 {
+pub(crate) fn geomean(xs: impl Iterator<Item = f64>) -> f64 {
     let (sum, n) = xs.filter(|x| *x > 0.0).fold((0.0, 0usize), |(s, n), x| (s + x.ln(), n + 1));
     if n == 0 { f64::NAN } else { (sum / n as f64).exp() }
 }

@@ -143,6 +143,55 @@ pub enum BenchCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// TPC-H through the caching tiers: cache off vs memory vs SSD vs both, at several cache sizes, 3 rounds.
+    #[command(after_help = "Loads TPC-H at --sf into the testbed's MinIO once (kept for later runs), then runs the\nqueries in --rounds rounds (each in its own random order, the same for every configuration)\nwith the caches off, then with each of --tiers at each of --sizes (percent of the data's\ncolumn chunks; \"both\" gives each tier that size), each a fresh engine with empty caches.\nThe first cached configuration records its scans' segments; LRU, LFU and Belady are\nreplayed on that trace. With a slow SSD (--slow-ssd, default on) two more configurations\nhold all data on a disk made slow: routed by measured speed, and always from the SSD.\nBuild with --profile optimised for figures worth comparing. Writes report.txt, cache.csv,\ntime.png and gets.png to --out.\n\nExamples:\n  blobhouse bench cache --sf 1\n  blobhouse bench cache --sf 5 --tiers both --sizes 50 --no-slow-ssd\n  blobhouse bench cache --sf 0.1 --profile lan --rounds 2 --queries 1,6,14")]
+    Cache {
+        /// Scale factor.
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Testbed profile: lan, s3, s3-scaled, throttled; or local (a local directory, no testbed).
+        #[arg(long, default_value = "s3")]
+        profile: String,
+        /// Queries to run.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22")]
+        queries: Vec<usize>,
+        /// Rounds per configuration (round 1 starts with empty caches).
+        #[arg(long, default_value_t = 3)]
+        rounds: usize,
+        /// Seed of the rounds' query orders.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Cached configurations: memory, ssd, both (none: only the baseline and the routing experiment).
+        #[arg(long, value_delimiter = ',', default_value = "memory,ssd,both")]
+        tiers: Vec<String>,
+        /// Cache sizes, percent of the data.
+        #[arg(long, value_delimiter = ',', default_value = "10,25,50,100")]
+        sizes: Vec<f64>,
+        /// The memory tier's policy: lru or lfu.
+        #[arg(long, default_value = "lfu")]
+        policy: String,
+        /// The routing experiment's slow disk: milliseconds per read and per MiB read.
+        #[arg(long, value_delimiter = ',', default_value = "60,40")]
+        slow_ssd: Vec<f64>,
+        /// Skip the routing experiment.
+        #[arg(long)]
+        no_slow_ssd: bool,
+        /// Where the SSD tiers' directories go (one per configuration, deleted after): put it on the disk to measure.
+        #[arg(long, default_value = "bench-results/cache-ssd")]
+        ssd_dir: PathBuf,
+        /// With --profile local: the directory that holds the databases.
+        #[arg(long, default_value = "bench-results/tpch-data")]
+        data_dir: PathBuf,
+        /// The engine's memory limit for the queries (the memory tier gets its size on top).
+        #[arg(long, value_name = "SIZE")]
+        memory_limit: Option<String>,
+        /// Output directory (default bench-results/cache-<profile>-sf<sf>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Testbed state directory.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Transactions under concurrency: writer processes move money between accounts while readers check the total.
     #[command(after_help = "Each transfer is one transaction: two UPDATEs and an INSERT into the transfer log.\nReaders check that the balances always sum to the initial total and each account\nappears once; at the end every committed transfer must be in the log exactly once\nand every balance must match the log. Serialization failures are counted.\nWithout --db, the run uses a fresh database on the testbed's MinIO (profile lan).\n\nExamples:\n  blobhouse bench bank\n  blobhouse bench bank --writers 8 --transfers 500 --accounts 64\n  blobhouse bench bank --db /tmp/bank-db")]
     Bank {
@@ -266,6 +315,20 @@ impl BenchTestbed {
     }
 }
 
+/// `--memory-limit SIZE` of the TPC-H benchmarks.
+fn parse_memory_limit(text: Option<&str>) -> Result<Option<usize>> {
+    text.map(|m| blobhouse_engine::memory::parse_size(m).map(|b| b as usize).map_err(|e| anyhow::anyhow!("--memory-limit: {e}"))).transpose()
+}
+
+/// Where a TPC-H benchmark's data is: the testbed when one runs, else
+/// `data_dir` (profile local).
+fn store_of(bench: &Option<BenchTestbed>, data_dir: PathBuf) -> BenchStore<'_> {
+    match bench {
+        Some(b) => BenchStore::Testbed(&b.tb),
+        None => BenchStore::Local(data_dir),
+    }
+}
+
 pub async fn run(cmd: BenchCommand) -> Result<()> {
     match cmd {
         BenchCommand::Calibrate { profile, samples, concurrency, window_secs, out, dir } => {
@@ -341,10 +404,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             if let Some(p) = peer_engines.iter().find(|p| !["duckdb", "datafusion"].contains(&p.as_str())) {
                 anyhow::bail!("--peer-engines: unknown peer '{p}' (duckdb, datafusion)");
             }
-            let memory_limit = match &memory_limit {
-                Some(m) => Some(blobhouse_engine::memory::parse_size(m).map_err(|e| anyhow::anyhow!("--memory-limit: {e}"))? as usize),
-                None => None,
-            };
+            let memory_limit = parse_memory_limit(memory_limit.as_deref())?;
             let local = profile == "local";
             let bench = if local { None } else { Some(BenchTestbed::up(&profile, dir)?) };
             let profile_name = bench.as_ref().map_or("local", |b| b.profile.name());
@@ -376,10 +436,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
                 peer_engines,
                 out: out.clone(),
             };
-            let result = match &bench {
-                Some(b) => tpch_bench::run(&BenchStore::Testbed(&b.tb), &opts, &|step| eprintln!("bench tpch: {step}")).await,
-                None => tpch_bench::run(&BenchStore::Local(data_dir), &opts, &|step| eprintln!("bench tpch: {step}")).await,
-            };
+            let result = tpch_bench::run(&store_of(&bench, data_dir), &opts, &|step| eprintln!("bench tpch: {step}")).await;
             if let Some(b) = bench {
                 b.down()?;
             }
@@ -389,6 +446,52 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             println!("{text}");
             println!("wrote {}/{{report.txt,tpch.csv,tpch.png,memory.png,scheduler.png}}", out.display());
             anyhow::ensure!(failed.is_empty(), "{} of the queries failed (see the report)", failed.len());
+        }
+        BenchCommand::Cache { sf, profile, queries, rounds, seed, tiers, sizes, policy, slow_ssd, no_slow_ssd, ssd_dir, data_dir, memory_limit, out, dir } => {
+            use blobhouse_bench::cache_bench::{self, CacheBenchOptions, SlowSsd, Tier};
+            anyhow::ensure!(sf > 0.0 && sf.is_finite(), "--sf must be a positive number");
+            anyhow::ensure!(!queries.is_empty() && queries.iter().all(|q| (1..=22).contains(q)), "--queries are TPC-H query numbers, 1 to 22");
+            anyhow::ensure!(rounds >= 1, "--rounds must be at least 1");
+            anyhow::ensure!(sizes.iter().all(|p| *p > 0.0 && *p <= 1000.0), "--sizes are percentages of the data, above 0");
+            let tiers = tiers.iter().filter(|t| t.as_str() != "none").map(|t| Tier::parse(t).ok_or_else(|| anyhow::anyhow!("--tiers: unknown tier '{t}' (memory, ssd, both, none)"))).collect::<Result<Vec<_>>>()?;
+            let policy = blobhouse_cache::PolicyKind::parse(&policy).ok_or_else(|| anyhow::anyhow!("--policy: unknown policy '{policy}' (lru, lfu)"))?;
+            anyhow::ensure!(slow_ssd.len() == 2 && slow_ssd.iter().all(|v| *v >= 0.0 && v.is_finite()), "--slow-ssd: two non-negative numbers, ms per read and ms per MiB");
+            let slow_ssd = (!no_slow_ssd).then(|| SlowSsd { per_read: Duration::from_secs_f64(slow_ssd[0] / 1e3), per_mib: Duration::from_secs_f64(slow_ssd[1] / 1e3) });
+            let memory_limit = parse_memory_limit(memory_limit.as_deref())?;
+            let local = profile == "local";
+            let bench = if local { None } else { Some(BenchTestbed::up(&profile, dir)?) };
+            let profile_name = bench.as_ref().map_or("local", |b| b.profile.name());
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/cache-{profile_name}-sf{sf}")));
+            let link = if local { None } else { calibrated_peak(&PathBuf::from(format!("docs/testbed/{profile_name}/throughput.csv"))).map(|m| m * (1u64 << 20) as f64) };
+            let request_kib: u64 = if profile_name == "s3-scaled" { 1024 } else { 16384 };
+            let chunk_kib = if local { (blobhouse_storage::WriteOptions::default().target_chunk_bytes >> 10) as u64 } else { request_kib * 3 / 4 };
+            let opts = CacheBenchOptions {
+                sf,
+                queries,
+                rounds,
+                seed,
+                tiers,
+                sizes,
+                policy,
+                slow_ssd,
+                ssd_root: ssd_dir,
+                request_bytes: request_kib << 10,
+                chunk_bytes: (chunk_kib << 10) as usize,
+                link,
+                memory_limit,
+                out: out.clone(),
+            };
+            let result = cache_bench::run(&store_of(&bench, data_dir), &opts, &|step| eprintln!("bench cache: {step}")).await;
+            if let Some(b) = bench {
+                b.down()?;
+            }
+            let result = result.map_err(anyhow::Error::msg)?;
+            let text = cache_bench::report(profile_name, &opts, &result);
+            std::fs::write(out.join("report.txt"), &text)?;
+            println!("{text}");
+            println!("wrote {}/{{report.txt,cache.csv,time.png,gets.png}}", out.display());
+            let wrong: usize = result.configs.iter().chain(&result.routing).map(|c| c.wrong_answers()).sum();
+            anyhow::ensure!(wrong == 0, "{wrong} answers were wrong (see the report)");
         }
         BenchCommand::Bank { db, writers, readers, transfers, accounts, out, dir } => {
             anyhow::ensure!(writers > 0 && accounts >= 2, "--writers must be at least 1 and --accounts at least 2");

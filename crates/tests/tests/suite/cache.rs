@@ -278,7 +278,8 @@ async fn cache_worker() {
     loop {
         for s in &task.statements {
             let r = run(&e, s).await;
-            println!("CACHE-WORKER {}", serde_json::json!({"answer": lines(&r), "ssd_hits": r.scan.ssd_hits, "gets": r.scan.get_requests}));
+            let warnings = e.tiers().map(|t| t.take_warnings()).unwrap_or_default();
+            println!("CACHE-WORKER {}", serde_json::json!({"answer": lines(&r), "ssd_hits": r.scan.ssd_hits, "gets": r.scan.get_requests, "warnings": warnings}));
         }
         if !task.forever {
             break;
@@ -345,7 +346,45 @@ async fn killed_processes_leave_no_entry_served_wrong() {
     eprintln!("killed 5 cache processes ({killed_with_output} had answered a query); recovered {recovered} entries; {stats:?}");
 }
 
+/// A full disk: the cache directory is a 128 KiB tmpfs (mounted in a user
+/// and mount namespace of the worker's own, `unshare -Urm`, no privileges
+/// needed), far smaller than the tier's configured 64 MiB. Writes fail with
+/// ENOSPC; every answer stays right, the worker says so once, and reads go
+/// to the store.
+async fn a_full_cache_disk_degrades_to_the_store(b: Backend) {
+    let db = loaded(b, "cache-full").await;
+    let reference = db.engine(with_cache(CacheOptions::off())).await;
+    let statements = [tpch::query(1), tpch::query(3), tpch::query(1), tpch::query(3)];
+    let expected: Vec<Vec<String>> = futures::future::join_all(statements.iter().map(|s| async { lines(&run(&reference, s).await) })).await;
+    let dir = tempfile::tempdir().unwrap();
+    let mount = dir.path().join("tiny");
+    std::fs::create_dir(&mount).unwrap();
+    let worker = cache_worker_command(&db, &mount, &statements, false);
+    let std = worker.as_std();
+    let script = format!("mount -t tmpfs -o size=128k tmpfs '{}' && exec \"$0\" \"$@\"", mount.display());
+    let mut c = tokio::process::Command::new("unshare");
+    c.args(["-Urm", "sh", "-c", &script]).arg(std.get_program()).args(std.get_args()).kill_on_drop(true);
+    for (k, v) in std.get_envs() {
+        if let Some(v) = v {
+            c.env(k, v);
+        }
+    }
+    let out = c.output().await.expect("unshare (util-linux) runs");
+    let runs = worker_lines(&out);
+    assert_eq!(runs.len(), statements.len());
+    let mut warnings = Vec::new();
+    for (i, run) in runs.iter().enumerate() {
+        let answer: Vec<String> = serde_json::from_value(run["answer"].clone()).unwrap();
+        assert_eq!(answer, expected[i], "statement {i} on a full cache disk");
+        warnings.extend(run["warnings"].as_array().unwrap().iter().map(|w| w.as_str().unwrap().to_string()));
+    }
+    assert_eq!(warnings.len(), 1, "one warning, not one per entry: {warnings:?}");
+    assert!(warnings[0].contains("No space left on device") && warnings[0].contains("reading from the store instead"), "{warnings:?}");
+    assert!(runs[2]["gets"].as_u64().unwrap() > 0, "what could not be cached is read from the store: {runs:?}");
+}
+
 crate::on_both_backends!(
+    a_full_cache_disk_degrades_to_the_store,
     a_repeated_query_is_served_from_memory,
     a_later_engine_reads_the_ssd_entries_of_an_earlier_one,
     damaged_ssd_entries_are_refetched_never_served,
