@@ -364,7 +364,7 @@ pub fn report(profile: &str, opts: &CacheBenchOptions, r: &CacheBenchResult) -> 
         opts.rounds,
         opts.seed,
         r.data_bytes as f64 / mib,
-        opts.policy_name(),
+        opts.policy.name(),
     );
     out += &format!("(steady: rounds {}-{last}; hit: chunks from a tier; cost: GETs at ${:.4} per 1,000; speedup: geomean of cache off / geomean, both over the steady rounds)\n", steady.start(), GET_PRICE_USD * 1000.0);
     out += &format!(
@@ -413,12 +413,6 @@ pub fn report(profile: &str, opts: &CacheBenchOptions, r: &CacheBenchResult) -> 
         }
     }
     out
-}
-
-impl CacheBenchOptions {
-    fn policy_name(&self) -> &'static str {
-        self.policy.build().name()
-    }
 }
 
 /// cache.csv (every query run) and the plots: steady geomean and GETs

@@ -40,10 +40,14 @@ pub enum PolicyKind {
 impl PolicyKind {
     /// Parses `lru` or `lfu` (any case).
     pub fn parse(name: &str) -> Option<PolicyKind> {
-        match name.to_ascii_lowercase().as_str() {
-            "lru" => Some(PolicyKind::Lru),
-            "lfu" => Some(PolicyKind::Lfu),
-            _ => None,
+        [PolicyKind::Lru, PolicyKind::Lfu].into_iter().find(|k| k.name().eq_ignore_ascii_case(name))
+    }
+
+    /// Its name, as `parse` takes it and `SHOW CACHE` shows it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyKind::Lru => "lru",
+            PolicyKind::Lfu => "lfu",
         }
     }
 

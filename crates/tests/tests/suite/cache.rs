@@ -22,6 +22,11 @@ fn with_cache(cache: CacheOptions) -> EngineOptions {
     EngineOptions { cache, ..EngineOptions::default() }
 }
 
+/// An SSD tier of 64 MiB in `dir` and no memory tier: every hit is an SSD hit.
+fn ssd_only(dir: &std::path::Path) -> CacheOptions {
+    CacheOptions { memory: Some(0), ssd_dir: Some(dir.to_path_buf()), ssd_capacity: 64 << 20, ..CacheOptions::default() }
+}
+
 /// Waits until the SSD tier's background writes are done (nothing is
 /// written for a while).
 async fn ssd_settled(e: &Engine) {
@@ -90,7 +95,7 @@ async fn a_repeated_query_is_served_from_memory(b: Backend) {
 async fn a_later_engine_reads_the_ssd_entries_of_an_earlier_one(b: Backend) {
     let db = loaded(b, "cache-restart").await;
     let dir = tempfile::tempdir().unwrap();
-    let cache = CacheOptions { memory: Some(0), ssd_dir: Some(dir.path().to_path_buf()), ssd_capacity: 64 << 20, ..CacheOptions::default() };
+    let cache = ssd_only(dir.path());
     let sql = "SELECT count(*), sum(o_totalprice) FROM orders";
     let first = db.engine(with_cache(cache.clone())).await;
     let answer = lines(&run(&first, sql).await);
@@ -111,7 +116,7 @@ async fn a_later_engine_reads_the_ssd_entries_of_an_earlier_one(b: Backend) {
 async fn damaged_ssd_entries_are_refetched_never_served(b: Backend) {
     let db = loaded(b, "cache-damage").await;
     let dir = tempfile::tempdir().unwrap();
-    let cache = CacheOptions { memory: Some(0), ssd_dir: Some(dir.path().to_path_buf()), ssd_capacity: 64 << 20, ..CacheOptions::default() };
+    let cache = ssd_only(dir.path());
     let sql = "SELECT l_linestatus, count(*), sum(l_quantity) FROM lineitem GROUP BY 1 ORDER BY 1";
     let first = db.engine(with_cache(cache.clone())).await;
     let answer = lines(&run(&first, sql).await);
@@ -231,7 +236,7 @@ async fn a_slower_ssd_is_routed_around() {
 async fn a_load_leaves_its_data_on_the_ssd(b: Backend) {
     let db = TestDb::new(b, "cache-write-through");
     let dir = tempfile::tempdir().unwrap();
-    let e = db.engine(with_cache(CacheOptions { memory: Some(0), ssd_dir: Some(dir.path().to_path_buf()), ..CacheOptions::default() })).await;
+    let e = db.engine(with_cache(ssd_only(dir.path()))).await;
     run(&e, "CREATE TABLE t (k BIGINT, v VARCHAR)").await;
     run(&e, "INSERT INTO t SELECT v, 'row ' || CAST(v AS VARCHAR) FROM generate_series(1, 50000) AS s(v)").await;
     ssd_settled(&e).await;
@@ -273,7 +278,7 @@ const CACHE_WORKER_ENV: &str = "BLOBHOUSE_CACHE_WORKER";
 #[ignore = "a worker process of the tests below"]
 async fn cache_worker() {
     let task: CacheTask = serde_json::from_str(&std::env::var(CACHE_WORKER_ENV).expect("run by a test")).unwrap();
-    let cache = CacheOptions { memory: Some(0), ssd_dir: Some(task.cache_dir.clone()), ssd_capacity: 64 << 20, ..CacheOptions::default() };
+    let cache = ssd_only(&task.cache_dir);
     let e = Engine::open(&task.url, &task.store, with_cache(cache)).await.unwrap();
     loop {
         for s in &task.statements {
@@ -334,7 +339,7 @@ async fn killed_processes_leave_no_entry_served_wrong() {
         assert!(!out.status.success(), "killed");
         killed_with_output += usize::from(String::from_utf8_lossy(&out.stdout).contains("CACHE-WORKER {"));
     }
-    let e = db.engine(with_cache(CacheOptions { memory: Some(0), ssd_dir: Some(dir.path().to_path_buf()), ssd_capacity: 64 << 20, ..CacheOptions::default() })).await;
+    let e = db.engine(with_cache(ssd_only(dir.path()))).await;
     let ssd = e.tiers().unwrap().ssd().unwrap();
     let recovered = ssd.stats().recovered;
     assert_22_answers(&e, " (after killed cache processes)").await;
