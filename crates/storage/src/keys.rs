@@ -172,6 +172,21 @@ pub fn object_name(key: u64, ext: &str) -> String {
     format!("{OBJECTS_DIR}/{:04x}/{key:016x}.{ext}", key_hash(key) >> 48)
 }
 
+/// The key of a name made by [`object_name`] with extension `ext`; `None`
+/// for any other name. A storage node reads only names that parse, so a
+/// request can never make it read a manifest, a key block or a path outside
+/// the database.
+pub fn parse_object_name(name: &str, ext: &str) -> Option<u64> {
+    let rest = name.strip_prefix(OBJECTS_DIR)?.strip_prefix('/')?;
+    let (_, file) = rest.split_once('/')?;
+    let hex = file.strip_suffix(ext)?.strip_suffix('.')?;
+    if hex.len() != 16 || !hex.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+        return None;
+    }
+    let key = u64::from_str_radix(hex, 16).ok()?;
+    (object_name(key, ext) == name).then_some(key)
+}
+
 /// SplitMix64's finaliser: a cheap, well-mixing hash of a key.
 fn key_hash(key: u64) -> u64 {
     let mut z = key.wrapping_add(0x9E37_79B9_7F4A_7C15);
@@ -197,5 +212,24 @@ mod tests {
         assert!(prefixes.len() > 60, "hashed prefixes collide too often: {}", prefixes.len());
         assert_eq!(object_name(0x100001, "parquet").len(), "objects/0000/0000000000100001.parquet".len());
         assert!(object_name(0x100001, "parquet").ends_with("/0000000000100001.parquet"));
+    }
+
+    #[test]
+    fn only_names_of_data_objects_parse() {
+        let name = object_name(0x100001, "parquet");
+        assert_eq!(parse_object_name(&name, "parquet"), Some(0x100001));
+        assert_eq!(parse_object_name(&name, "json"), None);
+        for bad in [
+            "objects/0000/0000000000100001.parquet".to_string(), // wrong hash prefix
+            format!("../{name}"),
+            format!("/{name}"),
+            name.replace("objects/", "objects/../"),
+            name.to_uppercase(),
+            "catalog/00000000000000000001.json".into(),
+            format!("{name}/x"),
+            String::new(),
+        ] {
+            assert_eq!(parse_object_name(&bad, "parquet"), None, "{bad:?} parsed");
+        }
     }
 }

@@ -16,6 +16,7 @@
 //! uses put-if-absent; commits are the creation of the next catalog version.
 
 pub mod changes;
+pub mod chunks;
 pub mod database;
 pub mod error;
 pub mod failpoint;
