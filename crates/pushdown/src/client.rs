@@ -1,0 +1,101 @@
+//! The compute side's handle on a storage node.
+//!
+//! One [`NodeClient`] per node, shared by every query of a process: it holds
+//! one HTTP/2 connection (opened on first use, reopened after a failure) on
+//! which all tasks are multiplexed.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::{Action, FlightClient, Ticket};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::physical_plan::ExecutionPlan;
+use futures::TryStreamExt;
+use tonic::transport::{Channel, Endpoint};
+
+use crate::codec::encode_task;
+use crate::error::PushdownError;
+use crate::node::NodeStats;
+
+/// How long to wait for a connection to a node.
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// A connection to one storage node.
+#[derive(Debug, Clone)]
+pub struct NodeClient {
+    endpoint: String,
+    auth: String,
+    channel: Channel,
+}
+
+impl NodeClient {
+    /// A client of the node at `endpoint` (`http://host:port`) presenting
+    /// `token`. Connects lazily: an unreachable node shows up as
+    /// [`PushdownError::Unavailable`] on the first task, and the caller
+    /// fetches instead.
+    pub fn new(endpoint: &str, token: &str) -> Result<NodeClient, PushdownError> {
+        let bad = |reason: String| PushdownError::BadEndpoint { endpoint: endpoint.to_string(), reason };
+        let e = Endpoint::from_shared(endpoint.to_string()).map_err(|e| bad(e.to_string()))?;
+        let channel = e.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy();
+        Ok(NodeClient { endpoint: endpoint.to_string(), auth: format!("Bearer {token}"), channel })
+    }
+
+    /// The node's address, for messages and EXPLAIN.
+    pub fn endpoint(&self) -> &str {
+        &self.endpoint
+    }
+
+    fn flight(&self) -> Result<FlightClient, PushdownError> {
+        let inner = FlightServiceClient::new(self.channel.clone()).max_decoding_message_size(usize::MAX);
+        let mut client = FlightClient::new_from_inner(inner);
+        client
+            .add_header("authorization", &self.auth)
+            .map_err(|e| PushdownError::Rejected { endpoint: self.endpoint.clone(), reason: format!("the token cannot be sent as a header: {e}") })?;
+        Ok(client)
+    }
+
+    fn classify(&self, e: arrow_flight::error::FlightError) -> PushdownError {
+        use arrow_flight::error::FlightError;
+        match e {
+            FlightError::Tonic(status) => PushdownError::from_status(&self.endpoint, &status),
+            other => PushdownError::Failed { endpoint: self.endpoint.clone(), reason: other.to_string() },
+        }
+    }
+
+    /// Runs `fragment` (separable operators over one
+    /// [`crate::ObjectSliceExec`]) on the node and returns its whole output.
+    /// All or nothing: the caller can fall back to fetching on any error
+    /// without having passed on part of the rows.
+    pub async fn run(&self, fragment: Arc<dyn ExecutionPlan>) -> Result<Vec<RecordBatch>, PushdownError> {
+        let expected: SchemaRef = fragment.schema();
+        let ticket = encode_task(fragment).map_err(PushdownError::Encode)?;
+        let mut client = self.flight()?;
+        let stream = client.do_get(Ticket { ticket: ticket.into() }).await.map_err(|e| self.classify(e))?;
+        let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(|e| self.classify(e))?;
+        // The node encodes in the fragment's own schema; check rather than
+        // trust, since the merge above expects exactly that schema.
+        for b in &batches {
+            if b.schema().fields() != expected.fields() {
+                return Err(PushdownError::Failed {
+                    endpoint: self.endpoint.clone(),
+                    reason: format!("the node answered in schema {:?}, the fragment's is {:?}", b.schema(), expected),
+                });
+            }
+        }
+        Ok(batches.into_iter().map(|b| b.with_schema(expected.clone()).expect("same fields")).collect())
+    }
+
+    /// The node's measured work.
+    pub async fn stats(&self) -> Result<NodeStats, PushdownError> {
+        let mut client = self.flight()?;
+        let mut results = client.do_action(Action { r#type: "stats".into(), body: Default::default() }).await.map_err(|e| self.classify(e))?;
+        let body = results
+            .try_next()
+            .await
+            .map_err(|e| self.classify(e))?
+            .ok_or_else(|| PushdownError::Failed { endpoint: self.endpoint.clone(), reason: "the stats action returned nothing".into() })?;
+        serde_json::from_slice(&body).map_err(|e| PushdownError::Failed { endpoint: self.endpoint.clone(), reason: format!("the stats do not parse: {e}") })
+    }
+}

@@ -1,0 +1,240 @@
+//! The request a storage node runs, and how it travels.
+//!
+//! A request is a Flight ticket holding a [`Task`]: a version and a
+//! DataFusion physical plan fragment encoded with datafusion-proto, whose
+//! one leaf is an [`ObjectSliceExec`] (a datafusion-proto extension node,
+//! encoded by [`SliceCodec`]). Nothing is re-parsed from SQL; predicates and
+//! aggregates arrive as DataFusion's own physical expressions, so the node
+//! evaluates exactly what the compute side would have.
+//!
+//! A node checks a fragment before DataFusion decodes it ([`check_fragment`]):
+//! only the separable operators FlexPushdownDB §4.1 names — projection,
+//! filter, partial aggregation — over exactly one slice leaf are accepted.
+//! Anything else (a scan of arbitrary files, a join, a sink) is rejected by
+//! its protobuf variant, so no request can make a node read outside its
+//! database's data objects or write anything.
+
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::Schema;
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
+use datafusion_proto::protobuf::physical_plan_node::PhysicalPlanType;
+use datafusion_proto::protobuf::{self, AggregateMode, PhysicalPlanNode};
+use prost::Message;
+use roaring::RoaringBitmap;
+
+use blobhouse_storage::keys::parse_object_name;
+
+use crate::slice::{ObjectSlice, ObjectSliceExec, SliceReader};
+
+/// The version of [`Task`]; a node refuses tasks of another version.
+pub const TASK_VERSION: u32 = 1;
+/// Operators a fragment may stack over its leaf.
+pub const MAX_FRAGMENT_DEPTH: usize = 16;
+/// Row groups one task may read.
+pub const MAX_ROW_GROUPS: usize = 4096;
+/// Columns one task may read.
+pub const MAX_COLUMNS: usize = 4096;
+
+/// A Flight ticket's content.
+#[derive(Clone, PartialEq, prost::Message)]
+pub struct Task {
+    #[prost(uint32, tag = "1")]
+    pub version: u32,
+    /// A `PhysicalPlanNode` (datafusion-proto).
+    #[prost(bytes = "vec", tag = "2")]
+    pub fragment: Vec<u8>,
+}
+
+/// An [`ObjectSliceExec`] on the wire.
+#[derive(Clone, PartialEq, prost::Message)]
+struct SliceNode {
+    #[prost(string, tag = "1")]
+    object: String,
+    #[prost(uint32, repeated, tag = "2")]
+    row_groups: Vec<u32>,
+    #[prost(uint32, repeated, tag = "3")]
+    columns: Vec<u32>,
+    /// A serialized roaring bitmap of deleted row positions; empty for none.
+    #[prost(bytes = "vec", tag = "4")]
+    deleted: Vec<u8>,
+    #[prost(message, optional, tag = "5")]
+    schema: Option<protobuf::Schema>,
+}
+
+/// Encodes and decodes the slice leaf. Without a reader (the compute side)
+/// it only encodes; on a node it decodes leaves that read through the node's
+/// [`SliceReader`].
+#[derive(Debug, Default)]
+pub struct SliceCodec {
+    reader: Option<Arc<SliceReader>>,
+}
+
+impl SliceCodec {
+    /// A node's codec: decoded leaves read through `reader`.
+    pub(crate) fn for_node(reader: Arc<SliceReader>) -> Self {
+        SliceCodec { reader: Some(reader) }
+    }
+}
+
+fn invalid(what: impl Into<String>) -> DataFusionError {
+    DataFusionError::Plan(what.into())
+}
+
+impl PhysicalExtensionCodec for SliceCodec {
+    fn try_decode(
+        &self,
+        buf: &[u8],
+        inputs: &[Arc<dyn ExecutionPlan>],
+        _: &TaskContext,
+        _: &dyn PhysicalProtoConverterExtension,
+    ) -> Result<Arc<dyn ExecutionPlan>> {
+        if !inputs.is_empty() {
+            return Err(invalid("an object slice has no inputs"));
+        }
+        let node = SliceNode::decode(buf).map_err(|e| invalid(format!("the object slice does not decode: {e}")))?;
+        if parse_object_name(&node.object, "parquet").is_none() {
+            return Err(invalid(format!("{:?} is not the name of a data object of this database", node.object)));
+        }
+        if node.row_groups.is_empty() || node.row_groups.len() > MAX_ROW_GROUPS {
+            return Err(invalid(format!("a slice reads 1 to {MAX_ROW_GROUPS} row groups, not {}", node.row_groups.len())));
+        }
+        if node.columns.len() > MAX_COLUMNS {
+            return Err(invalid(format!("a slice reads at most {MAX_COLUMNS} columns, not {}", node.columns.len())));
+        }
+        let schema = node.schema.as_ref().ok_or_else(|| invalid("the object slice has no schema"))?;
+        let schema = Schema::try_from(schema).map_err(|e| invalid(format!("the object slice's schema does not decode: {e}")))?;
+        if schema.fields().len() != node.columns.len() {
+            return Err(invalid(format!("the slice names {} columns and its schema {}", node.columns.len(), schema.fields().len())));
+        }
+        let deleted = if node.deleted.is_empty() {
+            None
+        } else {
+            let d = RoaringBitmap::deserialize_from(&node.deleted[..]).map_err(|e| invalid(format!("the slice's deleted rows do not decode: {e}")))?;
+            Some(Arc::new(d))
+        };
+        let slice = ObjectSlice {
+            object: node.object,
+            row_groups: node.row_groups.iter().map(|r| *r as usize).collect(),
+            columns: node.columns.iter().map(|c| *c as usize).collect(),
+            deleted,
+        };
+        let exec = ObjectSliceExec::new(slice, Arc::new(schema));
+        Ok(Arc::new(match &self.reader {
+            Some(r) => exec.with_reader(r.clone()),
+            None => exec,
+        }))
+    }
+
+    fn try_encode(&self, node: Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>, _: &dyn PhysicalProtoConverterExtension) -> Result<()> {
+        let Some(leaf) = node.downcast_ref::<ObjectSliceExec>() else {
+            return Err(invalid(format!("{} cannot run on a storage node", node.name())));
+        };
+        let slice = leaf.slice();
+        let mut deleted = Vec::new();
+        if let Some(d) = &slice.deleted {
+            d.serialize_into(&mut deleted).map_err(|e| DataFusionError::External(Box::new(e)))?;
+        }
+        let schema = protobuf::Schema::try_from(leaf.schema().as_ref()).map_err(|e| invalid(e.to_string()))?;
+        SliceNode {
+            object: slice.object.clone(),
+            row_groups: slice.row_groups.iter().map(|r| *r as u32).collect(),
+            columns: slice.columns.iter().map(|c| *c as u32).collect(),
+            deleted,
+            schema: Some(schema),
+        }
+        .encode(buf)
+        .map_err(|e| DataFusionError::External(Box::new(e)))
+    }
+}
+
+/// Encodes a fragment (separable operators over one [`ObjectSliceExec`])
+/// into a ticket.
+pub fn encode_task(fragment: Arc<dyn ExecutionPlan>) -> Result<Vec<u8>> {
+    let bytes = datafusion_proto::bytes::physical_plan_to_bytes_with_extension_codec(fragment, &SliceCodec::default())?;
+    let node = PhysicalPlanNode::decode(&bytes[..]).map_err(|e| DataFusionError::External(Box::new(e)))?;
+    check_fragment(&node).map_err(invalid)?;
+    Ok(Task { version: TASK_VERSION, fragment: bytes.to_vec() }.encode_to_vec())
+}
+
+/// Whether a node can run `fragment`: it encodes, passes the node's checks
+/// and decodes again. Some expressions encode but cannot run alone (a
+/// scalar subquery's value comes from an operator outside the fragment);
+/// a planner asks this once per query and keeps such chains local.
+pub fn shippable(fragment: Arc<dyn ExecutionPlan>) -> Result<()> {
+    let ticket = encode_task(fragment)?;
+    let task = Task::decode(&ticket[..]).map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let ctx = datafusion::prelude::SessionContext::new().task_ctx();
+    datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec(&task.fragment, &ctx, &SliceCodec::default()).map(|_| ())
+}
+
+/// Checks, on the protobuf and before anything is decoded, that a fragment
+/// is a stack of separable operators over exactly one extension leaf (the
+/// codec then accepts only object slices). The error says what is refused.
+pub fn check_fragment(node: &PhysicalPlanNode) -> std::result::Result<(), String> {
+    let mut node = node;
+    for _ in 0..MAX_FRAGMENT_DEPTH {
+        let input = match node.physical_plan_type.as_ref() {
+            None => return Err("a plan node is empty".into()),
+            Some(PhysicalPlanType::Extension(e)) => {
+                return if e.inputs.is_empty() { Ok(()) } else { Err("the fragment's leaf has inputs".into()) };
+            }
+            Some(PhysicalPlanType::Projection(p)) => p.input.as_deref(),
+            Some(PhysicalPlanType::Filter(f)) => f.input.as_deref(),
+            Some(PhysicalPlanType::CoalesceBatches(c)) => c.input.as_deref(),
+            Some(PhysicalPlanType::Aggregate(a)) => {
+                if a.mode != AggregateMode::Partial as i32 {
+                    return Err("only partial (first-phase) aggregation runs on a storage node".into());
+                }
+                a.input.as_deref()
+            }
+            Some(other) => return Err(format!("{} does not run on a storage node (only projection, filter and partial aggregation over an object slice do)", variant_name(other))),
+        };
+        node = input.ok_or("an operator of the fragment has no input")?;
+    }
+    Err(format!("the fragment is deeper than {MAX_FRAGMENT_DEPTH} operators"))
+}
+
+fn variant_name(t: &PhysicalPlanType) -> String {
+    let debug = format!("{t:?}");
+    debug.split('(').next().unwrap_or("an operator").to_string()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn leaf() -> PhysicalPlanNode {
+        PhysicalPlanNode { physical_plan_type: Some(PhysicalPlanType::Extension(protobuf::PhysicalExtensionNode { node: vec![], inputs: vec![] })) }
+    }
+
+    #[test]
+    fn only_separable_stacks_over_one_leaf_pass() {
+        assert!(check_fragment(&leaf()).is_ok());
+        let filter = PhysicalPlanNode {
+            physical_plan_type: Some(PhysicalPlanType::Filter(Box::new(protobuf::FilterExecNode { input: Some(Box::new(leaf())), ..Default::default() }))),
+        };
+        assert!(check_fragment(&filter).is_ok());
+        let final_agg = PhysicalPlanNode {
+            physical_plan_type: Some(PhysicalPlanType::Aggregate(Box::new(protobuf::AggregateExecNode {
+                input: Some(Box::new(filter.clone())),
+                mode: AggregateMode::Final as i32,
+                ..Default::default()
+            }))),
+        };
+        assert!(check_fragment(&final_agg).unwrap_err().contains("partial"));
+        let scan = PhysicalPlanNode { physical_plan_type: Some(PhysicalPlanType::ParquetScan(Default::default())) };
+        assert!(check_fragment(&scan).unwrap_err().contains("ParquetScan does not run"));
+        let mut deep = leaf();
+        for _ in 0..MAX_FRAGMENT_DEPTH {
+            deep = PhysicalPlanNode {
+                physical_plan_type: Some(PhysicalPlanType::Filter(Box::new(protobuf::FilterExecNode { input: Some(Box::new(deep)), ..Default::default() }))),
+            };
+        }
+        assert!(check_fragment(&deep).unwrap_err().contains("deeper"));
+        assert!(check_fragment(&PhysicalPlanNode { physical_plan_type: None }).is_err());
+    }
+}
