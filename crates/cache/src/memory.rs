@@ -87,6 +87,12 @@ impl MemoryTier {
         inner.stats.used = inner.framework.used();
     }
 
+    /// Whether `key` is here or admitted (its bytes come with the fetch
+    /// of the scan that admitted it). Counts nothing: planners ask this.
+    pub fn holds(&self, key: &SegmentKey) -> bool {
+        self.lock().bytes.contains_key(key)
+    }
+
     /// The bytes of `key`, if here.
     pub fn get(&self, key: &SegmentKey) -> Lookup {
         let mut inner = self.lock();

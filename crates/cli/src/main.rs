@@ -12,7 +12,9 @@ use anyhow::{Context, Result};
 use clap::{Args, Parser, Subcommand};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
+use blobhouse_engine::hybrid::{PushdownMode, PushdownOptions};
 use blobhouse_engine::{Engine, EngineOptions};
+use blobhouse_pushdown::{NodeOptions, StorageNode};
 
 /// mimalloc instead of the system allocator, when built with the feature
 /// (measured against it in docs/memory.md).
@@ -46,6 +48,9 @@ enum Command {
     /// Benchmarks: tables on stdout, CSV and PNG plots on disk.
     #[command(subcommand)]
     Bench(bench::BenchCommand),
+    /// Serve a database's data objects to compute processes: filters and partial aggregations run here, next to the store.
+    #[command(after_help = "The node reads only the database's data objects, runs only separable plan fragments\n(projection, filter, partial aggregation), and serves only callers that present its token.\nRun it on a machine next to the store (same zone), then point compute processes at it.\n\nExamples:\n  export BLOBHOUSE_NODE_TOKEN=$(openssl rand -hex 16)\n  blobhouse storage-node --db s3://bucket/db --listen 0.0.0.0:50061\n  blobhouse sql --db s3://bucket/db --storage-node http://node:50061 --pushdown auto")]
+    StorageNode(StorageNodeArgs),
     /// The object-store testbed: MinIO, nginx and toxiproxy on 127.0.0.1, shaped like a cloud store.
     #[command(subcommand)]
     Testbed(testbed::TestbedCommand),
@@ -101,6 +106,16 @@ pub struct EngineArgs {
     /// Most disk space the SSD cache may take, e.g. 50G (default 10G).
     #[arg(long, value_name = "SIZE", env = "BLOBHOUSE_CACHE_SSD_SIZE")]
     cache_ssd_size: Option<String>,
+    /// A `blobhouse storage-node` serving the same database, e.g. http://10.0.0.5:50061: scans push
+    /// filters and partial aggregations to it for row groups the caches do not hold (docs/pushdown.md).
+    #[arg(long, value_name = "URL", env = "BLOBHOUSE_STORAGE_NODE")]
+    storage_node: Option<String>,
+    /// The environment variable holding the storage node's token (a token is never given on the command line).
+    #[arg(long, value_name = "VAR", default_value = "BLOBHOUSE_NODE_TOKEN")]
+    storage_node_token_env: String,
+    /// When to push work to the storage node: off, on (every uncached row group), auto (by measured speed).
+    #[arg(long, value_name = "MODE", default_value = "auto")]
+    pushdown: String,
 }
 
 impl EngineArgs {
@@ -123,6 +138,13 @@ impl EngineArgs {
         }
         if let Some(size) = &self.cache_ssd_size {
             options.cache.ssd_capacity = blobhouse_engine::memory::parse_size(size).map_err(|e| anyhow::anyhow!("--cache-ssd-size: {e}"))?;
+        }
+        let mode = PushdownMode::parse(&self.pushdown).ok_or_else(|| anyhow::anyhow!("--pushdown {}: use off, on or auto", self.pushdown))?;
+        if let Some(endpoint) = &self.storage_node {
+            let token = node_token(&self.storage_node_token_env)?;
+            let mut p = PushdownOptions::new(endpoint.clone(), token);
+            p.mode = mode;
+            options.pushdown = Some(p);
         }
         Ok(())
     }
@@ -165,6 +187,27 @@ impl StoreArgs {
 }
 
 #[derive(Args)]
+struct StorageNodeArgs {
+    /// Database URL: a path, file:///path, s3://bucket/prefix, gs://…, az://…
+    #[arg(long, env = "BLOBHOUSE_DB")]
+    db: String,
+    #[command(flatten)]
+    store: StoreArgs,
+    /// Address to listen on.
+    #[arg(long, default_value = "127.0.0.1:50061")]
+    listen: std::net::SocketAddr,
+    /// The environment variable holding the token callers must present.
+    #[arg(long, value_name = "VAR", default_value = "BLOBHOUSE_NODE_TOKEN")]
+    token_env: String,
+    /// Tasks run at once: the node's CPU budget (default: its cores). Beyond it and the queue, callers fetch instead.
+    #[arg(long)]
+    max_tasks: Option<usize>,
+    /// Tasks that may wait for a slot (default: as many as --max-tasks).
+    #[arg(long)]
+    max_queued: Option<usize>,
+}
+
+#[derive(Args)]
 struct SqlArgs {
     #[command(flatten)]
     db: DbArgs,
@@ -190,6 +233,14 @@ struct GcArgs {
     /// List what would be deleted and why; delete nothing.
     #[arg(long)]
     dry_run: bool,
+}
+
+/// The storage node's token from the environment variable `var`.
+fn node_token(var: &str) -> Result<String> {
+    match std::env::var(var) {
+        Ok(t) if !t.trim().is_empty() => Ok(t),
+        _ => anyhow::bail!("the storage node's token is not set: export {var}=<token> (the same on the node and its callers)"),
+    }
 }
 
 async fn open(db: &DbArgs) -> Result<Engine> {
@@ -253,6 +304,29 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Bench(cmd) => {
             bench::run(cmd).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::StorageNode(args) => {
+            let location = blobhouse_storage::open_location(&args.db, &args.store.options()).with_context(|| format!("cannot open database {}", args.db))?;
+            let mut opts = NodeOptions::new(node_token(&args.token_env)?);
+            if let Some(n) = args.max_tasks {
+                opts.max_tasks = n;
+            }
+            opts.max_queued = args.max_queued.unwrap_or(opts.max_tasks);
+            let node = StorageNode::new(location, opts.clone()).map_err(|e| anyhow::anyhow!(e))?;
+            let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+            eprintln!(
+                "storage node for {} on http://{} ({} task slots, {} queued); Ctrl-C stops it",
+                args.db,
+                listener.local_addr()?,
+                opts.max_tasks,
+                opts.max_queued
+            );
+            node.serve(listener, async {
+                let _ = tokio::signal::ctrl_c().await;
+            })
+            .await
+            .map_err(|e| anyhow::anyhow!(e))?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Testbed(cmd) => {

@@ -37,9 +37,12 @@ fn print_result(r: &QueryResult) {
 }
 
 /// What the caching tiers have to say (a cache directory that cannot be
-/// used, damaged entries, a full disk): each said once.
+/// used, damaged entries, a full disk) and the storage node's failures the
+/// statement survived by fetching: each said once.
 fn print_warnings(engine: &Engine) {
-    for w in engine.tiers().map(|t| t.take_warnings()).unwrap_or_default() {
+    let tiers = engine.tiers().map(|t| t.take_warnings()).unwrap_or_default();
+    let pushdown = engine.pushdown().map(|p| p.take_warnings()).unwrap_or_default();
+    for w in tiers.into_iter().chain(pushdown) {
         eprintln!("warning: {w}");
     }
 }

@@ -18,6 +18,7 @@
 
 pub mod chunks;
 pub mod copy;
+pub mod hybrid;
 mod dml;
 mod history;
 mod optimize;

@@ -239,6 +239,8 @@ impl Shared {
 pub(crate) struct ScanToRun<'a> {
     pub table: &'a str,
     pub units: Vec<ScanUnit>,
+    /// The caching tiers already saw this access (a hybrid scan told them).
+    pub tiers_planned: bool,
     pub partitions: usize,
     pub source: DataSource,
     pub opts: SchedulerOptions,
@@ -261,7 +263,7 @@ impl Pipeline {
     /// Starts downloading the scan's units (in plan order) for its
     /// partitions, in `pool`.
     pub fn start(scan: ScanToRun<'_>, pool: &Arc<dyn MemoryPool>) -> Pipeline {
-        let ScanToRun { table, units, partitions, source, opts, counters, cpu, runtime } = scan;
+        let ScanToRun { table, units, tiers_planned, partitions, source, opts, counters, cpu, runtime } = scan;
         let reservation = MemoryConsumer::new(format!("BlobScan[{table}]")).register(pool);
         let shared = Arc::new(Shared {
             opts,
@@ -276,7 +278,7 @@ impl Pipeline {
             pool: pool.clone(),
             reservation,
         });
-        if let Some(tiers) = source.tiers() {
+        if let Some(tiers) = source.tiers().filter(|_| !tiers_planned) {
             // The scan's access, for the tiers' policies (one scan = one access).
             let keys: Vec<blobhouse_cache::SegmentKey> = units
                 .iter()

@@ -97,6 +97,8 @@ impl FooterCache {
 #[derive(Debug)]
 pub(crate) struct ScanObject {
     pub path: Path,
+    /// Its name relative to the database root (what a storage node is given).
+    pub name: String,
     pub display: String,
     pub size: u64,
     pub reader: ArrowReaderMetadata,
@@ -176,6 +178,30 @@ pub struct BlobScanExec {
     /// The filters pushed in at planning, over the scan's output: applied
     /// before the runtime filters (see [`RuntimeFilters::rows`]).
     pushed_predicate: Option<Arc<dyn PhysicalExpr>>,
+    /// Set when a hybrid scan above ([`crate::hybrid`]) sends some units to
+    /// a storage node: this scan then reads only the others.
+    split: Option<Arc<Split>>,
+    /// The caching tiers already saw this scan's access (a hybrid scan
+    /// plans the tiers itself, with every unit, before it splits them).
+    tiers_planned: bool,
+}
+
+/// Which of a scan's units an operator above took over, decided when the
+/// query starts (a hybrid scan pushes them to a storage node).
+#[derive(Debug, Default)]
+pub(crate) struct Split {
+    taken: Mutex<Option<Arc<Vec<bool>>>>,
+}
+
+impl Split {
+    /// Units (by plan index) taken over for the execution about to start.
+    pub(crate) fn decide(&self, taken: Vec<bool>) {
+        *self.taken.lock().expect("not poisoned") = Some(Arc::new(taken));
+    }
+
+    fn taken(&self) -> Option<Arc<Vec<bool>>> {
+        self.taken.lock().expect("not poisoned").clone()
+    }
 }
 
 /// An execution of the scan: its pipeline and which partitions started.
@@ -306,6 +332,7 @@ impl BlobScanExec {
                 None => {
                     let path = db.location().child(&object.path);
                     let o = Arc::new(ScanObject {
+                        name: object.path.clone(),
                         display: db.location().display(&path),
                         path,
                         size: object.size,
@@ -374,26 +401,59 @@ impl BlobScanExec {
             unit_zone_maps,
             runtime_filters: None,
             pushed_predicate,
+            split: None,
+            tiers_planned: false,
         })
     }
 
     /// This scan with other runtime filters: a new node, as the optimizer
     /// wants, sharing the plan and the metrics.
     fn with_runtime_filters(&self, runtime_filters: Option<RuntimeFilters>) -> BlobScanExec {
+        self.rebuilt(runtime_filters, self.split.clone(), self.units.clone(), self.partitions, self.properties.clone(), self.tiers_planned)
+    }
+
+    /// This scan, reading only the units that `split` leaves it.
+    pub(crate) fn with_split(&self, split: Arc<Split>) -> BlobScanExec {
+        self.rebuilt(self.runtime_filters.clone(), Some(split), self.units.clone(), self.partitions, self.properties.clone(), self.tiers_planned)
+    }
+
+    /// A scan of only `units` (plan indices), in one partition, whose access
+    /// the tiers already saw: what a hybrid scan reads itself when a
+    /// storage node could not do them.
+    pub(crate) fn restricted(&self, units: &[usize]) -> BlobScanExec {
+        let units: Vec<ScanUnit> = units.iter().filter_map(|i| self.units.get(*i).cloned()).collect();
+        let properties = Arc::new(PlanProperties::new(
+            EquivalenceProperties::new(self.schema.clone()),
+            Partitioning::UnknownPartitioning(1),
+            EmissionType::Incremental,
+            Boundedness::Bounded,
+        ));
+        self.rebuilt(self.runtime_filters.clone(), None, units, 1, properties, true)
+    }
+
+    fn rebuilt(
+        &self,
+        runtime_filters: Option<RuntimeFilters>,
+        split: Option<Arc<Split>>,
+        units: Vec<ScanUnit>,
+        partitions: usize,
+        properties: Arc<PlanProperties>,
+        tiers_planned: bool,
+    ) -> BlobScanExec {
         BlobScanExec {
             table: self.table.clone(),
             source: self.source.clone(),
             schema: self.schema.clone(),
             projection: self.projection.clone(),
             row_id_column: self.row_id_column,
-            units: self.units.clone(),
-            partitions: self.partitions,
+            units,
+            partitions,
             summary: self.summary.clone(),
             filters: self.filters.clone(),
             batch_size: self.batch_size,
             rows: self.rows,
             metrics: self.metrics.clone(),
-            properties: self.properties.clone(),
+            properties,
             scheduler: self.scheduler.clone(),
             counters: self.counters.clone(),
             run: Arc::default(),
@@ -402,7 +462,29 @@ impl BlobScanExec {
             unit_zone_maps: self.unit_zone_maps.clone(),
             runtime_filters,
             pushed_predicate: self.pushed_predicate.clone(),
+            split,
+            tiers_planned,
         }
+    }
+
+    /// Every unit of the plan, in plan order.
+    pub(crate) fn units(&self) -> &[ScanUnit] {
+        &self.units
+    }
+
+    /// The table column of each output column, when none is the row ids.
+    pub(crate) fn data_projection(&self) -> Option<&[usize]> {
+        (!self.projection.contains(&self.row_id_column)).then_some(self.projection.as_slice())
+    }
+
+    /// Whether a hybrid scan already splits this scan.
+    pub(crate) fn is_split(&self) -> bool {
+        self.split.is_some()
+    }
+
+    /// Where its data comes from (the caching tiers among it).
+    pub(crate) fn source(&self) -> &DataSource {
+        &self.source
     }
 }
 
@@ -661,9 +743,17 @@ impl ExecutionPlan for BlobScanExec {
             let mut slot = self.run.lock().expect("not poisoned");
             let fresh = slot.as_ref().is_none_or(|r| r.started[partition]);
             if fresh {
+                let units = match &self.split {
+                    None => self.units.clone(),
+                    Some(split) => {
+                        let taken = split.taken().ok_or_else(|| DataFusionError::Internal(format!("the hybrid scan of {} started its scan before splitting it", self.table)))?;
+                        self.units.iter().filter(|u| !taken.get(u.index).copied().unwrap_or(false)).cloned().collect()
+                    }
+                };
                 let scan = ScanToRun {
                     table: &self.table,
-                    units: self.units.clone(),
+                    units,
+                    tiers_planned: self.tiers_planned || self.split.is_some(),
                     partitions: self.partitions,
                     source: self.source.clone(),
                     opts: self.scheduler.clone(),

@@ -59,6 +59,8 @@ pub enum EngineError {
     DownloadManager(std::io::Error),
     #[error("cannot use spill directory {}: {source} (choose another with --spill-dir)", .dir.display())]
     SpillDir { dir: PathBuf, source: std::io::Error },
+    #[error("cannot use the storage node: {0}")]
+    Pushdown(#[source] blobhouse_pushdown::PushdownError),
     #[error("SET {variable}: {message}")]
     Setting { variable: String, message: String },
     /// A statement other than ROLLBACK (or COMMIT) after a statement of the
@@ -115,6 +117,9 @@ pub struct EngineOptions {
     /// The caching tiers (`crate::tiers`): a memory tier of a quarter of
     /// the memory limit by default, no SSD tier unless a directory is given.
     pub cache: crate::tiers::CacheOptions,
+    /// The storage node scans push work to (`crate::hybrid`); `None`: no
+    /// pushdown.
+    pub pushdown: Option<crate::hybrid::PushdownOptions>,
 }
 
 /// The local directory that sorts, aggregations and sort-merge joins spill
@@ -183,6 +188,7 @@ impl Default for EngineOptions {
             spill: SpillOptions::default(),
             key_block_ttl: blobhouse_storage::keys::DEFAULT_BLOCK_TTL,
             cache: crate::tiers::CacheOptions::default(),
+            pushdown: None,
         }
     }
 }
@@ -235,6 +241,8 @@ pub struct Engine {
     /// The tables, as the session's own context sees them; each statement
     /// gets a copy bound to its [`Scope`].
     tables: Arc<BlobSchemaProvider>,
+    /// The storage node its scans push to, if any.
+    pushdown: Option<Arc<crate::hybrid::Pushdown>>,
     /// The session's transaction, when one was begun explicitly.
     txn: std::sync::Mutex<TxnMode>,
 }
@@ -311,12 +319,23 @@ impl Engine {
         let runtime = RuntimeEnvBuilder::new()
             .with_memory_pool(memory.pool())
             .with_disk_manager_builder(DiskManagerBuilder::default().with_mode(spill_mode).with_max_temp_directory_size(options.spill.max_bytes));
-        let state = SessionStateBuilder::new()
+        let pushdown = match &options.pushdown {
+            Some(p) => Some(crate::hybrid::Pushdown::new(p.clone()).map_err(EngineError::Pushdown)?),
+            None => None,
+        };
+        let mut state = SessionStateBuilder::new()
             .with_config(config)
             .with_runtime_env(runtime.build_arc()?)
             .with_default_features()
-            .with_statistics_registry(selectivity::registry())
-            .build();
+            .with_statistics_registry(selectivity::registry());
+        if let Some(p) = &pushdown {
+            // Last, over the final plan: DataFusion's rules place the
+            // filters and split the aggregations first.
+            let mut rules = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
+            rules.push(Arc::new(crate::hybrid::HybridRule::new(p.clone())));
+            state = state.with_physical_optimizer_rules(rules);
+        }
+        let state = state.build();
         let ctx = SessionContext::new_with_state(state);
         let tiers = crate::tiers::Tiers::new(&options.cache, options.memory_limit, &memory.pool(), options.requests.clone());
         if let Some(t) = &tiers {
@@ -333,7 +352,7 @@ impl Engine {
         ctx.catalog("datafusion")
             .expect("DataFusion's default catalog exists")
             .register_schema("public", tables.clone())?;
-        Ok(Engine { db, ctx, options, store_options, source, memory, tables, txn: std::sync::Mutex::new(TxnMode::Autocommit) })
+        Ok(Engine { db, ctx, options, store_options, source, memory, tables, pushdown, txn: std::sync::Mutex::new(TxnMode::Autocommit) })
     }
 
     /// The engine's memory budget (limit, what is reserved, peaks).
@@ -410,6 +429,27 @@ impl Engine {
         ];
         let batch = RecordBatch::try_new(schema.clone(), columns).expect("SHOW CACHE batch");
         QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) }
+    }
+
+    /// The storage node its scans push work to, if any.
+    pub fn pushdown(&self) -> Option<&Arc<crate::hybrid::Pushdown>> {
+        self.pushdown.as_ref()
+    }
+
+    /// `SET pushdown = 'off' | 'on' | 'auto'`; `RESET` (`None`) restores
+    /// the configured mode.
+    fn set_pushdown(&self, variable: &str, value: Option<&str>) -> Result<(), EngineError> {
+        let setting = |message: String| EngineError::Setting { variable: variable.to_string(), message };
+        let p = self.pushdown.as_ref().ok_or_else(|| setting("this engine has no storage node (open it with --storage-node URL)".into()))?;
+        let mode = match value {
+            None => self.options.pushdown.as_ref().map_or(crate::hybrid::PushdownMode::Off, |o| o.mode),
+            Some(v) => {
+                let t = v.trim().trim_matches('\'');
+                crate::hybrid::PushdownMode::parse(t).ok_or_else(|| setting(format!("unknown mode '{t}': use 'off', 'on' or 'auto'")))?
+            }
+        };
+        p.set_mode(mode);
+        Ok(())
     }
 
     /// The caching tiers its scans consult, if any.
@@ -712,6 +752,14 @@ impl Engine {
             }
             LogicalPlan::Statement(Statement::ResetVariable(reset)) if is_cache_setting(&reset.variable) => {
                 self.set_cache(&reset.variable, None)?;
+                Ok(empty_result(started))
+            }
+            LogicalPlan::Statement(Statement::SetVariable(set)) if is_pushdown_setting(&set.variable) => {
+                self.set_pushdown(&set.variable, Some(set.value.as_str()))?;
+                Ok(empty_result(started))
+            }
+            LogicalPlan::Statement(Statement::ResetVariable(reset)) if is_pushdown_setting(&reset.variable) => {
+                self.set_pushdown(&reset.variable, None)?;
                 Ok(empty_result(started))
             }
             LogicalPlan::Statement(Statement::SetVariable(set)) if is_memory_limit(&set.variable) => {
@@ -1224,6 +1272,11 @@ fn words_are(sql: &str, expected: &[&str]) -> bool {
 /// The caching tiers' settings (docs/cache.md).
 fn is_cache_setting(variable: &str) -> bool {
     matches!(variable.trim_start_matches("blobhouse."), "cache_memory" | "cache_policy")
+}
+
+/// The hybrid scans' mode (docs/pushdown.md).
+fn is_pushdown_setting(variable: &str) -> bool {
+    variable.trim_start_matches("blobhouse.") == "pushdown"
 }
 
 fn setting_result(name: &str, value: &str, started: Instant) -> QueryResult {

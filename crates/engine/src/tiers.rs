@@ -257,17 +257,34 @@ impl Tiers {
     /// its policy and admits what it decides (FlexPushdownDB's Algorithm 1,
     /// one scan = one access).
     pub fn plan(&self, chunks: &[SegmentKey]) {
-        if let Some(trace) = self.trace.lock().expect("not poisoned").as_mut() {
-            trace.push(chunks.to_vec());
-        }
         let touched: Vec<Touch> = chunks.iter().cloned().map(Touch::of).collect();
+        self.plan_touches(&touched);
+    }
+
+    /// [`Tiers::plan`] with each segment's weight: what a miss of it costs
+    /// (a hybrid scan weighs segments by the pushdown work they save, which
+    /// Weighted-LFU values).
+    pub fn plan_touches(&self, touched: &[Touch]) {
+        if let Some(trace) = self.trace.lock().expect("not poisoned").as_mut() {
+            trace.push(touched.iter().map(|t| t.key.clone()).collect());
+        }
         if let Some(m) = &self.memory {
-            m.plan(&touched);
+            m.plan(touched);
             self.account();
         }
         if let Some(s) = &self.ssd {
-            s.plan(&touched);
+            s.plan(touched);
         }
+    }
+
+    /// Whether every one of `chunks` of `object` (its display name) is in a
+    /// tier or admitted to one: a hybrid scan reads such a unit itself.
+    pub(crate) fn serves(&self, object: &str, chunks: &[Range<u64>]) -> bool {
+        let object: Arc<str> = Arc::from(object);
+        chunks.iter().all(|r| {
+            let key = SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start };
+            self.memory.as_ref().is_some_and(|m| m.holds(&key)) || self.ssd.as_ref().is_some_and(|s| s.holds(&key))
+        })
     }
 
     /// Starts recording every scan's segments (what an offline policy such

@@ -14,6 +14,7 @@ mod history;
 mod join_estimates;
 mod lifecycle;
 mod memory;
+mod pushdown;
 mod runtime_filters;
 mod scan;
 mod sql;

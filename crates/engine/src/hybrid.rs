@@ -1,0 +1,673 @@
+//! Hybrid scans (FlexPushdownDB §4): per row group, read from the caching
+//! tiers, push the separable operators above the scan to a storage node,
+//! or fetch the data and run them here — and merge the two into one stream.
+//!
+//! Planning: [`HybridRule`], a physical optimizer rule, finds the separable
+//! operators directly above a [`BlobScanExec`] — filters, projections and a
+//! partial (first-phase) aggregation, FlexPushdownDB §4.1 — and puts a
+//! [`HybridExec`] on top of them. Only chains that reduce the data (a filter
+//! or an aggregation) are worth shipping: a bare projection is already free
+//! in Parquet, and decoded rows are larger than the compressed chunks.
+//!
+//! Execution: when the first partition starts, [`HybridExec`] tells the
+//! caching tiers of the scan's access (one access, Algorithm 1, with each
+//! segment weighted by the pushdown work a hit saves — what Weighted-LFU
+//! values), then splits the row groups:
+//! - every chunk cached or admitted → read here (the scan below reads it);
+//! - otherwise pushed or fetched, by [`PushdownMode`]: `on` pushes all of
+//!   them (FlexPushdownDB's heuristic), `auto` divides them so that both
+//!   paths finish together, by the push and fetch rates measured on
+//!   earlier scans ([`CostModel`]).
+//!
+//! Pushed row groups travel in tasks of up to `row_groups_per_task` row
+//! groups of one object; each task's output arrives whole or not at all, so
+//! a node that is busy, dies or fails mid-query costs only time: its row
+//! groups are then read here by a scan restricted to them. Partial
+//! aggregates from either side go to the same final aggregation, which is
+//! what makes the merge exact.
+
+use std::collections::VecDeque;
+use std::fmt;
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use datafusion::arrow::record_batch::RecordBatch;
+use datafusion::common::config::ConfigOptions;
+use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
+use datafusion::error::{DataFusionError, Result};
+use datafusion::execution::TaskContext;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
+use datafusion::physical_plan::filter::FilterExec;
+use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
+use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties, SendableRecordBatchStream};
+use futures::StreamExt;
+use tokio::sync::mpsc;
+
+use blobhouse_cache::{SegmentKey, Touch};
+use blobhouse_pushdown::{NodeClient, ObjectSlice, ObjectSliceExec, PushdownError};
+
+use crate::scan::{BlobScanExec, ScanUnit, Split};
+
+/// When scans push work to the storage node.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PushdownMode {
+    /// Never: fetch what the caches do not hold.
+    Off,
+    /// Always, for what the caches do not hold (FlexPushdownDB's heuristic).
+    On,
+    /// Divide the uncached row groups between pushing and fetching by the
+    /// rates measured on earlier scans.
+    #[default]
+    Auto,
+}
+
+impl PushdownMode {
+    /// Parses `off`, `on` or `auto` (any case).
+    pub fn parse(text: &str) -> Option<PushdownMode> {
+        [PushdownMode::Off, PushdownMode::On, PushdownMode::Auto].into_iter().find(|m| m.name().eq_ignore_ascii_case(text.trim()))
+    }
+
+    /// Its name, as `parse` takes it.
+    pub fn name(self) -> &'static str {
+        match self {
+            PushdownMode::Off => "off",
+            PushdownMode::On => "on",
+            PushdownMode::Auto => "auto",
+        }
+    }
+}
+
+/// The storage node an engine pushes to.
+#[derive(Debug, Clone)]
+pub struct PushdownOptions {
+    /// `http://host:port` of a `blobhouse storage-node` serving the same database.
+    pub endpoint: String,
+    /// The node's bearer token.
+    pub token: String,
+    pub mode: PushdownMode,
+    /// Row groups of one object per task: fewer tasks, against finer
+    /// fallback and balance.
+    pub row_groups_per_task: usize,
+    /// Tasks one scan keeps at the node at once.
+    pub tasks_in_flight: usize,
+}
+
+impl PushdownOptions {
+    /// Defaults for the node at `endpoint`.
+    pub fn new(endpoint: impl Into<String>, token: impl Into<String>) -> Self {
+        PushdownOptions { endpoint: endpoint.into(), token: token.into(), mode: PushdownMode::Auto, row_groups_per_task: 4, tasks_in_flight: 8 }
+    }
+}
+
+/// Smoothing of the measured rates: each scan's measurement weighs this much.
+const RATE_WEIGHT: f64 = 0.5;
+
+/// Push and fetch rates (compressed bytes of row groups handled per
+/// second), measured on the scans that ran; `None` until measured. The
+/// split gives each path a share of the bytes in proportion to its rate,
+/// so that both finish at the same time.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct CostModel {
+    pub push_bytes_per_second: Option<f64>,
+    pub fetch_bytes_per_second: Option<f64>,
+}
+
+impl CostModel {
+    fn blend(old: Option<f64>, new: f64) -> Option<f64> {
+        if !new.is_finite() || new <= 0.0 {
+            return old;
+        }
+        Some(old.map_or(new, |o| o * (1.0 - RATE_WEIGHT) + new * RATE_WEIGHT))
+    }
+
+    /// The share of uncached bytes to push: by the rates, half and half
+    /// until both are known (so that both get measured).
+    pub fn push_share(&self) -> f64 {
+        match (self.push_bytes_per_second, self.fetch_bytes_per_second) {
+            (Some(p), Some(f)) => p / (p + f),
+            _ => 0.5,
+        }
+    }
+}
+
+/// The engine's link to its storage node, shared by its queries.
+#[derive(Debug)]
+pub struct Pushdown {
+    client: NodeClient,
+    options: PushdownOptions,
+    mode: Mutex<PushdownMode>,
+    model: Mutex<CostModel>,
+    warnings: Mutex<Vec<String>>,
+}
+
+impl Pushdown {
+    /// A link to the node `options` names (connected on first use).
+    pub fn new(options: PushdownOptions) -> std::result::Result<Arc<Pushdown>, PushdownError> {
+        let client = NodeClient::new(&options.endpoint, &options.token)?;
+        Ok(Arc::new(Pushdown { client, mode: Mutex::new(options.mode), options, model: Mutex::default(), warnings: Mutex::default() }))
+    }
+
+    /// The mode now in force.
+    pub fn mode(&self) -> PushdownMode {
+        *self.mode.lock().expect("not poisoned")
+    }
+
+    /// `SET pushdown = …`.
+    pub fn set_mode(&self, mode: PushdownMode) {
+        *self.mode.lock().expect("not poisoned") = mode;
+    }
+
+    /// The rates measured so far.
+    pub fn model(&self) -> CostModel {
+        *self.model.lock().expect("not poisoned")
+    }
+
+    /// The node's client (for its stats).
+    pub fn client(&self) -> &NodeClient {
+        &self.client
+    }
+
+    /// Warnings since the last call: each node failure a query survived by
+    /// fetching instead, once per distinct message.
+    pub fn take_warnings(&self) -> Vec<String> {
+        std::mem::take(&mut *self.warnings.lock().expect("not poisoned"))
+    }
+
+    fn warn(&self, message: String) {
+        let mut w = self.warnings.lock().expect("not poisoned");
+        if !w.contains(&message) {
+            w.push(message);
+        }
+    }
+
+    fn observe(&self, push: Option<f64>, fetch: Option<f64>) {
+        let mut m = self.model.lock().expect("not poisoned");
+        if let Some(p) = push {
+            m.push_bytes_per_second = CostModel::blend(m.push_bytes_per_second, p);
+        }
+        if let Some(f) = fetch {
+            m.fetch_bytes_per_second = CostModel::blend(m.fetch_bytes_per_second, f);
+        }
+    }
+}
+
+/// The physical optimizer rule that makes scans hybrid (see the module docs).
+#[derive(Debug)]
+pub struct HybridRule {
+    pushdown: Arc<Pushdown>,
+}
+
+impl HybridRule {
+    pub fn new(pushdown: Arc<Pushdown>) -> Self {
+        HybridRule { pushdown }
+    }
+}
+
+/// What a separable chain above a scan holds.
+struct Chain {
+    reduces: bool,
+}
+
+/// The chain of separable operators from `plan` down to a scan, if `plan`
+/// starts one: a partial aggregation (at the top only), filters and
+/// projections, over a scan without row ids that is not split yet.
+fn separable_chain(plan: &Arc<dyn ExecutionPlan>) -> Option<Chain> {
+    let mut node = plan.clone();
+    let mut reduces = false;
+    let mut top = true;
+    loop {
+        if let Some(scan) = node.downcast_ref::<BlobScanExec>() {
+            return (!top && scan.data_projection().is_some() && !scan.is_split() && !scan.units().is_empty()).then_some(Chain { reduces });
+        }
+        let child = if let Some(a) = node.downcast_ref::<AggregateExec>() {
+            if !top || *a.mode() != AggregateMode::Partial {
+                return None;
+            }
+            reduces = true;
+            a.input().clone()
+        } else if let Some(f) = node.downcast_ref::<FilterExec>() {
+            reduces = true;
+            f.input().clone()
+        } else if let Some(p) = node.downcast_ref::<ProjectionExec>() {
+            p.input().clone()
+        } else {
+            return None;
+        };
+        top = false;
+        node = child;
+    }
+}
+
+impl PhysicalOptimizerRule for HybridRule {
+    fn optimize(&self, plan: Arc<dyn ExecutionPlan>, _: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
+        if self.pushdown.mode() == PushdownMode::Off {
+            return Ok(plan);
+        }
+        plan.transform_down(|node| {
+            let Some(chain) = separable_chain(&node) else { return Ok(Transformed::no(node)) };
+            if !chain.reduces {
+                return Ok(Transformed::no(node));
+            }
+            let split = Arc::new(Split::default());
+            let mut scan: Option<Arc<BlobScanExec>> = None;
+            let input = node
+                .clone()
+                .transform_up(|n| match n.downcast_ref::<BlobScanExec>() {
+                    Some(s) => {
+                        let split_scan = Arc::new(s.with_split(split.clone()));
+                        scan = Some(split_scan.clone());
+                        Ok(Transformed::yes(split_scan as Arc<dyn ExecutionPlan>))
+                    }
+                    None => Ok(Transformed::no(n)),
+                })?
+                .data;
+            let scan = scan.expect("the chain ends at a scan");
+            // Ship the chain once now: a fragment a node cannot run (an
+            // expression datafusion-proto does not carry, a scalar
+            // subquery's value) stays local.
+            let probe = fragment(&input, &scan, &scan.units()[..1])?;
+            if blobhouse_pushdown::codec::shippable(probe).is_err() {
+                return Ok(Transformed::no(node));
+            }
+            let hybrid = HybridExec::new(input, scan, split, self.pushdown.clone());
+            Ok(Transformed::new(Arc::new(hybrid) as Arc<dyn ExecutionPlan>, true, TreeNodeRecursion::Jump))
+        })
+        .map(|t| t.data)
+    }
+
+    fn name(&self) -> &str {
+        "blobhouse_hybrid_pushdown"
+    }
+
+    fn schema_check(&self) -> bool {
+        true
+    }
+}
+
+/// `chain` with its scan replaced by a slice of `units` (one object's).
+fn fragment(chain: &Arc<dyn ExecutionPlan>, scan: &BlobScanExec, units: &[ScanUnit]) -> Result<Arc<dyn ExecutionPlan>> {
+    let projection = scan.data_projection().ok_or_else(|| DataFusionError::Internal("a hybrid scan reads row ids".into()))?.to_vec();
+    let first = units.first().ok_or_else(|| DataFusionError::Internal("an empty pushdown task".into()))?;
+    let slice = ObjectSlice {
+        object: first.object.name.clone(),
+        row_groups: units.iter().map(|u| u.row_group).collect(),
+        columns: projection,
+        deleted: first.object.deleted.clone(),
+    };
+    let leaf: Arc<dyn ExecutionPlan> = Arc::new(ObjectSliceExec::new(slice, scan.schema()));
+    chain
+        .clone()
+        .transform_up(|n| if n.is::<BlobScanExec>() { Ok(Transformed::yes(leaf.clone())) } else { Ok(Transformed::no(n)) })
+        .map(|t| t.data)
+}
+
+/// Where each unit of a scan goes.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Route {
+    Cached,
+    Push,
+    Fetch,
+}
+
+/// The separable chain above a scan, run here and on the storage node.
+#[derive(Debug)]
+pub struct HybridExec {
+    input: Arc<dyn ExecutionPlan>,
+    scan: Arc<BlobScanExec>,
+    split: Arc<Split>,
+    pushdown: Arc<Pushdown>,
+    metrics: ExecutionPlanMetricsSet,
+    run: Arc<Mutex<Option<Run>>>,
+}
+
+/// One execution: the pushed results of each partition, still to be taken.
+struct Run {
+    pushed: Vec<Option<mpsc::Receiver<Result<RecordBatch>>>>,
+    tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
+    progress: Arc<LocalProgress>,
+}
+
+/// The local side of an execution, for the fetch rate: fetched bytes over
+/// the time until its last partition ended. Measured only when the units
+/// read from the caches are a small part of it (they would flatter the
+/// store).
+#[derive(Debug)]
+struct LocalProgress {
+    started: Instant,
+    open: std::sync::atomic::AtomicUsize,
+    fetched_bytes: u64,
+    cached_bytes: u64,
+    pushdown: Arc<Pushdown>,
+}
+
+impl LocalProgress {
+    fn partition_done(&self) {
+        if self.open.fetch_sub(1, std::sync::atomic::Ordering::SeqCst) != 1 {
+            return;
+        }
+        if self.fetched_bytes > 0 && self.cached_bytes * 4 <= self.fetched_bytes {
+            let secs = self.started.elapsed().as_secs_f64().max(1e-6);
+            self.pushdown.observe(None, Some(self.fetched_bytes as f64 / secs));
+        }
+    }
+}
+
+impl fmt::Debug for Run {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.debug_struct("Run").finish_non_exhaustive()
+    }
+}
+
+impl Drop for Run {
+    fn drop(&mut self) {
+        // A query that is dropped (or run again) stops its pushed tasks.
+        for t in self.tasks.lock().expect("not poisoned").drain(..) {
+            t.abort();
+        }
+    }
+}
+
+#[derive(Clone)]
+struct Counters {
+    cached: Count,
+    pushed: Count,
+    fetched: Count,
+    fallback: Count,
+    pushed_bytes: Count,
+    received_bytes: Count,
+}
+
+impl HybridExec {
+    fn new(input: Arc<dyn ExecutionPlan>, scan: Arc<BlobScanExec>, split: Arc<Split>, pushdown: Arc<Pushdown>) -> Self {
+        HybridExec { input, scan, split, pushdown, metrics: ExecutionPlanMetricsSet::new(), run: Arc::default() }
+    }
+
+    fn counters(&self) -> Counters {
+        let c = |name: &'static str| MetricBuilder::new(&self.metrics).global_counter(name);
+        Counters {
+            cached: c("row_groups_cached"),
+            pushed: c("row_groups_pushed"),
+            fetched: c("row_groups_fetched"),
+            fallback: c("row_groups_fallback"),
+            pushed_bytes: c("bytes_pushed"),
+            received_bytes: c("bytes_received"),
+        }
+    }
+
+    /// Where each unit goes now, from the tiers' contents and the mode.
+    fn routes(&self, mode: PushdownMode) -> Vec<Route> {
+        let tiers = self.scan.source().tiers();
+        let share = match mode {
+            PushdownMode::Off => 0.0,
+            PushdownMode::On => 1.0,
+            PushdownMode::Auto => self.pushdown.model().push_share(),
+        };
+        let (mut pushed, mut fetched) = (0f64, 0f64);
+        self.scan
+            .units()
+            .iter()
+            .map(|u| {
+                if tiers.is_some_and(|t| t.serves(&u.object.display, &u.chunks)) {
+                    return Route::Cached;
+                }
+                // Greedy balance: each unit to the path further behind its share.
+                let bytes = u.bytes() as f64;
+                let push = share >= 1.0 || (share > 0.0 && pushed / share <= fetched / (1.0 - share));
+                if push {
+                    pushed += bytes;
+                    Route::Push
+                } else {
+                    fetched += bytes;
+                    Route::Fetch
+                }
+            })
+            .collect()
+    }
+
+    /// Tells the tiers of the access, splits the units, starts the pushed
+    /// tasks; returns the receivers of the partitions' pushed results.
+    fn start(&self, context: &Arc<TaskContext>) -> Result<Run> {
+        let partitions = self.input.output_partitioning().partition_count();
+        let units = self.scan.units();
+        if let Some(tiers) = self.scan.source().tiers() {
+            let touches: Vec<Touch> = units
+                .iter()
+                .flat_map(|u| {
+                    let object: Arc<str> = Arc::from(u.object.display.as_str());
+                    u.chunks.iter().map(move |r| Touch::of(SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start }))
+                })
+                .collect();
+            tiers.plan_touches(&touches);
+        }
+        let routes = self.routes(self.pushdown.mode());
+        self.split.decide(routes.iter().map(|r| *r == Route::Push).collect());
+        let counters = self.counters();
+        for r in &routes {
+            match r {
+                Route::Cached => counters.cached.add(1),
+                Route::Push => counters.pushed.add(1),
+                Route::Fetch => counters.fetched.add(1),
+            }
+        }
+        // Tasks: runs of pushed row groups of one object.
+        let mut tasks: Vec<Vec<usize>> = Vec::new();
+        for (i, u) in units.iter().enumerate() {
+            if routes[i] != Route::Push {
+                continue;
+            }
+            match tasks.last_mut() {
+                Some(t) if t.len() < self.pushdown.options.row_groups_per_task.max(1) && Arc::ptr_eq(&units[t[0]].object, &u.object) => t.push(i),
+                _ => tasks.push(vec![i]),
+            }
+        }
+        let mut senders = Vec::with_capacity(partitions);
+        let mut receivers = Vec::with_capacity(partitions);
+        for _ in 0..partitions {
+            let (tx, rx) = mpsc::channel(2);
+            senders.push(tx);
+            receivers.push(Some(rx));
+        }
+        let handles = Arc::new(Mutex::new(Vec::new()));
+        if !tasks.is_empty() {
+            let queue: VecDeque<(usize, Vec<usize>)> = tasks.into_iter().enumerate().map(|(i, t)| (i % partitions, t)).collect();
+            let driver = Driver {
+                chain: self.input.clone(),
+                scan: self.scan.clone(),
+                pushdown: self.pushdown.clone(),
+                context: context.clone(),
+                counters,
+                started: Instant::now(),
+            };
+            handles.lock().expect("not poisoned").push(tokio::spawn(driver.run(queue, senders)));
+        }
+        let bytes_of = |route: Route| units.iter().zip(&routes).filter(|(_, r)| **r == route).map(|(u, _)| u.bytes()).sum::<u64>();
+        let progress = Arc::new(LocalProgress {
+            started: Instant::now(),
+            open: std::sync::atomic::AtomicUsize::new(partitions),
+            fetched_bytes: bytes_of(Route::Fetch),
+            cached_bytes: bytes_of(Route::Cached),
+            pushdown: self.pushdown.clone(),
+        });
+        Ok(Run { pushed: receivers, tasks: handles, progress })
+    }
+}
+
+/// Runs a scan's pushed tasks, falling back to reading them here.
+struct Driver {
+    chain: Arc<dyn ExecutionPlan>,
+    scan: Arc<BlobScanExec>,
+    pushdown: Arc<Pushdown>,
+    context: Arc<TaskContext>,
+    counters: Counters,
+    started: Instant,
+}
+
+impl Driver {
+    async fn run(self, queue: VecDeque<(usize, Vec<usize>)>, senders: Vec<mpsc::Sender<Result<RecordBatch>>>) {
+        let this = Arc::new(self);
+        let bytes: u64 = queue.iter().flat_map(|(_, t)| t.iter()).map(|i| this.scan.units()[*i].bytes()).sum();
+        let in_flight = this.pushdown.options.tasks_in_flight.max(1);
+        let results = futures::stream::iter(queue)
+            .map(|(partition, units)| {
+                let this = this.clone();
+                async move { (partition, this.task(&units).await) }
+            })
+            .buffer_unordered(in_flight);
+        futures::pin_mut!(results);
+        let mut all_pushed = true;
+        while let Some((partition, outcome)) = results.next().await {
+            match outcome {
+                Ok((batches, pushed)) => {
+                    all_pushed &= pushed;
+                    for b in batches {
+                        if senders[partition].send(Ok(b)).await.is_err() {
+                            return; // the query stopped
+                        }
+                    }
+                }
+                Err(e) => {
+                    let _ = senders[partition].send(Err(e)).await;
+                    return;
+                }
+            }
+        }
+        if all_pushed {
+            let secs = this.started.elapsed().as_secs_f64();
+            this.pushdown.observe(Some(bytes as f64 / secs.max(1e-6)), None);
+        }
+    }
+
+    /// One task: pushed, or read here when the node cannot. Returns the
+    /// batches and whether the node did it.
+    async fn task(&self, units: &[usize]) -> Result<(Vec<RecordBatch>, bool)> {
+        let all = self.scan.units();
+        let picked: Vec<ScanUnit> = units.iter().map(|i| all[*i].clone()).collect();
+        let fragment = fragment(&self.chain, &self.scan, &picked)?;
+        match self.pushdown.client.run(fragment).await {
+            Ok(batches) => {
+                self.counters.pushed_bytes.add(picked.iter().map(|u| u.bytes() as usize).sum());
+                self.counters.received_bytes.add(batches.iter().map(RecordBatch::get_array_memory_size).sum());
+                Ok((batches, true))
+            }
+            Err(e) => {
+                self.pushdown.warn(format!("{e}; read the data here instead (the answer is unaffected)"));
+                self.counters.fallback.add(units.len());
+                let batches = self.locally(units).await?;
+                Ok((batches, false))
+            }
+        }
+    }
+
+    /// Runs the chain here over a scan of only `units`.
+    async fn locally(&self, units: &[usize]) -> Result<Vec<RecordBatch>> {
+        let scan: Arc<dyn ExecutionPlan> = Arc::new(self.scan.restricted(units));
+        let chain = self
+            .chain
+            .clone()
+            .transform_up(|n| if n.is::<BlobScanExec>() { Ok(Transformed::yes(scan.clone())) } else { Ok(Transformed::no(n)) })?
+            .data;
+        let mut out = Vec::new();
+        for p in 0..chain.output_partitioning().partition_count() {
+            let mut s = chain.execute(p, self.context.clone())?;
+            while let Some(b) = s.next().await {
+                out.push(b?);
+            }
+        }
+        Ok(out)
+    }
+}
+
+impl DisplayAs for HybridExec {
+    fn fmt_as(&self, t: DisplayFormatType, f: &mut fmt::Formatter) -> fmt::Result {
+        let mode = self.pushdown.mode();
+        if t == DisplayFormatType::TreeRender {
+            return write!(f, "node={}\nmode={}", self.pushdown.client.endpoint(), mode.name());
+        }
+        let routes = self.routes(mode);
+        let count = |r: Route| routes.iter().filter(|x| **x == r).count();
+        let model = self.pushdown.model();
+        let rate = |r: Option<f64>| r.map_or("not measured".to_string(), |r| format!("{:.1} MiB/s", r / 1048576.0));
+        write!(
+            f,
+            "HybridExec: node={}, mode={}, split now: cached={}, push={}, fetch={}; measured push {}, fetch {}",
+            self.pushdown.client.endpoint(),
+            mode.name(),
+            count(Route::Cached),
+            count(Route::Push),
+            count(Route::Fetch),
+            rate(model.push_bytes_per_second),
+            rate(model.fetch_bytes_per_second),
+        )
+    }
+}
+
+impl ExecutionPlan for HybridExec {
+    fn name(&self) -> &str {
+        "HybridExec"
+    }
+
+    fn properties(&self) -> &Arc<PlanProperties> {
+        self.input.properties()
+    }
+
+    fn children(&self) -> Vec<&Arc<dyn ExecutionPlan>> {
+        vec![&self.input]
+    }
+
+    fn apply_expressions(&self, _: &mut dyn FnMut(&Arc<dyn PhysicalExpr>) -> Result<TreeNodeRecursion>) -> Result<TreeNodeRecursion> {
+        Ok(TreeNodeRecursion::Continue)
+    }
+
+    fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn ExecutionPlan>>) -> Result<Arc<dyn ExecutionPlan>> {
+        if children.len() != 1 {
+            return Err(DataFusionError::Internal("HybridExec has one child".into()));
+        }
+        let input = children.remove(0);
+        // The split scan may have been rebuilt (runtime filters): find it.
+        let mut scan = None;
+        input.apply(|n| {
+            if let Some(s) = n.downcast_ref::<BlobScanExec>() {
+                scan = Some(Arc::new(s.with_split(self.split.clone())));
+                return Ok(TreeNodeRecursion::Stop);
+            }
+            Ok(TreeNodeRecursion::Continue)
+        })?;
+        let scan = scan.ok_or_else(|| DataFusionError::Internal("HybridExec lost its scan".into()))?;
+        Ok(Arc::new(HybridExec::new(input, scan, self.split.clone(), self.pushdown.clone())))
+    }
+
+    fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        let pushed = {
+            let mut slot = self.run.lock().expect("not poisoned");
+            let fresh = slot.as_ref().is_none_or(|r| r.pushed.get(partition).is_none_or(Option::is_none));
+            if fresh {
+                *slot = Some(self.start(&context)?);
+            }
+            let run = slot.as_mut().expect("just set");
+            let rx = run.pushed.get_mut(partition).and_then(Option::take).ok_or_else(|| DataFusionError::Internal(format!("HybridExec has no partition {partition}")))?;
+            (rx, run.tasks.clone(), run.progress.clone())
+        };
+        let (rx, tasks, progress) = pushed;
+        let local = self.input.execute(partition, context)?;
+        let schema = local.schema();
+        // The local side's end, for the fetch rate (the last partition
+        // to finish measures it).
+        let local = local.map(Some).chain(futures::stream::once(async move {
+            progress.partition_done();
+            None
+        }))
+        .filter_map(futures::future::ready);
+        let remote = futures::stream::unfold((rx, tasks), |(mut rx, tasks)| async move { rx.recv().await.map(|b| (b, (rx, tasks))) });
+        let merged = futures::stream::select(local, remote);
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, merged)))
+    }
+
+    fn metrics(&self) -> Option<MetricsSet> {
+        Some(self.metrics.clone_inner())
+    }
+}
+
