@@ -35,12 +35,15 @@ pub enum PolicyKind {
     Lru,
     #[default]
     Lfu,
+    /// Weighted-LFU (FlexPushdownDB §5.4): LFU whose accesses count by what
+    /// a miss would cost given pushdown.
+    WeightedLfu,
 }
 
 impl PolicyKind {
-    /// Parses `lru` or `lfu` (any case).
+    /// Parses `lru`, `lfu` or `wlfu` (any case).
     pub fn parse(name: &str) -> Option<PolicyKind> {
-        [PolicyKind::Lru, PolicyKind::Lfu].into_iter().find(|k| k.name().eq_ignore_ascii_case(name))
+        [PolicyKind::Lru, PolicyKind::Lfu, PolicyKind::WeightedLfu].into_iter().find(|k| k.name().eq_ignore_ascii_case(name))
     }
 
     /// Its name, as `parse` takes it and `SHOW CACHE` shows it.
@@ -48,6 +51,7 @@ impl PolicyKind {
         match self {
             PolicyKind::Lru => "lru",
             PolicyKind::Lfu => "lfu",
+            PolicyKind::WeightedLfu => "wlfu",
         }
     }
 
@@ -56,6 +60,7 @@ impl PolicyKind {
         match self {
             PolicyKind::Lru => Box::new(Lru::default()),
             PolicyKind::Lfu => Box::new(Lfu::default()),
+            PolicyKind::WeightedLfu => Box::new(WeightedLfu::default()),
         }
     }
 }
@@ -88,9 +93,10 @@ impl Policy for Lru {
     }
 }
 
-/// Least frequently used, normalised by size: each access adds
-/// `weight / size` to a segment's counter, so of two segments read equally
-/// often the smaller is worth more per byte of cache.
+/// Least frequently used, normalised by size: each access adds `1 / size`
+/// to a segment's counter, so of two segments read equally often the
+/// smaller is worth more per byte of cache. Weights are ignored: that is
+/// Weighted-LFU's difference.
 #[derive(Debug, Default)]
 pub struct Lfu {
     counter: HashMap<SegmentKey, f64>,
@@ -101,7 +107,37 @@ impl Policy for Lfu {
         "lfu"
     }
 
+    fn record(&mut self, key: &SegmentKey, size: u64, _weight: f64, _query: u64) {
+        *self.counter.entry(key.clone()).or_default() += 1.0 / size.max(1) as f64;
+    }
+
+    fn benefit(&self, key: &SegmentKey, _now: u64) -> f64 {
+        self.counter.get(key).copied().unwrap_or(0.0)
+    }
+
+    fn forget(&mut self, key: &SegmentKey) {
+        self.counter.remove(key);
+    }
+}
+
+/// Weighted-LFU (FlexPushdownDB §5.4): each access adds `weight / size`,
+/// where the weight is what a miss of the segment costs relative to
+/// fetching it. A segment a storage node can filter cheaply (a miss is
+/// pushed down and moves little) weighs less than one read whole, so the
+/// cache keeps what pushdown cannot make cheap. The weights come from the
+/// hybrid scan's measured rates (`blobhouse_engine::hybrid`).
+#[derive(Debug, Default)]
+pub struct WeightedLfu {
+    counter: HashMap<SegmentKey, f64>,
+}
+
+impl Policy for WeightedLfu {
+    fn name(&self) -> &'static str {
+        "wlfu"
+    }
+
     fn record(&mut self, key: &SegmentKey, size: u64, weight: f64, _query: u64) {
+        let weight = if weight.is_finite() && weight > 0.0 { weight } else { 1.0 };
         *self.counter.entry(key.clone()).or_default() += weight / size.max(1) as f64;
     }
 
@@ -194,9 +230,31 @@ mod tests {
         }
         assert!((p.benefit(&small, 3) - 0.3).abs() < 1e-12);
         assert!((p.benefit(&big, 3) - 0.003).abs() < 1e-12);
-        // A weight scales what an access adds (Weighted-LFU's hook).
+        // LFU ignores weights.
         p.record(&big, 1000, 1000.0, 4);
-        assert!(p.benefit(&big, 4) > p.benefit(&small, 4));
+        assert!((p.benefit(&big, 4) - 0.004).abs() < 1e-12);
+    }
+
+    #[test]
+    fn weighted_lfu_prefers_what_pushdown_cannot_make_cheap() {
+        // `cheap` is read three times but each miss is pushed down cheaply
+        // (weight 0.2); `dear` twice, read whole on a miss (weight 1).
+        let (cheap, dear) = (SegmentKey::new("cheap", 0, 100), SegmentKey::new("dear", 0, 100));
+        let (mut lfu, mut wlfu) = (Lfu::default(), WeightedLfu::default());
+        for q in 1..=3 {
+            lfu.record(&cheap, 100, 0.2, q);
+            wlfu.record(&cheap, 100, 0.2, q);
+        }
+        for q in 1..=2 {
+            lfu.record(&dear, 100, 1.0, q);
+            wlfu.record(&dear, 100, 1.0, q);
+        }
+        assert!(lfu.benefit(&cheap, 3) > lfu.benefit(&dear, 3));
+        assert!(wlfu.benefit(&dear, 3) > wlfu.benefit(&cheap, 3));
+        assert!((wlfu.benefit(&cheap, 3) - 0.006).abs() < 1e-12);
+        // A bad weight counts as a plain access.
+        wlfu.record(&cheap, 100, f64::NAN, 4);
+        assert!((wlfu.benefit(&cheap, 4) - 0.016).abs() < 1e-12);
     }
 
     #[test]
@@ -215,6 +273,7 @@ mod tests {
     fn policies_by_name() {
         assert_eq!(PolicyKind::parse("LRU"), Some(PolicyKind::Lru));
         assert_eq!(PolicyKind::parse("lfu").map(|p| p.build().name()), Some("lfu"));
+        assert_eq!(PolicyKind::parse("WLFU").map(|p| p.build().name()), Some("wlfu"));
         assert_eq!(PolicyKind::parse("belady"), None);
     }
 }

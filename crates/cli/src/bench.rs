@@ -167,7 +167,7 @@ pub enum BenchCommand {
         /// Cache sizes, percent of the data.
         #[arg(long, value_delimiter = ',', default_value = "10,25,50,100")]
         sizes: Vec<f64>,
-        /// The memory tier's policy: lru or lfu.
+        /// The memory tier's policy: lru, lfu or wlfu.
         #[arg(long, default_value = "lfu")]
         policy: String,
         /// The routing experiment's slow disk: milliseconds per read and per MiB read.

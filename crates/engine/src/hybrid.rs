@@ -322,6 +322,25 @@ pub struct HybridExec {
     pushdown: Arc<Pushdown>,
     metrics: ExecutionPlanMetricsSet,
     run: Arc<Mutex<Option<Run>>>,
+    /// Bytes the node sent back per compressed byte it scanned, measured on
+    /// this scan's earlier executions: how much a pushed miss still moves.
+    output_ratio: Arc<Mutex<Option<f64>>>,
+}
+
+/// What a miss of a segment costs relative to fetching it, when the scan
+/// that reads it can push down (Weighted-LFU's weight, FlexPushdownDB
+/// Equation 1 in relative form): the network part is what the node sends
+/// back per byte scanned (`output_ratio`, half until measured), the scan
+/// and compute part is the node's time per byte relative to fetching one
+/// (`fetch rate / push rate`, when both are measured). Segments of scans
+/// that cannot push weigh 1.
+fn miss_weight(output_ratio: Option<f64>, model: CostModel) -> f64 {
+    let network = output_ratio.unwrap_or(0.5);
+    let node = match (model.fetch_bytes_per_second, model.push_bytes_per_second) {
+        (Some(f), Some(p)) if p > 0.0 => f / p,
+        _ => 0.0,
+    };
+    (network + node).clamp(0.01, 1.0)
 }
 
 /// One execution: the pushed results of each partition, still to be taken.
@@ -383,7 +402,7 @@ struct Counters {
 
 impl HybridExec {
     fn new(input: Arc<dyn ExecutionPlan>, scan: Arc<BlobScanExec>, split: Arc<Split>, pushdown: Arc<Pushdown>) -> Self {
-        HybridExec { input, scan, split, pushdown, metrics: ExecutionPlanMetricsSet::new(), run: Arc::default() }
+        HybridExec { input, scan, split, pushdown, metrics: ExecutionPlanMetricsSet::new(), run: Arc::default(), output_ratio: Arc::default() }
     }
 
     fn counters(&self) -> Counters {
@@ -434,11 +453,15 @@ impl HybridExec {
         let partitions = self.input.output_partitioning().partition_count();
         let units = self.scan.units();
         if let Some(tiers) = self.scan.source().tiers() {
+            let weight = match self.pushdown.mode() {
+                PushdownMode::Off => 1.0,
+                _ => miss_weight(*self.output_ratio.lock().expect("not poisoned"), self.pushdown.model()),
+            };
             let touches: Vec<Touch> = units
                 .iter()
                 .flat_map(|u| {
                     let object: Arc<str> = Arc::from(u.object.display.as_str());
-                    u.chunks.iter().map(move |r| Touch::of(SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start }))
+                    u.chunks.iter().map(move |r| Touch { weight, ..Touch::of(SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start }) })
                 })
                 .collect();
             tiers.plan_touches(&touches);
@@ -481,6 +504,7 @@ impl HybridExec {
                 context: context.clone(),
                 counters,
                 started: Instant::now(),
+                output_ratio: self.output_ratio.clone(),
             };
             handles.lock().expect("not poisoned").push(tokio::spawn(driver.run(queue, senders)));
         }
@@ -504,6 +528,7 @@ struct Driver {
     context: Arc<TaskContext>,
     counters: Counters,
     started: Instant,
+    output_ratio: Arc<Mutex<Option<f64>>>,
 }
 
 impl Driver {
@@ -538,6 +563,10 @@ impl Driver {
         if all_pushed {
             let secs = this.started.elapsed().as_secs_f64();
             this.pushdown.observe(Some(bytes as f64 / secs.max(1e-6)), None);
+            let (sent, scanned) = (this.counters.received_bytes.value(), this.counters.pushed_bytes.value());
+            if scanned > 0 {
+                *this.output_ratio.lock().expect("not poisoned") = Some(sent as f64 / scanned as f64);
+            }
         }
     }
 
@@ -637,7 +666,7 @@ impl ExecutionPlan for HybridExec {
             Ok(TreeNodeRecursion::Continue)
         })?;
         let scan = scan.ok_or_else(|| DataFusionError::Internal("HybridExec lost its scan".into()))?;
-        Ok(Arc::new(HybridExec::new(input, scan, self.split.clone(), self.pushdown.clone())))
+        Ok(Arc::new(HybridExec { output_ratio: self.output_ratio.clone(), ..HybridExec::new(input, scan, self.split.clone(), self.pushdown.clone()) }))
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
@@ -671,3 +700,40 @@ impl ExecutionPlan for HybridExec {
     }
 }
 
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_miss_weighs_what_pushing_it_still_costs() {
+        let unmeasured = CostModel::default();
+        assert_eq!(miss_weight(None, unmeasured), 0.5);
+        assert_eq!(miss_weight(Some(0.05), unmeasured), 0.05);
+        // A node four times faster than the link: a quarter for its scan.
+        let model = CostModel { push_bytes_per_second: Some(400.0), fetch_bytes_per_second: Some(100.0) };
+        assert!((miss_weight(Some(0.05), model) - 0.30).abs() < 1e-12);
+        // Never more than a fetch, never free.
+        assert_eq!(miss_weight(Some(3.0), model), 1.0);
+        assert_eq!(miss_weight(Some(0.0), CostModel { push_bytes_per_second: Some(1e12), fetch_bytes_per_second: Some(1.0) }), 0.01);
+    }
+
+    #[test]
+    fn the_push_share_follows_the_rates() {
+        assert_eq!(CostModel::default().push_share(), 0.5);
+        let m = CostModel { push_bytes_per_second: Some(300.0), fetch_bytes_per_second: Some(100.0) };
+        assert_eq!(m.push_share(), 0.75);
+        let mut b = CostModel::blend(None, 100.0);
+        assert_eq!(b, Some(100.0));
+        b = CostModel::blend(b, 200.0);
+        assert_eq!(b, Some(150.0));
+        assert_eq!(CostModel::blend(b, f64::NAN), Some(150.0));
+    }
+
+    #[test]
+    fn modes_by_name() {
+        assert_eq!(PushdownMode::parse(" AUTO "), Some(PushdownMode::Auto));
+        assert_eq!(PushdownMode::parse("off"), Some(PushdownMode::Off));
+        assert_eq!(PushdownMode::parse("sometimes"), None);
+    }
+}

@@ -390,7 +390,7 @@ impl Engine {
                 tiers.set_memory_capacity(bytes).map_err(setting)
             }
             _ => {
-                let policy = text.map(|t| blobhouse_cache::PolicyKind::parse(&t).ok_or_else(|| setting(format!("unknown policy '{t}': use 'lru' or 'lfu'")))).transpose()?;
+                let policy = text.map(|t| blobhouse_cache::PolicyKind::parse(&t).ok_or_else(|| setting(format!("unknown policy '{t}': use 'lru', 'lfu' or 'wlfu'")))).transpose()?;
                 tiers.set_memory_policy(policy).map_err(setting)
             }
         }

@@ -50,6 +50,7 @@ async fn tpch_answers_are_exact_under_every_tier_and_policy() {
         ("off", CacheOptions::off()),
         ("memory lru", CacheOptions { memory: Some(small), memory_policy: PolicyKind::Lru, ..CacheOptions::default() }),
         ("memory lfu", CacheOptions { memory: Some(small), memory_policy: PolicyKind::Lfu, ..CacheOptions::default() }),
+        ("memory wlfu", CacheOptions { memory: Some(small), memory_policy: PolicyKind::WeightedLfu, ..CacheOptions::default() }),
         ("memory, all of it", CacheOptions { memory: Some(64 << 20), ..CacheOptions::default() }),
         ("ssd", CacheOptions { memory: Some(0), ssd_dir: Some(ssd_dir.path().join("a")), ssd_capacity: small, ..CacheOptions::default() }),
         ("both", CacheOptions { memory: Some(small), ssd_dir: Some(ssd_dir.path().join("b")), ssd_capacity: 64 << 20, ..CacheOptions::default() }),

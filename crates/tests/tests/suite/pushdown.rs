@@ -52,6 +52,7 @@ async fn tpch_answers_are_exact_in_every_mode(b: Backend) {
         ("pushdown-only", pushing(&endpoint, PushdownMode::On, CacheOptions::off())),
         ("hybrid", pushing(&endpoint, PushdownMode::On, small.clone())),
         ("hybrid auto", pushing(&endpoint, PushdownMode::Auto, small.clone())),
+        ("hybrid wlfu", pushing(&endpoint, PushdownMode::Auto, CacheOptions { memory_policy: blobhouse_cache::PolicyKind::WeightedLfu, ..small.clone() })),
     ];
     for (name, options) in configs {
         let before = node.stats().tasks_done;
