@@ -42,8 +42,9 @@ use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::metrics::{Count, ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::projection::ProjectionExec;
+use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties, SendableRecordBatchStream};
+use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, Partitioning, PlanProperties, SendableRecordBatchStream};
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
@@ -234,6 +235,10 @@ fn separable_chain(plan: &Arc<dyn ExecutionPlan>) -> Option<Chain> {
             f.input().clone()
         } else if let Some(p) = node.downcast_ref::<ProjectionExec>() {
             p.input().clone()
+        } else if let Some(r) = node.downcast_ref::<RepartitionExec>().filter(|r| round_robin(r)) {
+            // Spreads a scan of few row groups over the cores; a fragment
+            // leaves it out (a node runs one slice in one partition).
+            r.input().clone()
         } else {
             return None;
         };
@@ -288,6 +293,10 @@ impl PhysicalOptimizerRule for HybridRule {
     }
 }
 
+fn round_robin(r: &RepartitionExec) -> bool {
+    matches!(r.partitioning(), Partitioning::RoundRobinBatch(_))
+}
+
 /// `chain` with its scan replaced by a slice of `units` (one object's).
 fn fragment(chain: &Arc<dyn ExecutionPlan>, scan: &BlobScanExec, units: &[ScanUnit]) -> Result<Arc<dyn ExecutionPlan>> {
     let projection = scan.data_projection().ok_or_else(|| DataFusionError::Internal("a hybrid scan reads row ids".into()))?.to_vec();
@@ -298,10 +307,23 @@ fn fragment(chain: &Arc<dyn ExecutionPlan>, scan: &BlobScanExec, units: &[ScanUn
         columns: projection,
         deleted: first.object.deleted.clone(),
     };
-    let leaf: Arc<dyn ExecutionPlan> = Arc::new(ObjectSliceExec::new(slice, scan.schema()));
+    with_leaf(chain, Arc::new(ObjectSliceExec::new(slice, scan.schema())))
+}
+
+/// `chain` over `leaf` instead of its scan, in one partition (round-robin
+/// repartitioning left out).
+fn with_leaf(chain: &Arc<dyn ExecutionPlan>, leaf: Arc<dyn ExecutionPlan>) -> Result<Arc<dyn ExecutionPlan>> {
     chain
         .clone()
-        .transform_up(|n| if n.is::<BlobScanExec>() { Ok(Transformed::yes(leaf.clone())) } else { Ok(Transformed::no(n)) })
+        .transform_up(|n| {
+            if n.is::<BlobScanExec>() {
+                return Ok(Transformed::yes(leaf.clone()));
+            }
+            match n.downcast_ref::<RepartitionExec>().filter(|r| round_robin(r)) {
+                Some(r) => Ok(Transformed::yes(r.input().clone())),
+                None => Ok(Transformed::no(n)),
+            }
+        })
         .map(|t| t.data)
 }
 
@@ -593,12 +615,7 @@ impl Driver {
 
     /// Runs the chain here over a scan of only `units`.
     async fn locally(&self, units: &[usize]) -> Result<Vec<RecordBatch>> {
-        let scan: Arc<dyn ExecutionPlan> = Arc::new(self.scan.restricted(units));
-        let chain = self
-            .chain
-            .clone()
-            .transform_up(|n| if n.is::<BlobScanExec>() { Ok(Transformed::yes(scan.clone())) } else { Ok(Transformed::no(n)) })?
-            .data;
+        let chain = with_leaf(&self.chain, Arc::new(self.scan.restricted(units)))?;
         let mut out = Vec::new();
         for p in 0..chain.output_partitioning().partition_count() {
             let mut s = chain.execute(p, self.context.clone())?;
