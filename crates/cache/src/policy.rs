@@ -60,7 +60,7 @@ impl PolicyKind {
         match self {
             PolicyKind::Lru => Box::new(Lru::default()),
             PolicyKind::Lfu => Box::new(Lfu::default()),
-            PolicyKind::WeightedLfu => Box::new(WeightedLfu::default()),
+            PolicyKind::WeightedLfu => Box::new(Lfu::weighted()),
         }
     }
 }
@@ -95,49 +95,37 @@ impl Policy for Lru {
 
 /// Least frequently used, normalised by size: each access adds `1 / size`
 /// to a segment's counter, so of two segments read equally often the
-/// smaller is worth more per byte of cache. Weights are ignored: that is
-/// Weighted-LFU's difference.
+/// smaller is worth more per byte of cache.
+///
+/// Weighted (FlexPushdownDB §5.4's Weighted-LFU, [`Lfu::weighted`]), an
+/// access adds `weight / size`, where the weight is what a miss of the
+/// segment costs relative to fetching it: a segment a storage node filters
+/// cheaply (a miss is pushed down and moves little) weighs less than one
+/// read whole, so the cache keeps what pushdown cannot make cheap. The
+/// weights come from the hybrid scan's measured rates
+/// (`blobhouse_engine::hybrid`). Plain LFU ignores them, as the paper's
+/// baseline does.
 #[derive(Debug, Default)]
 pub struct Lfu {
     counter: HashMap<SegmentKey, f64>,
+    weighted: bool,
+}
+
+impl Lfu {
+    /// Weighted-LFU.
+    pub fn weighted() -> Lfu {
+        Lfu { weighted: true, ..Lfu::default() }
+    }
 }
 
 impl Policy for Lfu {
     fn name(&self) -> &'static str {
-        "lfu"
-    }
-
-    fn record(&mut self, key: &SegmentKey, size: u64, _weight: f64, _query: u64) {
-        *self.counter.entry(key.clone()).or_default() += 1.0 / size.max(1) as f64;
-    }
-
-    fn benefit(&self, key: &SegmentKey, _now: u64) -> f64 {
-        self.counter.get(key).copied().unwrap_or(0.0)
-    }
-
-    fn forget(&mut self, key: &SegmentKey) {
-        self.counter.remove(key);
-    }
-}
-
-/// Weighted-LFU (FlexPushdownDB §5.4): each access adds `weight / size`,
-/// where the weight is what a miss of the segment costs relative to
-/// fetching it. A segment a storage node can filter cheaply (a miss is
-/// pushed down and moves little) weighs less than one read whole, so the
-/// cache keeps what pushdown cannot make cheap. The weights come from the
-/// hybrid scan's measured rates (`blobhouse_engine::hybrid`).
-#[derive(Debug, Default)]
-pub struct WeightedLfu {
-    counter: HashMap<SegmentKey, f64>,
-}
-
-impl Policy for WeightedLfu {
-    fn name(&self) -> &'static str {
-        "wlfu"
+        if self.weighted { "wlfu" } else { "lfu" }
     }
 
     fn record(&mut self, key: &SegmentKey, size: u64, weight: f64, _query: u64) {
-        let weight = if weight.is_finite() && weight > 0.0 { weight } else { 1.0 };
+        // A weight that is not a positive number counts as a plain access.
+        let weight = if self.weighted && weight.is_finite() && weight > 0.0 { weight } else { 1.0 };
         *self.counter.entry(key.clone()).or_default() += weight / size.max(1) as f64;
     }
 
@@ -240,7 +228,7 @@ mod tests {
         // `cheap` is read three times but each miss is pushed down cheaply
         // (weight 0.2); `dear` twice, read whole on a miss (weight 1).
         let (cheap, dear) = (SegmentKey::new("cheap", 0, 100), SegmentKey::new("dear", 0, 100));
-        let (mut lfu, mut wlfu) = (Lfu::default(), WeightedLfu::default());
+        let (mut lfu, mut wlfu) = (Lfu::default(), Lfu::weighted());
         for q in 1..=3 {
             lfu.record(&cheap, 100, 0.2, q);
             wlfu.record(&cheap, 100, 0.2, q);

@@ -83,7 +83,7 @@ impl PushdownMode {
 }
 
 /// The storage node an engine pushes to.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct PushdownOptions {
     /// `http://host:port` of a `blobhouse storage-node` serving the same database.
     pub endpoint: String,
@@ -95,6 +95,19 @@ pub struct PushdownOptions {
     pub row_groups_per_task: usize,
     /// Tasks one scan keeps at the node at once.
     pub tasks_in_flight: usize,
+}
+
+/// Never shows the token (engine options are printed in messages and logs).
+impl fmt::Debug for PushdownOptions {
+    fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
+        f.debug_struct("PushdownOptions")
+            .field("endpoint", &self.endpoint)
+            .field("token", &"<redacted>")
+            .field("mode", &self.mode)
+            .field("row_groups_per_task", &self.row_groups_per_task)
+            .field("tasks_in_flight", &self.tasks_in_flight)
+            .finish()
+    }
 }
 
 impl PushdownOptions {
@@ -745,6 +758,12 @@ mod tests {
         b = CostModel::blend(b, 200.0);
         assert_eq!(b, Some(150.0));
         assert_eq!(CostModel::blend(b, f64::NAN), Some(150.0));
+    }
+
+    #[test]
+    fn options_never_show_the_token() {
+        let o = PushdownOptions::new("http://node:50061", "s3cr3t-token");
+        assert!(!format!("{o:?}").contains("s3cr3t"), "{o:?}");
     }
 
     #[test]

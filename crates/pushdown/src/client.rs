@@ -23,18 +23,26 @@ use crate::node::NodeStats;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
 
 /// A connection to one storage node.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct NodeClient {
     endpoint: String,
     auth: String,
     channel: Channel,
 }
 
+/// Never shows the token.
+impl std::fmt::Debug for NodeClient {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.debug_struct("NodeClient").field("endpoint", &self.endpoint).field("auth", &"Bearer <redacted>").finish_non_exhaustive()
+    }
+}
+
 impl NodeClient {
     /// A client of the node at `endpoint` (`http://host:port`) presenting
     /// `token`. Connects lazily: an unreachable node shows up as
     /// [`PushdownError::Unavailable`] on the first task, and the caller
-    /// fetches instead.
+    /// fetches instead. Call it inside a Tokio runtime (the connection
+    /// lives on it).
     pub fn new(endpoint: &str, token: &str) -> Result<NodeClient, PushdownError> {
         let bad = |reason: String| PushdownError::BadEndpoint { endpoint: endpoint.to_string(), reason };
         let e = Endpoint::from_shared(endpoint.to_string()).map_err(|e| bad(e.to_string()))?;

@@ -50,7 +50,7 @@ use crate::slice::SliceReader;
 pub const MAX_TICKET_BYTES: usize = 16 * 1024 * 1024;
 
 /// How a node is run.
-#[derive(Debug, Clone)]
+#[derive(Clone)]
 pub struct NodeOptions {
     /// The bearer token callers must present. Required.
     pub token: String,
@@ -58,6 +58,13 @@ pub struct NodeOptions {
     pub max_tasks: usize,
     /// Tasks that may wait for a slot before the node refuses more.
     pub max_queued: usize,
+}
+
+/// Never shows the token.
+impl std::fmt::Debug for NodeOptions {
+    fn fmt(&self, f: &mut std::fmt::Formatter) -> std::fmt::Result {
+        f.debug_struct("NodeOptions").field("token", &"<redacted>").field("max_tasks", &self.max_tasks).field("max_queued", &self.max_queued).finish()
+    }
 }
 
 impl NodeOptions {
@@ -371,6 +378,14 @@ impl FlightService for StorageNode {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[tokio::test]
+    async fn tokens_never_show_in_debug_output() {
+        let opts = NodeOptions::new("s3cr3t-token");
+        assert!(!format!("{opts:?}").contains("s3cr3t"));
+        let client = crate::NodeClient::new("http://127.0.0.1:1", "s3cr3t-token").unwrap();
+        assert!(!format!("{client:?}").contains("s3cr3t"));
+    }
 
     #[test]
     fn tokens_compare_whole() {
