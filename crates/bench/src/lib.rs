@@ -14,6 +14,7 @@ pub mod calibrate;
 pub mod crash;
 pub mod dml_bench;
 pub mod io_bench;
+pub mod ssb;
 pub mod plot;
 pub mod tpch;
 pub mod tpch_bench;

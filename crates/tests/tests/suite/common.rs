@@ -159,3 +159,13 @@ pub fn worker_command(test: &str) -> std::process::Command {
     c.args(["--ignored", "--exact", test, "--nocapture", "--test-threads=1"]);
     c
 }
+
+/// Runs scripts/duckdb-oracle.py with `args` (see its doc) and returns the
+/// sections it prints, one per query or statement, each "<marker>\n<header>\n<rows>".
+pub fn duckdb_oracle(args: &[&std::ffi::OsStr]) -> Vec<String> {
+    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
+    let out = std::process::Command::new("python3").arg(root.join("scripts/duckdb-oracle.py")).args(args).output().expect("python3 runs");
+    assert!(out.status.success(), "DuckDB failed (run scripts/install-test-deps.sh): {}", String::from_utf8_lossy(&out.stderr));
+    let text = String::from_utf8(out.stdout).unwrap();
+    text.split("==> ").filter(|s| !s.is_empty()).map(str::to_string).collect()
+}

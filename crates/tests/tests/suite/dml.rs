@@ -153,16 +153,7 @@ async fn dml_agrees_with_duckdb_over_a_random_sequence() {
     let steps = random_steps(0x5eed_0012, 220);
     let script = tempfile::NamedTempFile::new().unwrap();
     std::fs::write(script.path(), steps.join("\n")).unwrap();
-    let root = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../..");
-    let out = std::process::Command::new("python3")
-        .arg(root.join("scripts/duckdb-oracle.py"))
-        .args(["--script", &db.url])
-        .arg(script.path())
-        .output()
-        .expect("python3 runs");
-    assert!(out.status.success(), "DuckDB failed (run scripts/install-test-deps.sh): {}", String::from_utf8_lossy(&out.stderr));
-    let text = String::from_utf8(out.stdout).unwrap();
-    let answers: Vec<&str> = text.split("==> ").filter(|s| !s.is_empty()).collect();
+    let answers = duckdb_oracle(&["--script".as_ref(), db.url.as_ref(), script.path().as_os_str()]);
     assert_eq!(answers.len(), steps.len());
     let (mut dml, mut queries, mut effective) = (0, 0, 0);
     for (i, (step, answer)) in steps.iter().zip(&answers).enumerate() {

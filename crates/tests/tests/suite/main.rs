@@ -18,5 +18,6 @@ mod pushdown;
 mod runtime_filters;
 mod scan;
 mod sql;
+mod ssb;
 mod tpch;
 mod transactions;

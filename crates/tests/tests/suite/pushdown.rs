@@ -16,7 +16,7 @@ use crate::common::*;
 use crate::on_both_backends;
 use crate::tpch::assert_22_answers;
 
-const TOKEN: &str = "pushdown-test-token";
+pub(crate) const TOKEN: &str = "pushdown-test-token";
 
 /// TPC-H SF 0.01 written in small row groups (many units per scan, so that
 /// every scan splits several ways).
@@ -28,13 +28,13 @@ async fn loaded(b: Backend, name: &str) -> TestDb {
 }
 
 /// A node in this process over the test database (through its audited store).
-async fn node(db: &TestDb, opts: NodeOptions) -> (StorageNode, String, tokio::task::JoinHandle<Result<(), String>>) {
+pub(crate) async fn node(db: &TestDb, opts: NodeOptions) -> (StorageNode, String, tokio::task::JoinHandle<Result<(), String>>) {
     let node = StorageNode::new(db.location.clone(), opts).unwrap();
     let (addr, handle) = node.clone().spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
     (node, format!("http://{addr}"), handle)
 }
 
-fn pushing(endpoint: &str, mode: PushdownMode, cache: CacheOptions) -> EngineOptions {
+pub(crate) fn pushing(endpoint: &str, mode: PushdownMode, cache: CacheOptions) -> EngineOptions {
     let mut p = PushdownOptions::new(endpoint, TOKEN);
     p.mode = mode;
     EngineOptions { cache, pushdown: Some(p), ..EngineOptions::default() }
