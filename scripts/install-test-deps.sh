@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Installs what the tests and the testbed need beyond cargo, each pinned:
 #   - MinIO (S3 API) and toxiproxy (connection shaping), built with `go install`;
-#   - nginx (plain HTTP range server) and a TrueType font for the benchmark
-#     plots, from Debian;
+#   - nginx (plain HTTP range server), a TrueType font for the benchmark
+#     plots and iproute2 (network namespace and tbf of the bottleneck
+#     profile), from Debian;
 #   - DuckDB and its TPC-H extension, the external correctness oracle (PyPI).
 # Idempotent: skips what is already there.
 set -euo pipefail
@@ -24,11 +25,11 @@ if [ ! -x "$TOXIPROXY_DIR/server" ]; then
   GOBIN="$TOXIPROXY_DIR" go install "github.com/Shopify/toxiproxy/v2/cmd/server@$TOXIPROXY_VERSION"
 fi
 
-if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ] || [ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || ! command -v openssl >/dev/null 2>&1; then
-  echo "install-test-deps: installing nginx-light, fonts-dejavu-core and openssl from Debian" >&2
+if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ] || [ ! -f /usr/share/fonts/truetype/dejavu/DejaVuSans.ttf ] || ! command -v openssl >/dev/null 2>&1 || ! command -v tc >/dev/null 2>&1; then
+  echo "install-test-deps: installing nginx-light, fonts-dejavu-core, openssl and iproute2 (ip, tc: the bottleneck profile) from Debian" >&2
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
-  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nginx-light fonts-dejavu-core openssl >/dev/null
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nginx-light fonts-dejavu-core openssl iproute2 >/dev/null
 fi
 
 if ! python3 -c "import duckdb, duckdb_extension_tpch; assert duckdb.__version__ == '$DUCKDB_VERSION'" 2>/dev/null; then

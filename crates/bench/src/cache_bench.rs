@@ -190,12 +190,12 @@ pub struct CacheBenchResult {
     pub trace_scans: usize,
 }
 
-/// Bytes of every column chunk of every TPC-H table.
-pub(crate) async fn data_bytes(e: &Engine) -> Result<u64, String> {
+/// Bytes of every column chunk of `tables`.
+pub(crate) async fn data_bytes(e: &Engine, tables: &[&str]) -> Result<u64, String> {
     let db = e.database();
     let catalog = db.refresh().await.map_err(|e| e.to_string())?;
     let mut total = 0;
-    for t in tpch::TABLES {
+    for &t in tables {
         let entry = catalog.tables.get(&t.to_string()).ok_or_else(|| format!("table {t} missing"))?;
         let data = db.table_data(entry).await.map_err(|e| e.to_string())?;
         for live in &data.objects {
@@ -210,7 +210,7 @@ pub async fn run(store: &BenchStore<'_>, opts: &CacheBenchOptions, progress: &dy
     assert!(opts.rounds >= 1 && !opts.queries.is_empty());
     std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
     let (url, direct, loader) = prepare(store, opts.sf, opts.chunk_bytes, progress).await?;
-    let data = data_bytes(&loader).await?;
+    let data = data_bytes(&loader, &tpch::TABLES).await?;
     drop(loader);
     progress(&format!("data: {:.1} MiB of column chunks", data as f64 / 1048576.0));
     let orders: Vec<Vec<usize>> = (0..opts.rounds)

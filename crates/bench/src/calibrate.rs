@@ -127,6 +127,8 @@ fn request_timeout(p: Profile, size: usize) -> Duration {
         Profile::S3 => profile::S3_BANDWIDTH_KBPS,
         Profile::S3Scaled => profile::S3_SCALED_BANDWIDTH_KBPS,
         Profile::Lan | Profile::Throttled => 1_000_000,
+        // The link is shared by every request in flight: assume 16.
+        Profile::Bottleneck => blobhouse_testbed::Link::configured_mbit().unwrap_or(blobhouse_testbed::link::DEFAULT_LINK_MBIT) as u64 * 125 / 16,
     };
     Duration::from_secs(8) + Duration::from_secs_f64(3.0 * size as f64 / (kbps as f64 * 1000.0))
 }

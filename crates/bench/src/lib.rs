@@ -13,6 +13,7 @@ pub mod cache_bench;
 pub mod calibrate;
 pub mod crash;
 pub mod dml_bench;
+pub mod hybrid_bench;
 pub mod io_bench;
 pub mod ssb;
 pub mod plot;

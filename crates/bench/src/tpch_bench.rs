@@ -244,7 +244,24 @@ fn s3_options(endpoint: &str) -> StoreOptions {
 /// kept for later runs): its URL, the unshaped store options that reach
 /// it, and the engine that loaded it (caches off).
 pub(crate) async fn prepare(store: &BenchStore<'_>, sf: f64, chunk_bytes: usize, progress: &dyn Fn(&str)) -> Result<(String, StoreOptions, Engine), String> {
-    let prefix = data_prefix(sf, chunk_bytes);
+    prepare_dataset(store, Dataset::Tpch, sf, chunk_bytes, progress).await
+}
+
+/// A benchmark's data set.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Dataset {
+    Tpch,
+    /// SSB derived from TPC-H ([`crate::ssb`]).
+    Ssb,
+}
+
+/// The benchmark database of `dataset` at `sf`, loaded unless it already
+/// is: (its URL, the store options of the direct endpoint, a loader engine).
+pub async fn prepare_dataset(store: &BenchStore<'_>, dataset: Dataset, sf: f64, chunk_bytes: usize, progress: &dyn Fn(&str)) -> Result<(String, StoreOptions, Engine), String> {
+    let prefix = match dataset {
+        Dataset::Tpch => data_prefix(sf, chunk_bytes),
+        Dataset::Ssb => format!("ssb-{}", data_prefix(sf, chunk_bytes).trim_start_matches("tpch-")),
+    };
     let (url, direct) = match store {
         BenchStore::Testbed(tb) => (format!("s3://{BUCKET}/{prefix}"), s3_options(&tb.endpoints().s3_direct)),
         BenchStore::Local(dir) => {
@@ -257,12 +274,28 @@ pub(crate) async fn prepare(store: &BenchStore<'_>, sf: f64, chunk_bytes: usize,
     load_options.write.target_chunk_bytes = chunk_bytes;
     let loader = Engine::open(&url, &direct, load_options).await.map_err(err("open the benchmark database"))?;
     let have = loader.database().refresh().await.map_err(|e| e.to_string())?;
-    let missing: Vec<&str> = tpch::TABLES.iter().copied().filter(|t| !have.tables.contains_key(*t)).collect();
-    if !missing.is_empty() {
-        progress(&format!("loading TPC-H SF {sf} ({} tables) into {url}", missing.len()));
-        let started = Instant::now();
-        tpch::load_tables(&loader, sf, &missing, Arc::new(|_, _, _| {})).await.map_err(err("load TPC-H"))?;
-        progress(&format!("loaded in {:.1} s", started.elapsed().as_secs_f64()));
+    match dataset {
+        Dataset::Tpch => {
+            let missing: Vec<&str> = tpch::TABLES.iter().copied().filter(|t| !have.tables.contains_key(*t)).collect();
+            if !missing.is_empty() {
+                progress(&format!("loading TPC-H SF {sf} ({} tables) into {url}", missing.len()));
+                let started = Instant::now();
+                tpch::load_tables(&loader, sf, &missing, Arc::new(|_, _, _| {})).await.map_err(err("load TPC-H"))?;
+                progress(&format!("loaded in {:.1} s", started.elapsed().as_secs_f64()));
+            }
+        }
+        Dataset::Ssb => {
+            let complete = have.tables.len() == crate::ssb::TABLES.len() && crate::ssb::TABLES.iter().all(|t| have.tables.contains_key(*t));
+            if !complete {
+                if !have.tables.is_empty() {
+                    return Err(format!("{url} holds tables other than SSB's five: an interrupted SSB load? Delete the prefix and run again"));
+                }
+                progress(&format!("generating TPC-H SF {sf} and deriving SSB into {url}"));
+                let started = Instant::now();
+                crate::ssb::load(&loader, sf, crate::ssb::quiet()).await.map_err(err("derive SSB"))?;
+                progress(&format!("loaded in {:.1} s", started.elapsed().as_secs_f64()));
+            }
+        }
     }
     Ok((url, direct, loader))
 }
@@ -316,7 +349,7 @@ pub async fn run(store: &BenchStore<'_>, opts: &TpchBenchOptions, progress: &dyn
     if opts.arrow {
         // Against the compressed column chunks: what a cache of decoded
         // arrays would hold per byte (docs/cache.md, the memory tier).
-        let compressed = crate::cache_bench::data_bytes(&loader).await?;
+        let compressed = crate::cache_bench::data_bytes(&loader, &tpch::TABLES).await?;
         progress(&format!(
             "tables decoded into memory: {:.1} MiB of Arrow arrays from {:.1} MiB of compressed column chunks ({:.2}x)",
             decoded_bytes as f64 / 1048576.0,

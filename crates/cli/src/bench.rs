@@ -192,6 +192,55 @@ pub enum BenchCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// SSB with hybrid pushdown and caching: pull-up, caching-only, pushdown-only and hybrid against cache size and skew; the caching policies.
+    #[command(after_help = "Derives SSB at --sf from TPC-H into the testbed's MinIO once (kept for later runs), starts\na storage node next to the store (on the store side of the link under the bottleneck\nprofile, capped at --node-cpus cores), then runs fresh engines on the same seeded\nstream of generated queries: the first half warms the caches, the second is measured.\nExperiments: against cache size (--sizes, skew --theta), against skew (--thetas, cache\n--fixed-size), and LRU / LFU / Weighted-LFU / Belady on the mixed-selectivity workload\n(--policy-theta). Traffic is what crossed the link (the kernel's counters). Every answer\nis compared with the first configuration's. Writes report.txt, hybrid.csv,\ntime-vs-cache.png, traffic-vs-cache.png and time-vs-skew.png to --out.\n\nExamples:\n  blobhouse testbed up bottleneck && blobhouse bench hybrid\n  blobhouse bench hybrid --sf 0.1 --queries 20 --sizes 25 --thetas 2 --profile local")]
+    Hybrid {
+        /// Scale factor of the TPC-H data SSB is derived from.
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Testbed profile (bottleneck is the one the figures are about), or local (a local directory, no testbed).
+        #[arg(long, default_value = "bottleneck")]
+        profile: String,
+        /// Generated queries per configuration (half warm-up, half measured).
+        #[arg(long, default_value_t = 40)]
+        queries: usize,
+        /// Seed of the generated queries.
+        #[arg(long, default_value_t = 1)]
+        seed: u64,
+        /// Cache sizes of the size sweep, percent of the data.
+        #[arg(long, value_delimiter = ',', default_value = "5,10,20,40,80")]
+        sizes: Vec<f64>,
+        /// Zipf skew of the size sweep.
+        #[arg(long, default_value_t = 2.0)]
+        theta: f64,
+        /// Skews of the skew sweep.
+        #[arg(long, value_delimiter = ',', default_value = "0,0.5,1,1.5,2,2.5")]
+        thetas: Vec<f64>,
+        /// Cache size of the skew sweep and the policy experiment, percent of the data.
+        #[arg(long, default_value_t = 20.0)]
+        fixed_size: f64,
+        /// Skew of the policy experiment.
+        #[arg(long, default_value_t = 0.3)]
+        policy_theta: f64,
+        /// CPU cores the storage node may use (bottleneck profile).
+        #[arg(long, default_value_t = 1.0)]
+        node_cpus: f64,
+        /// Target compressed size of a column chunk when loading, KiB.
+        #[arg(long, default_value_t = 1024)]
+        chunk_kib: usize,
+        /// With --profile local: the directory that holds the databases.
+        #[arg(long, default_value = "bench-results/tpch-data")]
+        data_dir: PathBuf,
+        /// The engine's memory limit for the queries (the cache gets its size on top).
+        #[arg(long, value_name = "SIZE")]
+        memory_limit: Option<String>,
+        /// Output directory (default bench-results/hybrid-<profile>-sf<sf>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Testbed state directory.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// Transactions under concurrency: writer processes move money between accounts while readers check the total.
     #[command(after_help = "Each transfer is one transaction: two UPDATEs and an INSERT into the transfer log.\nReaders check that the balances always sum to the initial total and each account\nappears once; at the end every committed transfer must be in the log exactly once\nand every balance must match the log. Serialization failures are counted.\nWithout --db, the run uses a fresh database on the testbed's MinIO (profile lan).\n\nExamples:\n  blobhouse bench bank\n  blobhouse bench bank --writers 8 --transfers 500 --accounts 64\n  blobhouse bench bank --db /tmp/bank-db")]
     Bank {
@@ -492,6 +541,49 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             println!("wrote {}/{{report.txt,cache.csv,time.png,gets.png}}", out.display());
             let wrong: usize = result.configs.iter().chain(&result.routing).map(|c| c.wrong_answers()).sum();
             anyhow::ensure!(wrong == 0, "{wrong} answers were wrong (see the report)");
+        }
+        BenchCommand::Hybrid { sf, profile, queries, seed, sizes, theta, thetas, fixed_size, policy_theta, node_cpus, chunk_kib, data_dir, memory_limit, out, dir } => {
+            use blobhouse_bench::hybrid_bench::{self, HybridBenchOptions, NodeSetup};
+            anyhow::ensure!(sf > 0.0 && sf.is_finite(), "--sf must be a positive number");
+            anyhow::ensure!(queries >= 2, "--queries must be at least 2 (half warm up, half are measured)");
+            anyhow::ensure!(sizes.iter().chain([&fixed_size]).all(|p| *p > 0.0 && *p <= 1000.0), "--sizes and --fixed-size are percentages of the data, above 0");
+            anyhow::ensure!(thetas.iter().chain([&theta, &policy_theta]).all(|t| *t >= 0.0 && t.is_finite()), "skews (θ) are finite and at least 0");
+            anyhow::ensure!(node_cpus > 0.0 && node_cpus.is_finite(), "--node-cpus must be positive");
+            anyhow::ensure!(chunk_kib >= 16, "--chunk-kib must be at least 16");
+            let memory_limit = parse_memory_limit(memory_limit.as_deref())?;
+            let local = profile == "local";
+            let bench = if local { None } else { Some(BenchTestbed::up(&profile, dir)?) };
+            let profile_name = bench.as_ref().map_or("local", |b| b.profile.name());
+            if profile_name != "bottleneck" {
+                eprintln!("bench hybrid: note: the figures are about the bottleneck profile (`blobhouse testbed up bottleneck`); this run uses {profile_name}");
+            }
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/hybrid-{profile_name}-sf{sf}")));
+            let exe = std::env::current_exe().context("find the blobhouse executable")?;
+            let opts = HybridBenchOptions {
+                sf,
+                chunk_bytes: chunk_kib << 10,
+                queries,
+                seed,
+                sizes,
+                theta,
+                thetas,
+                fixed_size,
+                policy_theta,
+                node: NodeSetup::Spawn { exe, cpus: node_cpus },
+                request_bytes: 16 << 20,
+                memory_limit,
+                out: out.clone(),
+            };
+            let result = hybrid_bench::run(&store_of(&bench, data_dir), &opts, &|step| eprintln!("bench hybrid: {step}")).await;
+            if let Some(b) = bench {
+                b.down()?;
+            }
+            let result = result.map_err(anyhow::Error::msg)?;
+            let text = hybrid_bench::report(profile_name, &opts, &result);
+            std::fs::write(out.join("report.txt"), &text)?;
+            println!("{text}");
+            println!("wrote {}/{{report.txt,hybrid.csv,time-vs-cache.png,traffic-vs-cache.png,time-vs-skew.png}}", out.display());
+            anyhow::ensure!(result.wrong() == 0, "{} answers differed between configurations (see the report)", result.wrong());
         }
         BenchCommand::Bank { db, writers, readers, transfers, accounts, out, dir } => {
             anyhow::ensure!(writers > 0 && accounts >= 2, "--writers must be at least 1 and --accounts at least 2");

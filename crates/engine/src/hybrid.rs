@@ -156,13 +156,39 @@ pub struct Pushdown {
     mode: Mutex<PushdownMode>,
     model: Mutex<CostModel>,
     warnings: Mutex<Vec<String>>,
+    totals: Mutex<PushdownTotals>,
+}
+
+/// What an engine's hybrid scans did since it opened, summed over queries
+/// (per query: EXPLAIN ANALYZE). Benchmarks read it around a workload.
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct PushdownTotals {
+    /// Row groups read from the caching tiers.
+    pub row_groups_cached: u64,
+    /// Row groups the node evaluated.
+    pub row_groups_pushed: u64,
+    /// Row groups fetched from the store because the split said so.
+    pub row_groups_fetched: u64,
+    /// Row groups fetched because the node refused, failed or was away.
+    pub row_groups_fallback: u64,
+    /// Compressed bytes of the row groups the node read for us.
+    pub bytes_pushed: u64,
+    /// Arrow bytes of what the node sent back.
+    pub bytes_received: u64,
 }
 
 impl Pushdown {
     /// A link to the node `options` names (connected on first use).
     pub fn new(options: PushdownOptions) -> std::result::Result<Arc<Pushdown>, PushdownError> {
         let client = NodeClient::new(&options.endpoint, &options.token)?;
-        Ok(Arc::new(Pushdown { client, mode: Mutex::new(options.mode), options, model: Mutex::default(), warnings: Mutex::default() }))
+        Ok(Arc::new(Pushdown {
+            client,
+            mode: Mutex::new(options.mode),
+            options,
+            model: Mutex::default(),
+            warnings: Mutex::default(),
+            totals: Mutex::default(),
+        }))
     }
 
     /// The mode now in force.
@@ -178,6 +204,15 @@ impl Pushdown {
     /// The rates measured so far.
     pub fn model(&self) -> CostModel {
         *self.model.lock().expect("not poisoned")
+    }
+
+    /// What the hybrid scans did so far.
+    pub fn totals(&self) -> PushdownTotals {
+        *self.totals.lock().expect("not poisoned")
+    }
+
+    fn count(&self, f: impl FnOnce(&mut PushdownTotals)) {
+        f(&mut self.totals.lock().expect("not poisoned"));
     }
 
     /// The node's client (for its stats).
@@ -511,6 +546,12 @@ impl HybridExec {
                 Route::Fetch => counters.fetched.add(1),
             }
         }
+        let n = |route: Route| routes.iter().filter(|r| **r == route).count() as u64;
+        self.pushdown.count(|t| {
+            t.row_groups_cached += n(Route::Cached);
+            t.row_groups_pushed += n(Route::Push);
+            t.row_groups_fetched += n(Route::Fetch);
+        });
         // Tasks: runs of pushed row groups of one object.
         let mut tasks: Vec<Vec<usize>> = Vec::new();
         for (i, u) in units.iter().enumerate() {
@@ -613,13 +654,22 @@ impl Driver {
         let fragment = fragment(&self.chain, &self.scan, &picked)?;
         match self.pushdown.client.run(fragment).await {
             Ok(batches) => {
-                self.counters.pushed_bytes.add(picked.iter().map(|u| u.bytes() as usize).sum());
-                self.counters.received_bytes.add(batches.iter().map(RecordBatch::get_array_memory_size).sum());
+                let (scanned, sent) = (picked.iter().map(|u| u.bytes() as usize).sum(), batches.iter().map(RecordBatch::get_array_memory_size).sum());
+                self.counters.pushed_bytes.add(scanned);
+                self.counters.received_bytes.add(sent);
+                self.pushdown.count(|t| {
+                    t.bytes_pushed += scanned as u64;
+                    t.bytes_received += sent as u64;
+                });
                 Ok((batches, true))
             }
             Err(e) => {
                 self.pushdown.warn(format!("{e}; read the data here instead (the answer is unaffected)"));
                 self.counters.fallback.add(units.len());
+                self.pushdown.count(|t| {
+                    t.row_groups_fallback += units.len() as u64;
+                    t.row_groups_pushed -= units.len() as u64;
+                });
                 let batches = self.locally(units).await?;
                 Ok((batches, false))
             }

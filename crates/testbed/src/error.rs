@@ -18,7 +18,9 @@ pub enum TestbedError {
     State { path: String, message: String },
     #[error("{tool}: {message}")]
     Tool { tool: String, message: String },
-    #[error("unknown profile '{0}'; the profiles are: lan, s3, s3-scaled, throttled")]
+    #[error("the testbed runs profile {from}, and {to} places MinIO elsewhere (the bottleneck profile puts it in a network namespace behind a shaped link): run `blobhouse testbed down` first, which deletes the testbed's buckets")]
+    TopologyChange { from: &'static str, to: &'static str },
+    #[error("unknown profile '{0}'; the profiles are: lan, s3, s3-scaled, throttled, bottleneck")]
     UnknownProfile(String),
     #[error("{0}")]
     Io(#[from] std::io::Error),

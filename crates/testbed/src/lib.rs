@@ -12,6 +12,7 @@
 //! process handling is small and the shaping is toxiproxy's.
 
 pub mod error;
+pub mod link;
 pub mod process;
 pub mod profile;
 pub mod toxiproxy;
@@ -23,6 +24,7 @@ use std::time::Duration;
 use serde::{Deserialize, Serialize};
 
 pub use error::{Result, TestbedError};
+pub use link::Link;
 pub use process::Lifetime;
 pub use profile::Profile;
 pub use toxiproxy::{Toxic, Toxiproxy};
@@ -63,6 +65,10 @@ pub struct State {
     /// here (0: a testbed started before this existed).
     #[serde(default)]
     pub nginx_s3_port: u16,
+    /// MinIO runs on the store side of a shaped link ([`Link`]): the
+    /// `bottleneck` profile.
+    #[serde(default)]
+    pub bottleneck: bool,
 }
 
 /// How clients reach the testbed under its current profile.
@@ -95,6 +101,9 @@ impl Testbed {
     /// re-shaped to the profile; one that died half-way is cleaned up first.
     pub fn up(dir: &Path, profile: Profile, lifetime: Lifetime) -> Result<Testbed> {
         if let Some(mut running) = Testbed::status(dir)? {
+            if running.state.bottleneck != (profile == Profile::Bottleneck) {
+                return Err(TestbedError::TopologyChange { from: running.profile().name(), to: profile.name() });
+            }
             running.apply(profile)?;
             return Ok(running);
         }
@@ -104,7 +113,7 @@ impl Testbed {
         for _ in 0..START_ATTEMPTS {
             Testbed::down(dir)?;
             std::fs::create_dir_all(dir)?;
-            match Testbed::start(dir, lifetime) {
+            match Testbed::start(dir, lifetime, profile == Profile::Bottleneck) {
                 Ok(mut tb) => {
                     tb.apply(profile)?;
                     return Ok(tb);
@@ -143,6 +152,9 @@ impl Testbed {
                         stopped.push(pid);
                     }
                 }
+                if state.bottleneck {
+                    Link::for_port(state.minio_port).delete();
+                }
             }
         }
         if dir.exists() {
@@ -151,7 +163,7 @@ impl Testbed {
         Ok(stopped)
     }
 
-    fn start(dir: &Path, lifetime: Lifetime) -> Result<Testbed> {
+    fn start(dir: &Path, lifetime: Lifetime, bottleneck: bool) -> Result<Testbed> {
         let minio = tools::minio()?;
         let toxiproxy = tools::toxiproxy()?;
         let nginx = tools::nginx()?;
@@ -166,6 +178,7 @@ impl Testbed {
             nginx_proxy_port: process::free_port()?,
             nginx_tls_port: process::free_port()?,
             nginx_s3_port: process::free_port()?,
+            bottleneck,
         };
         let mut tb = Testbed { dir: dir.to_path_buf(), state };
         // Record the state before anything runs, so `down` can always clean up.
@@ -185,11 +198,19 @@ impl Testbed {
         for bucket in [BUCKET, TEST_BUCKET] {
             std::fs::create_dir_all(data.join(bucket))?;
         }
-        let mut cmd = Command::new(minio);
+        // Under the bottleneck profile MinIO listens on the store side of
+        // the link, inside the testbed's namespace.
+        let (mut cmd, host) = match self.link() {
+            Some(link) => {
+                link.create(Link::configured_mbit()?)?;
+                (link.store_side(minio), link.store_ip)
+            }
+            None => (Command::new(minio), "127.0.0.1".to_string()),
+        };
         cmd.args(["server", "--quiet", "--address"])
-            .arg(format!("127.0.0.1:{}", self.state.minio_port))
+            .arg(format!("{host}:{}", self.state.minio_port))
             .arg("--console-address")
-            .arg(format!("127.0.0.1:{}", process::free_port()?))
+            .arg(format!("{host}:{}", process::free_port()?))
             .arg(&data)
             .env("MINIO_ROOT_USER", ACCESS_KEY)
             .env("MINIO_ROOT_PASSWORD", SECRET_KEY)
@@ -218,7 +239,10 @@ impl Testbed {
         self.save()?;
 
         let minio_port = self.state.minio_port;
-        process::wait_ready("MinIO", &log, 60, || process::http(minio_port, "GET", "/minio/health/live", None).is_ok_and(|(s, _)| s == 200))?;
+        let minio_host = self.link().map_or("127.0.0.1".to_string(), |l| l.store_ip);
+        process::wait_ready("MinIO", &log, 60, || {
+            process::http_to(&minio_host, minio_port, "GET", "/minio/health/live", None).is_ok_and(|(s, _)| s == 200)
+        })?;
         let nginx_port = self.state.nginx_port;
         process::wait_ready("nginx", &nginx_log, 20, || process::http(nginx_port, "GET", "/health", None).is_ok_and(|(s, _)| s == 200))?;
         let api = self.toxiproxy();
@@ -261,6 +285,11 @@ impl Testbed {
         Profile::parse(&self.state.profile).unwrap_or(Profile::Lan)
     }
 
+    /// The shaped link to the store side (the `bottleneck` profile).
+    pub fn link(&self) -> Option<Link> {
+        self.state.bottleneck.then(|| Link::for_port(self.state.minio_port))
+    }
+
     /// Ports and pids.
     pub fn state(&self) -> &State {
         &self.state
@@ -284,7 +313,10 @@ impl Testbed {
     /// Where clients connect under the current profile.
     pub fn endpoints(&self) -> Endpoints {
         let url = |p: u16| format!("http://127.0.0.1:{p}");
-        let s3_direct = url(self.state.minio_port);
+        let s3_direct = match self.link() {
+            Some(link) => format!("http://{}:{}", link.store_ip, self.state.minio_port),
+            None => url(self.state.minio_port),
+        };
         let http_direct = url(self.state.nginx_port);
         if self.profile().direct() {
             Endpoints { s3: s3_direct.clone(), http: http_direct.clone(), s3_direct, http_direct }

@@ -120,13 +120,19 @@ pub fn wait_ready(what: &str, log: &Path, secs: u64, mut ready: impl FnMut() -> 
 /// Sends one HTTP/1.1 request on a fresh connection and returns (status, body).
 /// Only for the testbed's own control and health checks on 127.0.0.1.
 pub fn http(port: u16, method: &str, path: &str, body: Option<&str>) -> std::io::Result<(u16, String)> {
+    http_to("127.0.0.1", port, method, path, body)
+}
+
+/// [`http`] to another of the testbed's own addresses (the store side of
+/// the `bottleneck` profile's link).
+pub fn http_to(host: &str, port: u16, method: &str, path: &str, body: Option<&str>) -> std::io::Result<(u16, String)> {
     use std::io::{Read, Write};
-    let mut s = std::net::TcpStream::connect(("127.0.0.1", port))?;
+    let mut s = std::net::TcpStream::connect((host, port))?;
     s.set_read_timeout(Some(Duration::from_secs(10)))?;
     let body = body.unwrap_or("");
     write!(
         s,
-        "{method} {path} HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        "{method} {path} HTTP/1.1\r\nHost: {host}:{port}\r\nContent-Type: application/json\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
         body.len()
     )?;
     let mut response = String::new();

@@ -54,11 +54,15 @@ pub enum Profile {
     S3Scaled,
     /// A share of requests answered with HTTP 503 (nginx `limit_req`).
     Throttled,
+    /// MinIO (and a benchmark's storage node) behind a link of limited
+    /// aggregate bandwidth in a network namespace: FlexPushdownDB's regime,
+    /// where the network, not the compute, is the bottleneck ([`crate::Link`]).
+    Bottleneck,
 }
 
 impl Profile {
     /// All profiles.
-    pub const ALL: [Profile; 4] = [Profile::Lan, Profile::S3, Profile::S3Scaled, Profile::Throttled];
+    pub const ALL: [Profile; 5] = [Profile::Lan, Profile::S3, Profile::S3Scaled, Profile::Throttled, Profile::Bottleneck];
 
     /// Parses a profile name.
     pub fn parse(name: &str) -> Result<Profile> {
@@ -72,6 +76,7 @@ impl Profile {
             Profile::S3 => "s3",
             Profile::S3Scaled => "s3-scaled",
             Profile::Throttled => "throttled",
+            Profile::Bottleneck => "bottleneck",
         }
     }
 
@@ -93,12 +98,16 @@ impl Profile {
             ),
             Profile::S3Scaled => format!("as s3 (without the 503 answers), but {S3_SCALED_BANDWIDTH_KBPS} KB/s per connection: the machine's aggregate needs hundreds of requests in flight"),
             Profile::Throttled => format!("nginx answers requests beyond {THROTTLE_RATE}/s (burst {THROTTLE_BURST}) with HTTP 503; MinIO unshaped"),
+            Profile::Bottleneck => format!(
+                "MinIO in a network namespace behind a veth link shaped to {} Mbit/s each way (tc tbf; BLOBHOUSE_BOTTLENECK_MBIT); storage nodes run next to it with a CPU share",
+                crate::link::Link::configured_mbit().unwrap_or(crate::link::DEFAULT_LINK_MBIT)
+            ),
         }
     }
 
     /// Whether clients bypass the proxies.
     pub fn direct(self) -> bool {
-        self == Profile::Lan
+        matches!(self, Profile::Lan | Profile::Bottleneck)
     }
 
     /// Whether S3 requests pass nginx's random 503 SlowDown answers.
@@ -116,7 +125,7 @@ impl Profile {
         let bandwidth = match self {
             Profile::S3 => S3_BANDWIDTH_KBPS,
             Profile::S3Scaled => S3_SCALED_BANDWIDTH_KBPS,
-            Profile::Lan | Profile::Throttled => return Vec::new(),
+            Profile::Lan | Profile::Throttled | Profile::Bottleneck => return Vec::new(),
         };
         vec![
             Toxic::new("first-byte", "latency", 1.0, json!({"latency": S3_LATENCY_MS, "jitter": S3_JITTER_MS})),

@@ -185,3 +185,40 @@ fn each_fault_mode_is_real() {
     assert!(by_status.get(&503).is_some_and(|n| *n >= 2) && by_status.get(&403).is_some(), "{by_status:?}");
     Testbed::down(tb.dir()).unwrap();
 }
+
+/// The bottleneck profile: MinIO behind a veth link into a namespace of the
+/// testbed's own, shaped by tbf each way; the link carries the traffic;
+/// re-shaping to a profile with MinIO elsewhere is refused; down removes
+/// the namespace and the link.
+#[test]
+fn bottleneck_puts_minio_behind_a_shaped_link_and_down_removes_it() {
+    let dir = tempfile::tempdir().unwrap();
+    let path = dir.path().join("tb");
+    let tb = Testbed::up(&path, Profile::Bottleneck, Lifetime::TiedToThisProcess).unwrap();
+    let link = tb.link().expect("the bottleneck profile has a link");
+    assert!(link.exists(), "{link:?}");
+    let endpoint = tb.endpoints().s3;
+    assert_eq!(endpoint, format!("http://{}:{}", link.store_ip, tb.state().minio_port));
+    assert_eq!(tb.endpoints().s3_direct, endpoint, "no unshaped way around the link");
+    // MinIO is not on the compute side's loopback.
+    assert!(TcpStream::connect(("127.0.0.1", tb.state().minio_port)).is_err());
+    let shaping = std::process::Command::new("tc").args(["qdisc", "show", "dev", &link.host_if]).output().unwrap();
+    let mbit = blobhouse_testbed::Link::configured_mbit().unwrap();
+    let shaping = String::from_utf8_lossy(&shaping.stdout);
+    assert!(shaping.contains("tbf") && shaping.contains(&format!("rate {mbit}Mbit")), "{shaping}");
+    let (before, _) = link.bytes_carried().unwrap();
+    for _ in 0..20 {
+        let (status, _) = process::http_to(&link.store_ip, tb.state().minio_port, "GET", "/minio/health/live", None).unwrap();
+        assert_eq!(status, 200);
+    }
+    let (after, to_store) = link.bytes_carried().unwrap();
+    assert!(after > before + 20 * 100 && to_store > 0, "the link's counters: {before} → {after}, {to_store} towards the store");
+    let err = Testbed::up(&path, Profile::S3, Lifetime::TiedToThisProcess).unwrap_err().to_string();
+    assert!(err.contains("testbed down"), "{err}");
+    let pids = tb.state().pids.clone();
+    Testbed::down(&path).unwrap();
+    assert!(!link.exists(), "the namespace is gone");
+    assert!(pids.iter().all(|&p| !process::alive(p)));
+    let ip = std::process::Command::new("ip").args(["link", "show", &link.host_if]).output().unwrap();
+    assert!(!ip.status.success(), "the veth pair is gone");
+}

@@ -122,3 +122,52 @@ async fn ssb_answers_are_exact_in_every_mode(b: Backend) {
 }
 
 on_both_backends!(ssb_answers_are_exact_in_every_mode);
+
+/// `blobhouse bench hybrid`'s short mode: every experiment runs on a local
+/// store with a node in this process, every answer agrees across the
+/// configurations, the node does the pushdown-only work and the report
+/// carries the ratios the targets are about.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn hybrid_benchmark_short_mode() {
+    use blobhouse_bench::hybrid_bench::{self, HybridBenchOptions, Mode, NodeSetup};
+    use blobhouse_bench::tpch_bench::{BenchStore, Dataset, prepare_dataset};
+    let dir = tempfile::tempdir().unwrap();
+    let store = BenchStore::Local(dir.path().join("data"));
+    let chunk_bytes = 64 << 10;
+    let (url, store_options, _loader) = prepare_dataset(&store, Dataset::Ssb, 0.02, chunk_bytes, &|_| {}).await.unwrap();
+    let location = blobhouse_storage::open_location(&url, &store_options).unwrap();
+    let node = blobhouse_pushdown::StorageNode::new(location, NodeOptions::new(TOKEN)).unwrap();
+    let (addr, _h) = node.clone().spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
+    let opts = HybridBenchOptions {
+        sf: 0.02,
+        chunk_bytes,
+        queries: 8,
+        seed: 3,
+        sizes: vec![20.0, 80.0],
+        theta: 2.0,
+        thetas: vec![0.0, 2.0],
+        fixed_size: 20.0,
+        policy_theta: 0.3,
+        node: NodeSetup::Running { endpoint: format!("http://{addr}"), token: TOKEN.into(), pid: None },
+        request_bytes: 16 << 20,
+        memory_limit: None,
+        out: dir.path().join("out"),
+    };
+    let result = hybrid_bench::run(&store, &opts, &|_| {}).await.unwrap();
+    assert_eq!(result.wrong(), 0);
+    // 2 flat + 3 per size; 3 per skew; 4 policies.
+    assert_eq!(result.runs.len(), 2 + 3 * 2 + 3 * 2 + 4);
+    let pushdown = result.runs.iter().find(|r| r.mode == Mode::Pushdown).unwrap();
+    assert!(pushdown.row_groups_pushed > 0 && pushdown.row_groups_cached == 0, "{pushdown:?}");
+    let pull_up = result.runs.iter().find(|r| r.mode == Mode::PullUp).unwrap();
+    let big_cache = result.runs.iter().find(|r| r.mode == Mode::Caching && r.percent == 80.0).unwrap();
+    assert!(big_cache.cache_byte_hit > 0.0 && big_cache.traffic < pull_up.traffic, "a cache saves traffic: {big_cache:?} against {pull_up:?}");
+    assert!(node.stats().tasks_done > 0);
+    let report = hybrid_bench::report("local", &opts, &result);
+    for needle in ["against cache size", "against skew", "Figure 11", "the better of caching-only", "Weighted-LFU", "belady"] {
+        assert!(report.contains(needle), "{needle}: {report}");
+    }
+    for png in ["time-vs-cache.png", "traffic-vs-cache.png", "time-vs-skew.png"] {
+        assert!(std::fs::metadata(opts.out.join(png)).unwrap().len() > 1000, "{png}");
+    }
+}

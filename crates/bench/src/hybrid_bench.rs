@@ -1,0 +1,565 @@
+//! `blobhouse bench hybrid`: FlexPushdownDB's evaluation (§7) on SSB —
+//! pull-up, caching-only, pushdown-only and hybrid execution against cache
+//! size and against skew, and the caching policies on the
+//! mixed-selectivity workload — on the testbed's `bottleneck` profile
+//! (docs/pushdown.md), where the link to the store is slower than the
+//! compute behind it.
+//!
+//! - Every configuration is a fresh engine with empty caches that runs the
+//!   same seeded stream of generated queries ([`crate::ssb::QueryGenerator`]);
+//!   the first half warms the caches, the second half is measured (the
+//!   paper's method). Time and traffic are the second half's.
+//! - Traffic is what crossed the link, from the kernel's counters on the
+//!   shaped veth (store → compute and compute → store); without a link
+//!   (local store) the bytes fetched plus the node's replies.
+//! - Answers: every query's result is compared with the first
+//!   configuration's result for the same query text; a difference is
+//!   reported as WRONG and fails the command.
+//! - Belady runs online from the trace the LFU configuration recorded (the
+//!   same queries touch the same segments whatever the split).
+
+use std::collections::HashMap;
+use std::path::PathBuf;
+use std::time::{Duration, Instant};
+
+use blobhouse_cache::{Belady, PolicyKind};
+use blobhouse_engine::hybrid::{PushdownMode, PushdownOptions};
+use blobhouse_engine::{CacheOptions, Engine};
+
+use crate::answers::{compare, result_rows, Verdict};
+use crate::plot::{self, Axes, Series};
+use crate::ssb::{self, Workload};
+use crate::tpch_bench::{BenchStore, Dataset, err, measured_options, open_measured, prepare_dataset, release_free_memory};
+
+/// How the compute side reaches a storage node.
+#[derive(Debug, Clone)]
+pub enum NodeSetup {
+    /// Start `exe storage-node` for the run: on the store side of the
+    /// testbed's link when there is one, capped at `cpus` cores.
+    Spawn { exe: PathBuf, cpus: f64 },
+    /// A node that already serves the benchmark database (tests start one
+    /// in their own process); `pid` for its CPU time, if known.
+    Running { endpoint: String, token: String, pid: Option<u32> },
+}
+
+/// What to run.
+#[derive(Debug, Clone)]
+pub struct HybridBenchOptions {
+    pub sf: f64,
+    /// Target compressed size of a column chunk when loading.
+    pub chunk_bytes: usize,
+    /// Queries per configuration (half warm-up, half measured).
+    pub queries: usize,
+    pub seed: u64,
+    /// Cache sizes of the size sweep, percent of the data.
+    pub sizes: Vec<f64>,
+    /// Skew of the size sweep.
+    pub theta: f64,
+    /// Skews of the skew sweep.
+    pub thetas: Vec<f64>,
+    /// Cache size of the skew sweep and the policy experiment, percent.
+    pub fixed_size: f64,
+    /// Skew of the policy experiment (low: where Weighted-LFU matters).
+    pub policy_theta: f64,
+    pub node: NodeSetup,
+    pub request_bytes: u64,
+    pub memory_limit: Option<usize>,
+    pub out: PathBuf,
+}
+
+/// The execution modes compared.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    /// Everything fetched, nothing cached or pushed.
+    PullUp,
+    /// Caching tiers, no node.
+    Caching,
+    /// The node for everything, no caches.
+    Pushdown,
+    /// Cached row groups read locally, the rest split between the node and
+    /// fetching by the measured rates (`auto`).
+    Hybrid,
+}
+
+impl Mode {
+    pub fn name(self) -> &'static str {
+        match self {
+            Mode::PullUp => "pull-up",
+            Mode::Caching => "caching-only",
+            Mode::Pushdown => "pushdown-only",
+            Mode::Hybrid => "hybrid",
+        }
+    }
+}
+
+/// The memory tier's policy of a configuration.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum PolicyChoice {
+    Online(PolicyKind),
+    Belady,
+}
+
+impl PolicyChoice {
+    pub fn name(self) -> &'static str {
+        match self {
+            PolicyChoice::Online(k) => k.name(),
+            PolicyChoice::Belady => "belady",
+        }
+    }
+}
+
+/// One configuration's measured half.
+#[derive(Debug, Clone)]
+pub struct Run {
+    pub experiment: &'static str,
+    pub mode: Mode,
+    pub policy: PolicyChoice,
+    /// Cache size, percent of the data (0: no cache).
+    pub percent: f64,
+    pub theta: f64,
+    pub seconds: f64,
+    /// Bytes over the link towards the compute side (or fetched + replies).
+    pub traffic: u64,
+    pub bytes_fetched: u64,
+    pub row_groups_cached: u64,
+    pub row_groups_pushed: u64,
+    pub row_groups_fetched: u64,
+    pub row_groups_fallback: u64,
+    /// The node's CPU seconds per measured query (None: unknown).
+    pub node_cpu_per_query: Option<f64>,
+    pub cache_byte_hit: f64,
+    pub queries: usize,
+    pub wrong: usize,
+}
+
+/// Everything one run measured.
+#[derive(Debug, Clone)]
+pub struct HybridBenchResult {
+    pub data_bytes: u64,
+    pub link: Option<String>,
+    pub runs: Vec<Run>,
+}
+
+/// A started node process, stopped on drop.
+struct NodeProcess(std::process::Child);
+
+impl Drop for NodeProcess {
+    fn drop(&mut self) {
+        let _ = self.0.kill();
+        let _ = self.0.wait();
+    }
+}
+
+/// CPU seconds (user + system) process `pid` has used.
+fn cpu_seconds(pid: u32) -> Option<f64> {
+    let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).ok()?;
+    // Fields after the command name (which may hold spaces) start at ')'.
+    let fields: Vec<&str> = stat.rsplit_once(')')?.1.split_whitespace().collect();
+    let (utime, stime): (u64, u64) = (fields.get(11)?.parse().ok()?, fields.get(12)?.parse().ok()?);
+    // SAFETY: sysconf only reads a system constant.
+    let ticks = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
+    (ticks > 0).then(|| (utime + stime) as f64 / ticks as f64)
+}
+
+/// Starts the node and returns (endpoint, token, pid, guard).
+async fn start_node(store: &BenchStore<'_>, url: &str, setup: &NodeSetup, out: &std::path::Path) -> Result<(String, String, Option<u32>, Option<NodeProcess>), String> {
+    let (exe, cpus) = match setup {
+        NodeSetup::Running { endpoint, token, pid } => return Ok((endpoint.clone(), token.clone(), *pid, None)),
+        NodeSetup::Spawn { exe, cpus } => (exe, *cpus),
+    };
+    let token = format!("bench-{:016x}", rand::random::<u64>());
+    let log = out.join("storage-node.log");
+    let log_file = std::fs::File::create(&log).map_err(|e| format!("{}: {e}", log.display()))?;
+    let port = blobhouse_testbed::process::free_port().map_err(|e| e.to_string())?;
+    let (mut cmd, host, link) = match store {
+        BenchStore::Testbed(tb) => match tb.link() {
+            Some(link) => (link.store_side(exe), link.store_ip.clone(), Some(link)),
+            None => (std::process::Command::new(exe), "127.0.0.1".to_string(), None),
+        },
+        BenchStore::Local(_) => (std::process::Command::new(exe), "127.0.0.1".to_string(), None),
+    };
+    cmd.args(["storage-node", "--db", url, "--listen", &format!("{host}:{port}")]).env("BLOBHOUSE_NODE_TOKEN", &token);
+    if let BenchStore::Testbed(tb) = store {
+        // Next to the store: the node reads MinIO directly (inside the
+        // namespace under the bottleneck profile), not through the link.
+        for (k, v) in tb.env() {
+            cmd.env(k, v);
+        }
+        cmd.env("AWS_ENDPOINT_URL", tb.endpoints().s3_direct);
+    }
+    cmd.stdout(log_file.try_clone().map_err(|e| e.to_string())?).stderr(log_file);
+    let child = cmd.spawn().map_err(|e| format!("cannot start {} storage-node: {e}", exe.display()))?;
+    let pid = child.id();
+    let guard = NodeProcess(child);
+    if let Some(link) = &link {
+        link.limit_cpu(pid, cpus).map_err(|e| e.to_string())?;
+    }
+    let deadline = Instant::now() + Duration::from_secs(30);
+    while std::net::TcpStream::connect((host.as_str(), port)).is_err() {
+        if Instant::now() > deadline {
+            return Err(format!("the storage node did not listen on {host}:{port} within 30 s; its log: {}", log.display()));
+        }
+        tokio::time::sleep(Duration::from_millis(100)).await;
+    }
+    Ok((format!("http://{host}:{port}"), token, Some(pid), Some(guard)))
+}
+
+/// Runs the benchmark.
+pub async fn run(store: &BenchStore<'_>, opts: &HybridBenchOptions, progress: &dyn Fn(&str)) -> Result<HybridBenchResult, String> {
+    assert!(opts.queries >= 2, "half the queries warm up, half are measured");
+    std::fs::create_dir_all(&opts.out).map_err(|e| format!("{}: {e}", opts.out.display()))?;
+    let (url, direct, loader) = prepare_dataset(store, Dataset::Ssb, opts.sf, opts.chunk_bytes, progress).await?;
+    let data = crate::cache_bench::data_bytes(&loader, &ssb::TABLES).await?;
+    drop(loader);
+    progress(&format!("data: {:.1} MiB of column chunks", data as f64 / 1048576.0));
+    let (endpoint, token, node_pid, _node) = start_node(store, &url, &opts.node, &opts.out).await?;
+    let link = match store {
+        BenchStore::Testbed(tb) => tb.link(),
+        BenchStore::Local(_) => None,
+    };
+    let mut bench = Bench { store, url, direct, data, opts, endpoint, token, node_pid, link: link.clone(), answers: HashMap::new(), trace: None };
+    let mut runs = Vec::new();
+    let lfu = PolicyChoice::Online(PolicyKind::Lfu);
+    let lru = PolicyChoice::Online(PolicyKind::Lru);
+    // Figures 6/7: against cache size.
+    runs.push(bench.config("size", Mode::PullUp, lfu, 0.0, opts.theta, Workload::Skewed, progress).await?);
+    runs.push(bench.config("size", Mode::Pushdown, lfu, 0.0, opts.theta, Workload::Skewed, progress).await?);
+    for &p in &opts.sizes {
+        for (mode, policy) in [(Mode::Caching, lru), (Mode::Caching, lfu), (Mode::Hybrid, lfu)] {
+            runs.push(bench.config("size", mode, policy, p, opts.theta, Workload::Skewed, progress).await?);
+        }
+    }
+    // Figure 8: against skew.
+    for &theta in &opts.thetas {
+        for mode in [Mode::Caching, Mode::Pushdown, Mode::Hybrid] {
+            let p = if mode == Mode::Pushdown { 0.0 } else { opts.fixed_size };
+            runs.push(bench.config("skew", mode, lfu, p, theta, Workload::Skewed, progress).await?);
+        }
+    }
+    // Figure 11: the policies on the mixed-selectivity workload.
+    let wlfu = PolicyChoice::Online(PolicyKind::WeightedLfu);
+    for policy in [lru, lfu, wlfu, PolicyChoice::Belady] {
+        runs.push(bench.config("policy", Mode::Hybrid, policy, opts.fixed_size, opts.policy_theta, Workload::MixedSelectivity, progress).await?);
+    }
+    let result = HybridBenchResult { data_bytes: data, link: link.map(|l| format!("{} ↔ {}", l.host_ip, l.store_ip)), runs };
+    write_outputs(opts, &result)?;
+    Ok(result)
+}
+
+/// The state shared by a run's configurations.
+struct Bench<'a> {
+    store: &'a BenchStore<'a>,
+    url: String,
+    direct: blobhouse_storage::StoreOptions,
+    data: u64,
+    opts: &'a HybridBenchOptions,
+    endpoint: String,
+    token: String,
+    node_pid: Option<u32>,
+    link: Option<blobhouse_testbed::Link>,
+    /// The first answer to each query text.
+    answers: HashMap<String, Vec<Vec<String>>>,
+    /// Segments per scan of the policy experiment's LFU run.
+    trace: Option<Vec<Vec<blobhouse_cache::SegmentKey>>>,
+}
+
+impl Bench<'_> {
+    #[allow(clippy::too_many_arguments)]
+    async fn config(
+        &mut self,
+        experiment: &'static str,
+        mode: Mode,
+        policy: PolicyChoice,
+        percent: f64,
+        theta: f64,
+        workload: Workload,
+        progress: &dyn Fn(&str),
+    ) -> Result<Run, String> {
+        let opts = self.opts;
+        let size = (self.data as f64 * percent / 100.0) as u64;
+        let kind = match policy {
+            PolicyChoice::Online(k) => k,
+            PolicyChoice::Belady => PolicyKind::Lfu,
+        };
+        let cached = matches!(mode, Mode::Caching | Mode::Hybrid) && size > 0;
+        let mut options = measured_options(opts.request_bytes, None, true, opts.memory_limit);
+        options.cache = if cached { CacheOptions { memory: Some(size), memory_policy: kind, ..CacheOptions::default() } } else { CacheOptions::off() };
+        if let (Some(limit), true) = (options.memory_limit, cached) {
+            options.memory_limit = Some(limit + size as usize);
+        }
+        if matches!(mode, Mode::Pushdown | Mode::Hybrid) {
+            let mut p = PushdownOptions::new(&self.endpoint, &self.token);
+            p.mode = if mode == Mode::Pushdown { PushdownMode::On } else { PushdownMode::Auto };
+            options.pushdown = Some(p);
+        }
+        let engine = open_measured(self.store, &self.url, &self.direct, options).await?;
+        let name = format!("{experiment}: {} {}{} θ={theta}", mode.name(), if cached { format!("{} ", policy.name()) } else { String::new() }, if cached { format!("{percent}%") } else { String::new() });
+        let recording = experiment == "policy" && policy == PolicyChoice::Online(PolicyKind::Lfu);
+        if let Some(t) = engine.tiers() {
+            if recording {
+                t.record_trace();
+            }
+            if policy == PolicyChoice::Belady {
+                let trace = self.trace.as_ref().ok_or("Belady needs the LFU run's trace first")?;
+                t.memory().ok_or("Belady needs a memory tier")?.set_policy(Box::new(Belady::from_trace(trace)));
+            }
+        }
+        let queries = ssb::generate(workload, theta, opts.seed, opts.queries);
+        let warm = queries.len() / 2;
+        let mut measured = Measure::default();
+        let mut wrong = 0;
+        for (i, sql) in queries.iter().enumerate() {
+            if i == warm {
+                measured = Measure::start(&engine, self.link.as_ref(), self.node_pid);
+            }
+            let r = engine.execute(sql).await.map_err(err(&format!("{name}: query {}", i + 1)))?;
+            if i >= warm {
+                measured.add(&r);
+            }
+            let rows = result_rows(&r.batches);
+            match self.answers.get(sql) {
+                Some(first) if compare(first, &rows) != Verdict::Verified => {
+                    wrong += 1;
+                    progress(&format!("{name}: query {} answered WRONG: {sql}", i + 1));
+                }
+                Some(_) => {}
+                None => {
+                    self.answers.insert(sql.clone(), rows);
+                }
+            }
+        }
+        let run = measured.finish(&engine, self.link.as_ref(), self.node_pid, queries.len() - warm)?;
+        if let Some(w) = engine.pushdown().map(|p| p.take_warnings()).filter(|w| !w.is_empty()) {
+            progress(&format!("{name}: the node failed at times ({}); those row groups were fetched", w.join("; ")));
+        }
+        if recording {
+            self.trace = engine.tiers().map(|t| t.take_trace());
+        }
+        let run = Run { experiment, mode, policy, percent: if cached { percent } else { 0.0 }, theta, wrong, ..run };
+        progress(&format!(
+            "{name}: {:.2} s, {:.1} MiB over the link, row groups cached/pushed/fetched {}/{}/{}{}",
+            run.seconds,
+            run.traffic as f64 / 1048576.0,
+            run.row_groups_cached,
+            run.row_groups_pushed,
+            run.row_groups_fetched,
+            if wrong > 0 { format!(", {wrong} WRONG") } else { String::new() }
+        ));
+        drop(engine);
+        release_free_memory();
+        Ok(run)
+    }
+}
+
+/// Counters at the start of the measured half, and what it added up.
+#[derive(Default)]
+struct Measure {
+    link: (u64, u64),
+    node_cpu: Option<f64>,
+    totals: blobhouse_engine::hybrid::PushdownTotals,
+    bytes_fetched: u64,
+    hit_bytes: u64,
+    elapsed: Duration,
+}
+
+impl Measure {
+    fn start(engine: &Engine, link: Option<&blobhouse_testbed::Link>, pid: Option<u32>) -> Measure {
+        Measure {
+            link: link.and_then(|l| l.bytes_carried().ok()).unwrap_or_default(),
+            node_cpu: pid.and_then(cpu_seconds),
+            totals: engine.pushdown().map(|p| p.totals()).unwrap_or_default(),
+            ..Measure::default()
+        }
+    }
+
+    fn add(&mut self, r: &blobhouse_engine::QueryResult) {
+        self.bytes_fetched += r.scan.bytes_fetched;
+        self.hit_bytes += r.scan.memory_bytes + r.scan.ssd_bytes;
+        self.elapsed += r.elapsed;
+    }
+
+    fn finish(self, engine: &Engine, link: Option<&blobhouse_testbed::Link>, pid: Option<u32>, queries: usize) -> Result<Run, String> {
+        let now = engine.pushdown().map(|p| p.totals()).unwrap_or_default();
+        let t = &self.totals;
+        let received = now.bytes_received - t.bytes_received;
+        let traffic = match link {
+            Some(l) => l.bytes_carried().map_err(|e| e.to_string())?.0 - self.link.0,
+            None => self.bytes_fetched + received,
+        };
+        let node_cpu = match (self.node_cpu, pid.and_then(cpu_seconds)) {
+            (Some(a), Some(b)) => Some((b - a) / queries as f64),
+            _ => None,
+        };
+        let read = self.hit_bytes + self.bytes_fetched + (now.bytes_pushed - t.bytes_pushed);
+        Ok(Run {
+            experiment: "",
+            mode: Mode::PullUp,
+            policy: PolicyChoice::Online(PolicyKind::Lfu),
+            percent: 0.0,
+            theta: 0.0,
+            seconds: self.elapsed.as_secs_f64(),
+            traffic,
+            bytes_fetched: self.bytes_fetched,
+            row_groups_cached: now.row_groups_cached - t.row_groups_cached,
+            row_groups_pushed: now.row_groups_pushed - t.row_groups_pushed,
+            row_groups_fetched: now.row_groups_fetched - t.row_groups_fetched,
+            row_groups_fallback: now.row_groups_fallback - t.row_groups_fallback,
+            node_cpu_per_query: node_cpu,
+            cache_byte_hit: if read == 0 { 0.0 } else { self.hit_bytes as f64 / read as f64 },
+            queries,
+            wrong: 0,
+        })
+    }
+}
+
+impl HybridBenchResult {
+    fn find(&self, experiment: &str, mode: Mode, policy: Option<PolicyChoice>, percent: f64, theta: f64) -> Option<&Run> {
+        self.runs.iter().find(|r| {
+            r.experiment == experiment && r.mode == mode && policy.is_none_or(|p| p == r.policy) && (r.percent - percent).abs() < 1e-9 && (r.theta - theta).abs() < 1e-9
+        })
+    }
+
+    /// Wrong answers over every configuration.
+    pub fn wrong(&self) -> usize {
+        self.runs.iter().map(|r| r.wrong).sum()
+    }
+}
+
+/// The report: the three experiments as tables, with the ratios the
+/// targets are about.
+pub fn report(profile: &str, opts: &HybridBenchOptions, r: &HybridBenchResult) -> String {
+    let mib = 1048576.0;
+    let mut out = format!(
+        "SSB SF {} on the {profile} profile{}: {} generated queries per configuration (first half warms up, second half measured), seed {}; data {:.1} MiB of column chunks\n",
+        opts.sf,
+        r.link.as_ref().map_or(String::new(), |l| format!(" (link {l}, {} Mbit/s)", blobhouse_testbed::Link::configured_mbit().unwrap_or_default())),
+        opts.queries,
+        opts.seed,
+        r.data_bytes as f64 / mib
+    );
+    let row = |run: &Run| {
+        format!(
+            "{:>14} {:>7} {:>6} {:>5} {:>9.2} {:>10.1} {:>7.0}% {:>17} {:>9} {:>8}\n",
+            run.mode.name(),
+            if run.percent > 0.0 { run.policy.name() } else { "-" },
+            if run.percent > 0.0 { format!("{}%", run.percent) } else { "-".into() },
+            run.theta,
+            run.seconds,
+            run.traffic as f64 / mib,
+            100.0 * run.cache_byte_hit,
+            format!("{}/{}/{}", run.row_groups_cached, run.row_groups_pushed, run.row_groups_fetched + run.row_groups_fallback),
+            run.node_cpu_per_query.map_or("-".into(), |c| format!("{:.3}", c)),
+            if run.wrong == 0 { "exact".to_string() } else { format!("{} WRONG", run.wrong) },
+        )
+    };
+    let header = format!(
+        "{:>14} {:>7} {:>6} {:>5} {:>9} {:>10} {:>8} {:>17} {:>9} {:>8}\n",
+        "mode", "policy", "cache", "θ", "seconds", "link MiB", "cached", "rg cache/push/get", "node cpu", "answers"
+    );
+    for (experiment, title) in [
+        ("size", format!("\nagainst cache size (θ = {}; Figures 6/7)\n", opts.theta)),
+        ("skew", format!("\nagainst skew (cache {}%; Figure 8)\n", opts.fixed_size)),
+        ("policy", format!("\npolicies on the mixed-selectivity workload (hybrid, cache {}%, θ = {}; Figure 11)\n", opts.fixed_size, opts.policy_theta)),
+    ] {
+        out += &title;
+        out += &header;
+        for run in r.runs.iter().filter(|x| x.experiment == experiment) {
+            out += &row(run);
+        }
+    }
+    // The ratios the targets are about.
+    out += "\nratios (seconds of the measured halves)\n";
+    let lfu = Some(PolicyChoice::Online(PolicyKind::Lfu));
+    let pushdown = r.find("size", Mode::Pushdown, None, 0.0, opts.theta);
+    let mut best: Option<(f64, f64)> = None;
+    for &p in &opts.sizes {
+        let (Some(c), Some(h), Some(pd)) = (r.find("size", Mode::Caching, lfu, p, opts.theta), r.find("size", Mode::Hybrid, lfu, p, opts.theta), pushdown) else { continue };
+        let better = c.seconds.min(pd.seconds);
+        let speedup = better / h.seconds;
+        out += &format!(
+            "  cache {p:>5}%: hybrid {:.2}x the better of caching-only ({:.2} s) and pushdown-only ({:.2} s); link traffic {:+.0}% against caching-only\n",
+            speedup,
+            c.seconds,
+            pd.seconds,
+            100.0 * (h.traffic as f64 / c.traffic.max(1) as f64 - 1.0)
+        );
+        // The crossover: where caching-only and pushdown-only are closest.
+        let gap = (c.seconds / pd.seconds).ln().abs();
+        if best.is_none_or(|(g, _)| gap < g) {
+            best = Some((gap, p));
+        }
+    }
+    if let Some((_, p)) = best {
+        out += &format!("  crossover of caching-only and pushdown-only: cache {p}% (target there: hybrid ≥ 2.5x the better)\n");
+    }
+    let policy = |k: PolicyChoice| r.find("policy", Mode::Hybrid, Some(k), opts.fixed_size, opts.policy_theta);
+    if let (Some(w), Some(l)) = (policy(PolicyChoice::Online(PolicyKind::WeightedLfu)), policy(PolicyChoice::Online(PolicyKind::Lfu))) {
+        out += &format!(
+            "  Weighted-LFU {:.2}x LFU (target ≥ 1.5x); link traffic {:+.0}%\n",
+            l.seconds / w.seconds,
+            100.0 * (w.traffic as f64 / l.traffic.max(1) as f64 - 1.0)
+        );
+    }
+    out
+}
+
+/// hybrid.csv (every configuration) and the plots.
+fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(), String> {
+    let mut csv = String::from("experiment,mode,policy,percent,theta,seconds,link_bytes,bytes_fetched,cache_byte_hit,rg_cached,rg_pushed,rg_fetched,rg_fallback,node_cpu_per_query,queries,wrong\n");
+    for x in &r.runs {
+        csv += &format!(
+            "{},{},{},{},{},{:.4},{},{},{:.4},{},{},{},{},{},{},{}\n",
+            x.experiment,
+            x.mode.name(),
+            x.policy.name(),
+            x.percent,
+            x.theta,
+            x.seconds,
+            x.traffic,
+            x.bytes_fetched,
+            x.cache_byte_hit,
+            x.row_groups_cached,
+            x.row_groups_pushed,
+            x.row_groups_fetched,
+            x.row_groups_fallback,
+            x.node_cpu_per_query.map_or(String::new(), |c| format!("{c:.4}")),
+            x.queries,
+            x.wrong
+        );
+    }
+    let path = opts.out.join("hybrid.csv");
+    std::fs::write(&path, csv).map_err(|e| format!("{}: {e}", path.display()))?;
+    let lfu = PolicyChoice::Online(PolicyKind::Lfu);
+    let lru = PolicyChoice::Online(PolicyKind::Lru);
+    let (x0, x1) = (opts.sizes.iter().copied().fold(f64::MAX, f64::min), opts.sizes.iter().copied().fold(0.0, f64::max));
+    let flat = |mode: Mode, f: &dyn Fn(&Run) -> f64| {
+        r.find("size", mode, None, 0.0, opts.theta).map(|run| Series { label: mode.name().into(), points: vec![(x0, f(run)), (x1, f(run))], markers: false })
+    };
+    let line = |label: &str, mode: Mode, policy: PolicyChoice, f: &dyn Fn(&Run) -> f64| Series {
+        label: label.into(),
+        points: opts.sizes.iter().filter_map(|&p| r.find("size", mode, Some(policy), p, opts.theta).map(|run| (p, f(run)))).collect(),
+        markers: true,
+    };
+    let size_series = |f: &dyn Fn(&Run) -> f64| -> Vec<Series> {
+        let mut s: Vec<Series> = [flat(Mode::PullUp, f), flat(Mode::Pushdown, f)].into_iter().flatten().collect();
+        s.push(line("caching-only (LRU)", Mode::Caching, lru, f));
+        s.push(line("caching-only (LFU)", Mode::Caching, lfu, f));
+        s.push(line("hybrid (LFU)", Mode::Hybrid, lfu, f));
+        s
+    };
+    let axes = |title: String, x: &str, y: &str| Axes { title, x_label: x.into(), y_label: y.into(), log_x: false, legend_lower_right: false };
+    let secs = |run: &Run| run.seconds;
+    let traffic = |run: &Run| run.traffic as f64 / 1048576.0;
+    plot::line_chart(&opts.out.join("time-vs-cache.png"), &axes(format!("SSB SF {}, θ = {}: time of the measured half", opts.sf, opts.theta), "cache size, % of the data", "seconds"), &size_series(&secs))?;
+    plot::line_chart(&opts.out.join("traffic-vs-cache.png"), &axes(format!("SSB SF {}, θ = {}: bytes over the link", opts.sf, opts.theta), "cache size, % of the data", "MiB"), &size_series(&traffic))?;
+    if opts.thetas.len() > 1 {
+        let skew = |mode: Mode| Series {
+            label: mode.name().into(),
+            points: opts.thetas.iter().filter_map(|&t| r.runs.iter().find(|x| x.experiment == "skew" && x.mode == mode && (x.theta - t).abs() < 1e-9).map(|x| (t, x.seconds))).collect(),
+            markers: true,
+        };
+        let series = vec![skew(Mode::Caching), skew(Mode::Pushdown), skew(Mode::Hybrid)];
+        plot::line_chart(&opts.out.join("time-vs-skew.png"), &axes(format!("SSB SF {}, cache {}%: time against skew", opts.sf, opts.fixed_size), "Zipf θ", "seconds"), &series)?;
+    }
+    Ok(())
+}
