@@ -188,6 +188,17 @@ async fn start_node(store: &BenchStore<'_>, url: &str, setup: &NodeSetup, out: &
         cmd.env("AWS_ENDPOINT_URL", tb.endpoints().s3_direct);
     }
     cmd.stdout(log_file.try_clone().map_err(|e| e.to_string())?).stderr(log_file);
+    // The node dies with the benchmark, however the benchmark ends.
+    // SAFETY: prctl is async-signal-safe; nothing else runs in the child.
+    unsafe {
+        use std::os::unix::process::CommandExt;
+        cmd.pre_exec(|| {
+            if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+                return Err(std::io::Error::last_os_error());
+            }
+            Ok(())
+        });
+    }
     let child = cmd.spawn().map_err(|e| format!("cannot start {} storage-node: {e}", exe.display()))?;
     let pid = child.id();
     let guard = NodeProcess(child);
