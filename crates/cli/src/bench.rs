@@ -364,6 +364,20 @@ impl BenchTestbed {
     }
 }
 
+/// Writes a benchmark's report to `<out>/report.txt`, prints it, and says
+/// which files (comma-separated names in `out`) the run wrote.
+fn publish(out: &std::path::Path, text: &str, files: &str) -> Result<()> {
+    let path = out.join("report.txt");
+    std::fs::write(&path, text).with_context(|| format!("cannot write {}", path.display()))?;
+    println!("{text}");
+    if files.contains(',') {
+        println!("wrote {}/{{{files}}}", out.display());
+    } else {
+        println!("wrote {}/{files}", out.display());
+    }
+    Ok(())
+}
+
 /// `--memory-limit SIZE` of the TPC-H benchmarks.
 fn parse_memory_limit(text: Option<&str>) -> Result<Option<usize>> {
     text.map(|m| blobhouse_engine::memory::parse_size(m).map(|b| b as usize).map_err(|e| anyhow::anyhow!("--memory-limit: {e}"))).transpose()
@@ -491,9 +505,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             }
             let (figures, failed) = result.map_err(anyhow::Error::msg)?;
             let text = tpch_bench::report(profile_name, &opts, &figures, &failed);
-            std::fs::write(out.join("report.txt"), &text)?;
-            println!("{text}");
-            println!("wrote {}/{{report.txt,tpch.csv,tpch.png,memory.png,scheduler.png}}", out.display());
+            publish(&out, &text, "report.txt,tpch.csv,tpch.png,memory.png,scheduler.png")?;
             anyhow::ensure!(failed.is_empty(), "{} of the queries failed (see the report)", failed.len());
         }
         BenchCommand::Cache { sf, profile, queries, rounds, seed, tiers, sizes, policy, slow_ssd, no_slow_ssd, ssd_dir, data_dir, memory_limit, out, dir } => {
@@ -536,9 +548,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             }
             let result = result.map_err(anyhow::Error::msg)?;
             let text = cache_bench::report(profile_name, &opts, &result);
-            std::fs::write(out.join("report.txt"), &text)?;
-            println!("{text}");
-            println!("wrote {}/{{report.txt,cache.csv,time.png,gets.png}}", out.display());
+            publish(&out, &text, "report.txt,cache.csv,time.png,gets.png")?;
             let wrong: usize = result.configs.iter().chain(&result.routing).map(|c| c.wrong_answers()).sum();
             anyhow::ensure!(wrong == 0, "{wrong} answers were wrong (see the report)");
         }
@@ -580,9 +590,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             }
             let result = result.map_err(anyhow::Error::msg)?;
             let text = hybrid_bench::report(profile_name, &opts, &result);
-            std::fs::write(out.join("report.txt"), &text)?;
-            println!("{text}");
-            println!("wrote {}/{{report.txt,hybrid.csv,time-vs-cache.png,traffic-vs-cache.png,time-vs-skew.png}}", out.display());
+            publish(&out, &text, "report.txt,hybrid.csv,time-vs-cache.png,traffic-vs-cache.png,time-vs-skew.png")?;
             anyhow::ensure!(result.wrong() == 0, "{} answers differed between configurations (see the report)", result.wrong());
         }
         BenchCommand::Bank { db, writers, readers, transfers, accounts, out, dir } => {
@@ -687,9 +695,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             let runs = result.map_err(anyhow::Error::msg)?;
             let text = io_bench::hedging_report(profile.name(), size, in_flight, &runs);
             std::fs::create_dir_all(&out).with_context(|| format!("cannot create {}", out.display()))?;
-            std::fs::write(out.join("report.txt"), &text)?;
-            println!("{text}");
-            println!("wrote {}/report.txt", out.display());
+            publish(&out, &text, "report.txt")?;
         }
     }
     Ok(())
