@@ -67,6 +67,16 @@ enum LoadCommand {
         #[command(flatten)]
         db: DbArgs,
     },
+    /// The Star Schema Benchmark: derived from TPC-H in SQL (lineorder
+    /// clustered on its date); see docs/pushdown.md.
+    #[command(after_help = "Examples:\n  blobhouse load ssb --sf 1 --db ./ssb1\n  blobhouse sql --db ./ssb1 -f crates/bench/ssb/queries/q1.1.sql")]
+    Ssb {
+        /// Scale factor (1 = 6 million lineorder rows).
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        #[command(flatten)]
+        db: DbArgs,
+    },
 }
 
 /// Where the database is and how to reach it.
@@ -205,6 +215,13 @@ struct StorageNodeArgs {
     /// Tasks that may wait for a slot (default: as many as --max-tasks).
     #[arg(long)]
     max_queued: Option<usize>,
+    /// How replies are compressed on the wire: zstd, lz4 or none.
+    #[arg(long, default_value = "zstd", value_parser = parse_compression)]
+    compression: blobhouse_pushdown::ReplyCompression,
+}
+
+fn parse_compression(text: &str) -> Result<blobhouse_pushdown::ReplyCompression, String> {
+    blobhouse_pushdown::ReplyCompression::parse(text).ok_or_else(|| format!("{text:?} is not a reply compression (zstd, lz4 or none)"))
 }
 
 #[derive(Args)]
@@ -313,14 +330,16 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 opts.max_tasks = n;
             }
             opts.max_queued = args.max_queued.unwrap_or(opts.max_tasks);
+            opts.compression = args.compression;
             let node = StorageNode::new(location, opts.clone()).map_err(|e| anyhow::anyhow!(e))?;
             let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
             eprintln!(
-                "storage node for {} on http://{} ({} task slots, {} queued); Ctrl-C stops it",
+                "storage node for {} on http://{} ({} task slots, {} queued, replies {:?}); Ctrl-C stops it",
                 args.db,
                 listener.local_addr()?,
                 opts.max_tasks,
-                opts.max_queued
+                opts.max_queued,
+                opts.compression
             );
             node.serve(listener, async {
                 let _ = tokio::signal::ctrl_c().await;
@@ -342,6 +361,15 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let bytes: u64 = loads.iter().map(|l| l.bytes).sum();
             let rows: u64 = loads.iter().map(|l| l.rows).sum();
             eprintln!("Loaded {rows} rows, {:.1} MiB of Parquet, in {:.1} s", bytes as f64 / 1048576.0, started.elapsed().as_secs_f64());
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Load(LoadCommand::Ssb { sf, db }) => {
+            let engine = open(&db).await?;
+            eprintln!("Loading SSB SF {sf} into {}", engine.database().location().url);
+            let (_multi, progress) = load_progress();
+            let started = std::time::Instant::now();
+            blobhouse_bench::ssb::load(&engine, sf, progress).await.context("SSB load failed: the database may hold some of its tables; load into a new database")?;
+            eprintln!("Loaded SSB's {} tables in {:.1} s", blobhouse_bench::ssb::TABLES.len(), started.elapsed().as_secs_f64());
             Ok(ExitCode::SUCCESS)
         }
     }

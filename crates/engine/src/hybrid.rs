@@ -25,6 +25,12 @@
 //! groups are then read here by a scan restricted to them. Partial
 //! aggregates from either side go to the same final aggregation, which is
 //! what makes the merge exact.
+//!
+//! A hybrid scan on the probe side of a hash join carries [`Probe`]s (put
+//! there by `crate::bloom_join`): its pushed tasks start when the join first
+//! asks for rows — after the build side is complete — and add a Bloom
+//! filter of the build side's keys to the fragment, so the node sends back
+//! only rows that may join (FlexPushdownDB §4.2).
 
 use std::collections::VecDeque;
 use std::fmt;
@@ -37,6 +43,7 @@ use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::aggregates::{AggregateExec, AggregateMode};
 use datafusion::physical_plan::filter::FilterExec;
@@ -49,7 +56,7 @@ use futures::StreamExt;
 use tokio::sync::mpsc;
 
 use blobhouse_cache::{SegmentKey, Touch};
-use blobhouse_pushdown::{NodeClient, ObjectSlice, ObjectSliceExec, PushdownError};
+use blobhouse_pushdown::{BloomProbeExpr, BloomSlot, NodeClient, ObjectSlice, ObjectSliceExec, PushdownError};
 
 use crate::scan::{BlobScanExec, ScanUnit, Split};
 
@@ -154,6 +161,9 @@ pub struct Pushdown {
     client: NodeClient,
     options: PushdownOptions,
     mode: Mutex<PushdownMode>,
+    /// Whether joins send Bloom filters of their build sides with pushed
+    /// probe-side scans (`SET pushdown_bloom`).
+    bloom: std::sync::atomic::AtomicBool,
     model: Mutex<CostModel>,
     warnings: Mutex<Vec<String>>,
     totals: Mutex<PushdownTotals>,
@@ -173,7 +183,7 @@ pub struct PushdownTotals {
     pub row_groups_fallback: u64,
     /// Compressed bytes of the row groups the node read for us.
     pub bytes_pushed: u64,
-    /// Arrow bytes of what the node sent back.
+    /// Bytes of the Flight messages the node sent back (compressed Arrow IPC).
     pub bytes_received: u64,
 }
 
@@ -184,6 +194,7 @@ impl Pushdown {
         Ok(Arc::new(Pushdown {
             client,
             mode: Mutex::new(options.mode),
+            bloom: std::sync::atomic::AtomicBool::new(true),
             options,
             model: Mutex::default(),
             warnings: Mutex::default(),
@@ -199,6 +210,16 @@ impl Pushdown {
     /// `SET pushdown = …`.
     pub fn set_mode(&self, mode: PushdownMode) {
         *self.mode.lock().expect("not poisoned") = mode;
+    }
+
+    /// Whether joins send Bloom filters to pushed scans.
+    pub fn bloom(&self) -> bool {
+        self.bloom.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// `SET pushdown_bloom = on | off`.
+    pub fn set_bloom(&self, on: bool) {
+        self.bloom.store(on, std::sync::atomic::Ordering::Relaxed);
     }
 
     /// The rates measured so far.
@@ -392,9 +413,20 @@ pub struct HybridExec {
     pushdown: Arc<Pushdown>,
     metrics: ExecutionPlanMetricsSet,
     run: Arc<Mutex<Option<Run>>>,
+    /// Bloom filters from joins above, applied to the pushed rows.
+    probes: Vec<Probe>,
     /// Bytes the node sent back per compressed byte it scanned, measured on
     /// this scan's earlier executions: how much a pushed miss still moves.
     output_ratio: Arc<Mutex<Option<f64>>>,
+}
+
+/// A Bloom filter a join above builds from its build side, to be applied
+/// to columns of this scan's output.
+#[derive(Debug, Clone)]
+pub(crate) struct Probe {
+    /// The key columns in the hybrid scan's output schema.
+    pub columns: Vec<usize>,
+    pub slot: Arc<BloomSlot>,
 }
 
 /// What a miss of a segment costs relative to fetching it, when the scan
@@ -416,6 +448,8 @@ fn miss_weight(output_ratio: Option<f64>, model: CostModel) -> f64 {
 /// One execution: the pushed results of each partition, still to be taken.
 struct Run {
     pushed: Vec<Option<mpsc::Receiver<Result<RecordBatch>>>>,
+    /// Signalled when a partition is first polled: the pushed tasks start then.
+    go: Arc<tokio::sync::Notify>,
     tasks: Arc<Mutex<Vec<tokio::task::JoinHandle<()>>>>,
     progress: Arc<LocalProgress>,
 }
@@ -468,11 +502,19 @@ struct Counters {
     fallback: Count,
     pushed_bytes: Count,
     received_bytes: Count,
+    bloom_filters: Count,
 }
 
 impl HybridExec {
     fn new(input: Arc<dyn ExecutionPlan>, scan: Arc<BlobScanExec>, split: Arc<Split>, pushdown: Arc<Pushdown>) -> Self {
-        HybridExec { input, scan, split, pushdown, metrics: ExecutionPlanMetricsSet::new(), run: Arc::default(), output_ratio: Arc::default() }
+        HybridExec { input, scan, split, pushdown, metrics: ExecutionPlanMetricsSet::new(), run: Arc::default(), output_ratio: Arc::default(), probes: Vec::new() }
+    }
+
+    /// This scan, with one more Bloom filter for its pushed rows.
+    pub(crate) fn with_probe(&self, probe: Probe) -> HybridExec {
+        let mut probes = self.probes.clone();
+        probes.push(probe);
+        HybridExec { output_ratio: self.output_ratio.clone(), probes, ..HybridExec::new(self.input.clone(), self.scan.clone(), self.split.clone(), self.pushdown.clone()) }
     }
 
     fn counters(&self) -> Counters {
@@ -484,6 +526,7 @@ impl HybridExec {
             fallback: c("row_groups_fallback"),
             pushed_bytes: c("bytes_pushed"),
             received_bytes: c("bytes_received"),
+            bloom_filters: c("bloom_filters"),
         }
     }
 
@@ -571,6 +614,7 @@ impl HybridExec {
             receivers.push(Some(rx));
         }
         let handles = Arc::new(Mutex::new(Vec::new()));
+        let go = Arc::new(tokio::sync::Notify::new());
         if !tasks.is_empty() {
             let queue: VecDeque<(usize, Vec<usize>)> = tasks.into_iter().enumerate().map(|(i, t)| (i % partitions, t)).collect();
             let driver = Driver {
@@ -581,8 +625,18 @@ impl HybridExec {
                 counters,
                 started: Instant::now(),
                 output_ratio: self.output_ratio.clone(),
+                bloom: None,
             };
-            handles.lock().expect("not poisoned").push(tokio::spawn(driver.run(queue, senders)));
+            let (go, probes, schema) = (go.clone(), self.probes.clone(), self.input.schema());
+            handles.lock().expect("not poisoned").push(tokio::spawn(async move {
+                go.notified().await;
+                let mut driver = driver;
+                driver.bloom = bloom_predicate(&probes, &schema);
+                if driver.bloom.is_some() {
+                    driver.counters.bloom_filters.add(probes.len());
+                }
+                driver.run(queue, senders).await
+            }));
         }
         let bytes_of = |route: Route| units.iter().zip(&routes).filter(|(_, r)| **r == route).map(|(u, _)| u.bytes()).sum::<u64>();
         let progress = Arc::new(LocalProgress {
@@ -592,8 +646,23 @@ impl HybridExec {
             cached_bytes: bytes_of(Route::Cached),
             pushdown: self.pushdown.clone(),
         });
-        Ok(Run { pushed: receivers, tasks: handles, progress })
+        Ok(Run { pushed: receivers, go, tasks: handles, progress })
     }
+}
+
+/// The Bloom probes whose filters are ready, as one predicate over the
+/// scan's output (`None`: none is ready). A filter not ready when the
+/// tasks start is left out rather than waited for: it only saves bytes.
+fn bloom_predicate(probes: &[Probe], schema: &datafusion::arrow::datatypes::SchemaRef) -> Option<Arc<dyn PhysicalExpr>> {
+    let ready: Vec<Arc<dyn PhysicalExpr>> = probes
+        .iter()
+        .filter_map(|p| {
+            let filter = p.slot.ready()?;
+            let keys = p.columns.iter().map(|c| Arc::new(Column::new(schema.field(*c).name(), *c)) as Arc<dyn PhysicalExpr>).collect();
+            Some(Arc::new(BloomProbeExpr::new(keys, filter).ok()?) as Arc<dyn PhysicalExpr>)
+        })
+        .collect();
+    ready.into_iter().reduce(|a, b| datafusion::physical_expr::conjunction([a, b]))
 }
 
 /// Runs a scan's pushed tasks, falling back to reading them here.
@@ -605,6 +674,8 @@ struct Driver {
     counters: Counters,
     started: Instant,
     output_ratio: Arc<Mutex<Option<f64>>>,
+    /// Bloom probes added on top of each pushed fragment.
+    bloom: Option<Arc<dyn PhysicalExpr>>,
 }
 
 impl Driver {
@@ -651,10 +722,16 @@ impl Driver {
     async fn task(&self, units: &[usize]) -> Result<(Vec<RecordBatch>, bool)> {
         let all = self.scan.units();
         let picked: Vec<ScanUnit> = units.iter().map(|i| all[*i].clone()).collect();
-        let fragment = fragment(&self.chain, &self.scan, &picked)?;
+        let mut fragment = fragment(&self.chain, &self.scan, &picked)?;
+        if let Some(b) = &self.bloom {
+            fragment = Arc::new(FilterExec::try_new(b.clone(), fragment)?);
+        }
         match self.pushdown.client.run(fragment).await {
-            Ok(batches) => {
-                let (scanned, sent) = (picked.iter().map(|u| u.bytes() as usize).sum(), batches.iter().map(RecordBatch::get_array_memory_size).sum());
+            Ok(reply) => {
+                // What the link carried (compressed IPC), against the
+                // compressed Parquet the node read: both are network bytes.
+                let (scanned, sent) = (picked.iter().map(|u| u.bytes() as usize).sum(), reply.wire_bytes as usize);
+                let batches = reply.batches;
                 self.counters.pushed_bytes.add(scanned);
                 self.counters.received_bytes.add(sent);
                 self.pushdown.count(|t| {
@@ -710,7 +787,13 @@ impl DisplayAs for HybridExec {
             count(Route::Fetch),
             rate(model.push_bytes_per_second),
             rate(model.fetch_bytes_per_second),
-        )
+        )?;
+        if !self.probes.is_empty() {
+            let schema = self.input.schema();
+            let keys: Vec<String> = self.probes.iter().map(|p| p.columns.iter().map(|c| schema.field(*c).name().as_str()).collect::<Vec<_>>().join("+")).collect();
+            write!(f, "; bloom probes on {}", keys.join(", "))?;
+        }
+        Ok(())
     }
 }
 
@@ -746,7 +829,7 @@ impl ExecutionPlan for HybridExec {
             Ok(TreeNodeRecursion::Continue)
         })?;
         let scan = scan.ok_or_else(|| DataFusionError::Internal("HybridExec lost its scan".into()))?;
-        Ok(Arc::new(HybridExec { output_ratio: self.output_ratio.clone(), ..HybridExec::new(input, scan, self.split.clone(), self.pushdown.clone()) }))
+        Ok(Arc::new(HybridExec { output_ratio: self.output_ratio.clone(), probes: self.probes.clone(), ..HybridExec::new(input, scan, self.split.clone(), self.pushdown.clone()) }))
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
@@ -758,9 +841,9 @@ impl ExecutionPlan for HybridExec {
             }
             let run = slot.as_mut().expect("just set");
             let rx = run.pushed.get_mut(partition).and_then(Option::take).ok_or_else(|| DataFusionError::Internal(format!("HybridExec has no partition {partition}")))?;
-            (rx, run.tasks.clone(), run.progress.clone())
+            (rx, run.tasks.clone(), run.progress.clone(), run.go.clone())
         };
-        let (rx, tasks, progress) = pushed;
+        let (rx, tasks, progress, go) = pushed;
         let local = self.input.execute(partition, context)?;
         let schema = local.schema();
         // The local side's end, for the fetch rate (the last partition
@@ -772,7 +855,15 @@ impl ExecutionPlan for HybridExec {
         .filter_map(futures::future::ready);
         let remote = futures::stream::unfold((rx, tasks), |(mut rx, tasks)| async move { rx.recv().await.map(|b| (b, (rx, tasks))) });
         let merged = futures::stream::select(local, remote);
-        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, merged)))
+        // The first poll starts the pushed tasks: a join polls its probe
+        // side only once its build side (and so its Bloom filter) is done.
+        let started = futures::stream::once(async move {
+            go.notify_one();
+            None
+        })
+        .chain(merged.map(Some))
+        .filter_map(futures::future::ready);
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, started)))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

@@ -16,6 +16,7 @@
 //! - [`memory`]: the engine's one memory budget, and the process's resident
 //!   set as the kernel reports it.
 
+pub mod bloom_join;
 pub mod chunks;
 pub mod copy;
 pub mod hybrid;

@@ -333,6 +333,7 @@ impl Engine {
             // filters and split the aggregations first.
             let mut rules = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
             rules.push(Arc::new(crate::hybrid::HybridRule::new(p.clone())));
+            rules.push(Arc::new(crate::bloom_join::BloomRule::new(p.clone())));
             state = state.with_physical_optimizer_rules(rules);
         }
         let state = state.build();
@@ -436,11 +437,22 @@ impl Engine {
         self.pushdown.as_ref()
     }
 
-    /// `SET pushdown = 'off' | 'on' | 'auto'`; `RESET` (`None`) restores
-    /// the configured mode.
+    /// `SET pushdown = 'off' | 'on' | 'auto'` and `SET pushdown_bloom = on |
+    /// off`; `RESET` (`None`) restores the configured mode (and Bloom
+    /// probes on).
     fn set_pushdown(&self, variable: &str, value: Option<&str>) -> Result<(), EngineError> {
         let setting = |message: String| EngineError::Setting { variable: variable.to_string(), message };
         let p = self.pushdown.as_ref().ok_or_else(|| setting("this engine has no storage node (open it with --storage-node URL)".into()))?;
+        if variable.trim_start_matches("blobhouse.") == "pushdown_bloom" {
+            let on = match value.map(|v| v.trim().trim_matches('\'').to_ascii_lowercase()) {
+                None => true,
+                Some(v) if v == "on" || v == "true" => true,
+                Some(v) if v == "off" || v == "false" => false,
+                Some(v) => return Err(setting(format!("'{v}' is not on or off"))),
+            };
+            p.set_bloom(on);
+            return Ok(());
+        }
         let mode = match value {
             None => self.options.pushdown.as_ref().map_or(crate::hybrid::PushdownMode::Off, |o| o.mode),
             Some(v) => {
@@ -1276,7 +1288,7 @@ fn is_cache_setting(variable: &str) -> bool {
 
 /// The hybrid scans' mode (docs/pushdown.md).
 fn is_pushdown_setting(variable: &str) -> bool {
-    variable.trim_start_matches("blobhouse.") == "pushdown"
+    matches!(variable.trim_start_matches("blobhouse."), "pushdown" | "pushdown_bloom")
 }
 
 fn setting_result(name: &str, value: &str, started: Instant) -> QueryResult {

@@ -8,6 +8,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use arrow_flight::flight_service_client::FlightServiceClient;
+use arrow_flight::decode::DecodedPayload;
 use arrow_flight::{Action, FlightClient, Ticket};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::RecordBatch;
@@ -18,6 +19,14 @@ use tonic::transport::{Channel, Endpoint};
 use crate::codec::encode_task;
 use crate::error::PushdownError;
 use crate::node::NodeStats;
+
+/// A task's output.
+#[derive(Debug)]
+pub struct NodeReply {
+    pub batches: Vec<RecordBatch>,
+    /// Bytes of the Flight messages that carried it (compressed Arrow IPC).
+    pub wire_bytes: u64,
+}
 
 /// How long to wait for a connection to a node.
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(2);
@@ -76,23 +85,27 @@ impl NodeClient {
     /// [`crate::ObjectSliceExec`]) on the node and returns its whole output.
     /// All or nothing: the caller can fall back to fetching on any error
     /// without having passed on part of the rows.
-    pub async fn run(&self, fragment: Arc<dyn ExecutionPlan>) -> Result<Vec<RecordBatch>, PushdownError> {
+    pub async fn run(&self, fragment: Arc<dyn ExecutionPlan>) -> Result<NodeReply, PushdownError> {
         let expected: SchemaRef = fragment.schema();
         let ticket = encode_task(fragment).map_err(PushdownError::Encode)?;
         let mut client = self.flight()?;
-        let stream = client.do_get(Ticket { ticket: ticket.into() }).await.map_err(|e| self.classify(e))?;
-        let batches: Vec<RecordBatch> = stream.try_collect().await.map_err(|e| self.classify(e))?;
-        // The node encodes in the fragment's own schema; check rather than
-        // trust, since the merge above expects exactly that schema.
-        for b in &batches {
-            if b.schema().fields() != expected.fields() {
-                return Err(PushdownError::Failed {
-                    endpoint: self.endpoint.clone(),
-                    reason: format!("the node answered in schema {:?}, the fragment's is {:?}", b.schema(), expected),
-                });
+        let mut messages = client.do_get(Ticket { ticket: ticket.into() }).await.map_err(|e| self.classify(e))?.into_inner();
+        let mut reply = NodeReply { batches: Vec::new(), wire_bytes: 0 };
+        while let Some(m) = messages.try_next().await.map_err(|e| self.classify(e))? {
+            reply.wire_bytes += (m.inner.data_header.len() + m.inner.data_body.len()) as u64;
+            if let DecodedPayload::RecordBatch(b) = m.payload {
+                // The node encodes in the fragment's own schema; check
+                // rather than trust, since the merge above expects exactly it.
+                if b.schema().fields() != expected.fields() {
+                    return Err(PushdownError::Failed {
+                        endpoint: self.endpoint.clone(),
+                        reason: format!("the node answered in schema {:?}, the fragment's is {:?}", b.schema(), expected),
+                    });
+                }
+                reply.batches.push(b.with_schema(expected.clone()).expect("same fields"));
             }
         }
-        Ok(batches.into_iter().map(|b| b.with_schema(expected.clone()).expect("same fields")).collect())
+        Ok(reply)
     }
 
     /// The node's measured work.

@@ -19,6 +19,9 @@ use std::sync::Arc;
 use datafusion::arrow::datatypes::Schema;
 use datafusion::error::{DataFusionError, Result};
 use datafusion::execution::TaskContext;
+use datafusion::physical_expr::PhysicalExpr;
+use datafusion::physical_expr_common::physical_expr::proto_decode::PhysicalExprDecodeCtx;
+use datafusion::physical_expr_common::physical_expr::proto_encode::PhysicalExprEncodeCtx;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_proto::physical_plan::{PhysicalExtensionCodec, PhysicalProtoConverterExtension};
 use datafusion_proto::protobuf::physical_plan_node::PhysicalPlanType;
@@ -28,6 +31,7 @@ use roaring::RoaringBitmap;
 
 use blobhouse_storage::keys::parse_object_name;
 
+use crate::bloom::{BloomFilter, BloomProbeExpr};
 use crate::slice::{ObjectSlice, ObjectSliceExec, SliceReader};
 
 /// The version of [`Task`]; a node refuses tasks of another version.
@@ -65,7 +69,17 @@ struct SliceNode {
     schema: Option<protobuf::Schema>,
 }
 
-/// Encodes and decodes the slice leaf. Without a reader (the compute side)
+/// A [`BloomProbeExpr`] on the wire (its key expressions are its inputs).
+#[derive(Clone, PartialEq, prost::Message)]
+struct BloomNode {
+    #[prost(uint32, tag = "1")]
+    hashes: u32,
+    /// The filter's 64-bit words, little-endian.
+    #[prost(bytes = "vec", tag = "2")]
+    words: Vec<u8>,
+}
+
+/// Encodes and decodes the slice leaf and Bloom probes. Without a reader (the compute side)
 /// it only encodes; on a node it decodes leaves that read through the node's
 /// [`SliceReader`].
 #[derive(Debug, Default)]
@@ -129,6 +143,18 @@ impl PhysicalExtensionCodec for SliceCodec {
         }))
     }
 
+    fn try_decode_expr(&self, buf: &[u8], inputs: &[Arc<dyn PhysicalExpr>], _: &PhysicalExprDecodeCtx<'_>) -> Result<Arc<dyn PhysicalExpr>> {
+        SliceCodec::decode_bloom(buf, inputs)
+    }
+
+    fn try_encode_expr(&self, node: &Arc<dyn PhysicalExpr>, buf: &mut Vec<u8>, _: &PhysicalExprEncodeCtx<'_>) -> Result<()> {
+        let Some(probe) = node.downcast_ref::<BloomProbeExpr>() else {
+            return Err(invalid(format!("the expression {node} cannot run on a storage node")));
+        };
+        let (words, hashes) = probe.filter().parts();
+        BloomNode { hashes, words: words.iter().flat_map(|w| w.to_le_bytes()).collect() }.encode(buf).map_err(|e| DataFusionError::External(Box::new(e)))
+    }
+
     fn try_encode(&self, node: Arc<dyn ExecutionPlan>, buf: &mut Vec<u8>, _: &dyn PhysicalProtoConverterExtension) -> Result<()> {
         let Some(leaf) = node.downcast_ref::<ObjectSliceExec>() else {
             return Err(invalid(format!("{} cannot run on a storage node", node.name())));
@@ -148,6 +174,18 @@ impl PhysicalExtensionCodec for SliceCodec {
         }
         .encode(buf)
         .map_err(|e| DataFusionError::External(Box::new(e)))
+    }
+}
+
+impl SliceCodec {
+    fn decode_bloom(buf: &[u8], inputs: &[Arc<dyn PhysicalExpr>]) -> Result<Arc<dyn PhysicalExpr>> {
+        let node = BloomNode::decode(buf).map_err(|e| invalid(format!("the Bloom probe does not decode: {e}")))?;
+        if node.words.len() % 8 != 0 {
+            return Err(invalid(format!("a Bloom filter of {} bytes is not whole 64-bit words", node.words.len())));
+        }
+        let words = node.words.chunks_exact(8).map(|w| u64::from_le_bytes(w.try_into().expect("8 bytes"))).collect();
+        let filter = BloomFilter::from_parts(words, node.hashes).map_err(invalid)?;
+        Ok(Arc::new(BloomProbeExpr::new(inputs.to_vec(), Arc::new(filter))?))
     }
 }
 
@@ -236,5 +274,42 @@ mod tests {
         }
         assert!(check_fragment(&deep).unwrap_err().contains("deeper"));
         assert!(check_fragment(&PhysicalPlanNode { physical_plan_type: None }).is_err());
+    }
+
+    #[test]
+    fn bloom_probes_travel_and_bad_ones_are_refused() {
+        use crate::bloom::{BloomFilter, BloomProbeExpr};
+        use datafusion::arrow::datatypes::{DataType, Field};
+        use datafusion::physical_expr::expressions::col;
+        use datafusion::physical_plan::filter::FilterExec;
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        let slice = ObjectSlice { object: blobhouse_storage::keys::object_name(1, "parquet"), row_groups: vec![0], columns: vec![0], deleted: None };
+        let leaf = Arc::new(ObjectSliceExec::new(slice, schema.clone()));
+        let mut keys: Vec<u64> = (1..100).collect();
+        let filter = Arc::new(BloomFilter::from_hashes(&mut keys).unwrap());
+        let probe = Arc::new(BloomProbeExpr::new(vec![col("k", &schema).unwrap()], filter.clone()).unwrap());
+        let fragment = Arc::new(FilterExec::try_new(probe, leaf).unwrap());
+        let bytes = datafusion_proto::bytes::physical_plan_to_bytes_with_extension_codec(fragment, &SliceCodec::default()).unwrap();
+        let ctx = datafusion::prelude::SessionContext::new().task_ctx();
+        match datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec(&bytes, &ctx, &SliceCodec::default()) {
+            Ok(plan) => {
+                let f = plan.downcast_ref::<FilterExec>().unwrap();
+                let decoded = f.predicate().downcast_ref::<BloomProbeExpr>().expect("a Bloom probe");
+                assert_eq!(decoded.filter(), &filter);
+            }
+            Err(e) => panic!("the fragment does not decode: {e}"),
+        }
+        let ok = BloomNode { hashes: 7, words: vec![0; 64] }.encode_to_vec();
+        assert!(SliceCodec::decode_bloom(&ok, &[col("k", &schema).unwrap()]).is_ok());
+        for (bad, why) in [
+            (BloomNode { hashes: 7, words: vec![0; 63] }.encode_to_vec(), "whole 64-bit words"),
+            (BloomNode { hashes: 7, words: vec![0; 96] }.encode_to_vec(), "power of two"),
+            (BloomNode { hashes: 99, words: vec![0; 64] }.encode_to_vec(), "1 to 16"),
+            (vec![0xff, 0xff, 0xff], "does not decode"),
+        ] {
+            let e = SliceCodec::decode_bloom(&bad, &[col("k", &schema).unwrap()]).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
+        assert!(SliceCodec::decode_bloom(&ok, &[]).unwrap_err().to_string().contains("1 to 8 key columns"));
     }
 }

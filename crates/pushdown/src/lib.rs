@@ -8,19 +8,22 @@
 //! to read from its caches, push down, or fetch (`blobhouse_engine`'s hybrid
 //! scan); this crate is the protocol, the node and the client.
 //!
+//! - [`bloom`]: Bloom-filter probes for the probe side of hash joins.
 //! - [`slice`]: the leaf of every pushed fragment (row groups of one object).
 //! - [`codec`]: tickets, the fragment codec, and the allow-list a node
 //!   checks before decoding anything.
 //! - [`node`]: the Arrow Flight service with its token and CPU budget.
 //! - [`client`]: the compute side's connection to a node.
 
+pub mod bloom;
 pub mod client;
 pub mod codec;
 pub mod error;
 pub mod node;
 pub mod slice;
 
-pub use client::NodeClient;
+pub use bloom::{BloomFilter, BloomProbeExpr, BloomSlot};
+pub use client::{NodeClient, NodeReply};
 pub use error::PushdownError;
-pub use node::{NodeOptions, NodeStats, StorageNode};
+pub use node::{NodeOptions, NodeStats, ReplyCompression, StorageNode};
 pub use slice::{ObjectSlice, ObjectSliceExec};

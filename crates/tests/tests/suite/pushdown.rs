@@ -91,14 +91,51 @@ async fn explain_shows_the_split(b: Backend) {
     assert!(fail(&e, "SET pushdown = 'sometimes'").await.contains("use 'off', 'on' or 'auto'"));
 }
 
-on_both_backends!(tpch_answers_are_exact_in_every_mode, explain_shows_the_split);
+/// Joins send a Bloom filter of their build side's keys with the pushed
+/// scans of their probe side: the node returns fewer bytes, and answers of
+/// inner, semi, anti and outer joins stay those of a plain engine.
+async fn bloom_probes_cut_what_the_node_sends(b: Backend) {
+    let db = loaded(b, "pushdown-bloom").await;
+    let (node, endpoint, _h) = node(&db, NodeOptions::new(TOKEN)).await;
+    let plain = db.engine(EngineOptions { cache: CacheOptions::off(), ..EngineOptions::default() }).await;
+    let selective = "SELECT count(*), sum(l_extendedprice) FROM lineitem JOIN part ON l_partkey = p_partkey \
+                     WHERE p_brand = 'Brand#23' AND l_shipdate < DATE '1998-01-01'";
+    let queries = [
+        selective,
+        "SELECT count(*) FROM orders WHERE o_orderdate < DATE '1996-01-01' AND o_custkey IN (SELECT c_custkey FROM customer WHERE c_mktsegment = 'BUILDING')",
+        "SELECT count(*) FROM orders WHERE o_orderdate < DATE '1996-01-01' AND NOT EXISTS (SELECT 1 FROM customer WHERE c_custkey = o_custkey AND c_mktsegment = 'BUILDING')",
+        "SELECT count(*), count(l_orderkey) FROM part LEFT JOIN lineitem ON l_partkey = p_partkey AND l_quantity < 5 WHERE p_size = 7",
+        "SELECT c_mktsegment, count(*) FROM customer JOIN orders ON o_custkey = c_custkey JOIN nation ON c_nationkey = n_nationkey \
+         WHERE n_name = 'FRANCE' AND o_totalprice > 1000 GROUP BY 1 ORDER BY 1",
+    ];
+    let mut received = Vec::new();
+    for bloom in ["on", "off"] {
+        let e = db.engine(pushing(&endpoint, PushdownMode::On, CacheOptions::off())).await;
+        run(&e, &format!("SET pushdown_bloom = {bloom}")).await;
+        for q in queries {
+            assert_eq!(lines(&run(&e, q).await), lines(&run(&plain, q).await), "bloom {bloom}: {q}");
+        }
+        let before = e.pushdown().unwrap().totals().bytes_received;
+        run(&e, selective).await;
+        received.push(e.pushdown().unwrap().totals().bytes_received - before);
+        let analyzed = text(&run(&e, &format!("EXPLAIN ANALYZE {selective}")).await);
+        let used = analyzed.contains("bloom_filters=1");
+        assert_eq!(used, bloom == "on", "bloom {bloom}: {analyzed}");
+        assert!(e.pushdown().unwrap().take_warnings().is_empty());
+    }
+    // Brand#23 is one part in 25: the filter drops most of lineitem's rows.
+    assert!(received[0] * 3 < received[1], "bytes received with and without Bloom probes: {received:?}");
+    assert_eq!(node.stats().tasks_failed, 0);
+}
+
+on_both_backends!(tpch_answers_are_exact_in_every_mode, explain_shows_the_split, bloom_probes_cut_what_the_node_sends);
 
 /// A node with one task slot and no queue refuses most of a scan's tasks;
 /// the engine reads those row groups itself and the answers stay exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_busy_node_refuses_and_the_engine_fetches_instead() {
     let db = loaded(Backend::Local, "pushdown-busy").await;
-    let (node, endpoint, _h) = node(&db, NodeOptions { token: TOKEN.into(), max_tasks: 1, max_queued: 0 }).await;
+    let (node, endpoint, _h) = node(&db, NodeOptions { max_tasks: 1, max_queued: 0, ..NodeOptions::new(TOKEN) }).await;
     let e = db.engine(pushing(&endpoint, PushdownMode::On, CacheOptions::off())).await;
     assert_22_answers(&e, " (busy node)").await;
     let stats = node.stats();
