@@ -21,8 +21,21 @@ fn print_result(r: &QueryResult) {
         0 => String::new(),
         _ => r.scan.cache_summary().map_or(String::new(), |c| format!("; cache: {c}")),
     };
+    // The storage node, when the statement pushed anything to it.
+    let p = &r.pushdown;
+    let pushed = match p.row_groups_pushed + p.row_groups_fallback {
+        0 => String::new(),
+        _ => format!(
+            "; pushed {} row group{} ({:.2} MiB scanned at the node, {:.2} MiB back{})",
+            p.row_groups_pushed,
+            if p.row_groups_pushed == 1 { "" } else { "s" },
+            p.bytes_pushed as f64 / 1048576.0,
+            p.bytes_received as f64 / 1048576.0,
+            if p.row_groups_fallback > 0 { format!(", {} fetched after the node failed", p.row_groups_fallback) } else { String::new() }
+        ),
+    };
     eprintln!(
-        "{} row{} in {:.3} s ({} GET{}, {mib:.2} MiB fetched{cache})",
+        "{} row{} in {:.3} s ({} GET{}, {mib:.2} MiB fetched{cache}{pushed})",
         r.rows(),
         if r.rows() == 1 { "" } else { "s" },
         r.elapsed.as_secs_f64(),

@@ -187,6 +187,17 @@ pub struct PushdownTotals {
     pub bytes_received: u64,
 }
 
+impl std::ops::AddAssign for PushdownTotals {
+    fn add_assign(&mut self, o: Self) {
+        self.row_groups_cached += o.row_groups_cached;
+        self.row_groups_pushed += o.row_groups_pushed;
+        self.row_groups_fetched += o.row_groups_fetched;
+        self.row_groups_fallback += o.row_groups_fallback;
+        self.bytes_pushed += o.bytes_pushed;
+        self.bytes_received += o.bytes_received;
+    }
+}
+
 impl Pushdown {
     /// A link to the node `options` names (connected on first use).
     pub fn new(options: PushdownOptions) -> std::result::Result<Arc<Pushdown>, PushdownError> {
@@ -663,6 +674,28 @@ fn bloom_predicate(probes: &[Probe], schema: &datafusion::arrow::datatypes::Sche
         })
         .collect();
     ready.into_iter().reduce(|a, b| datafusion::physical_expr::conjunction([a, b]))
+}
+
+/// Sums what every [`HybridExec`] in an executed plan did (the statement's
+/// share of [`Pushdown::totals`]).
+pub fn collect_pushdown(plan: &Arc<dyn ExecutionPlan>) -> PushdownTotals {
+    let mut t = PushdownTotals::default();
+    if let Some(h) = plan.downcast_ref::<HybridExec>() {
+        let m = h.metrics.clone_inner();
+        let v = |name: &str| m.sum_by_name(name).map_or(0, |v| v.as_usize() as u64);
+        t = PushdownTotals {
+            row_groups_cached: v("row_groups_cached"),
+            row_groups_pushed: v("row_groups_pushed"),
+            row_groups_fetched: v("row_groups_fetched"),
+            row_groups_fallback: v("row_groups_fallback"),
+            bytes_pushed: v("bytes_pushed"),
+            bytes_received: v("bytes_received"),
+        };
+    }
+    for child in plan.children() {
+        t += collect_pushdown(child);
+    }
+    t
 }
 
 /// Runs a scan's pushed tasks, falling back to reading them here.

@@ -221,6 +221,8 @@ pub struct QueryResult {
     pub scheduler: Vec<(String, Vec<Decision>)>,
     /// What the statement held in memory and spilled.
     pub memory: MemoryUse,
+    /// What its hybrid scans pushed to the storage node.
+    pub pushdown: crate::hybrid::PushdownTotals,
 }
 
 impl QueryResult {
@@ -1238,6 +1240,7 @@ async fn run_plan(df: DataFrame, started: Instant) -> Result<QueryResult, DataFu
         elapsed: started.elapsed(),
         scheduler: collect_scheduler_timelines(&physical),
         memory: MemoryUse { spilled_bytes, spills, ..MemoryUse::default() },
+        pushdown: crate::hybrid::collect_pushdown(&physical),
     })
 }
 
@@ -1354,6 +1357,7 @@ fn empty_result(started: Instant) -> QueryResult {
         elapsed: started.elapsed(),
         scheduler: Vec::new(),
         memory: MemoryUse::default(),
+        pushdown: Default::default(),
     }
 }
 

@@ -85,7 +85,11 @@ async fn explain_shows_the_split(b: Backend) {
     assert!(plan.contains("HybridExec: node=http://127.0.0.1") && plan.contains("mode=on") && plan.contains("push="), "{plan}");
     let analyzed = text(&run(&e, &format!("EXPLAIN ANALYZE {sql}")).await);
     assert!(analyzed.contains("row_groups_pushed="), "{analyzed}");
+    // Each statement's result says what it pushed (the shell prints it).
+    let pushed = run(&e, sql).await.pushdown;
+    assert!(pushed.row_groups_pushed > 0 && pushed.bytes_pushed > 0 && pushed.bytes_received > 0, "{pushed:?}");
     run(&e, "SET pushdown = 'off'").await;
+    assert_eq!(run(&e, sql).await.pushdown, Default::default());
     let plan = text(&run(&e, &format!("EXPLAIN {sql}")).await);
     assert!(!plan.contains("HybridExec"), "{plan}");
     assert!(fail(&e, "SET pushdown = 'sometimes'").await.contains("use 'off', 'on' or 'auto'"));
