@@ -94,22 +94,22 @@ impl BloomFilter {
         self.words.len() * 8
     }
 
-    fn positions(&self, key: u64) -> impl Iterator<Item = usize> + '_ {
-        let mask = self.words.len() as u64 * 64 - 1;
+    /// The bits of `key`: double hashing over a power-of-two bit count.
+    fn positions(words: usize, hashes: u32, key: u64) -> impl Iterator<Item = usize> {
+        let mask = words as u64 * 64 - 1;
         let step = mix(key ^ 0x5851_f42d_4c95_7f2d) | 1;
-        (0..self.hashes as u64).map(move |i| (key.wrapping_add(i.wrapping_mul(step)) & mask) as usize)
+        (0..hashes as u64).map(move |i| (key.wrapping_add(i.wrapping_mul(step)) & mask) as usize)
     }
 
     fn insert(&mut self, key: u64) {
-        let bits: Vec<usize> = self.positions(key).collect();
-        for b in bits {
+        for b in Self::positions(self.words.len(), self.hashes, key) {
             self.words[b / 64] |= 1 << (b % 64);
         }
     }
 
     /// Whether the key may be in the set (never false for one that is).
     pub fn contains(&self, key: u64) -> bool {
-        self.positions(key).all(|b| self.words[b / 64] & (1 << (b % 64)) != 0)
+        Self::positions(self.words.len(), self.hashes, key).all(|b| self.words[b / 64] & (1 << (b % 64)) != 0)
     }
 }
 
