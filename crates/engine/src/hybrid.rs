@@ -32,7 +32,7 @@
 //! filter of the build side's keys to the fragment, so the node sends back
 //! only rows that may join (FlexPushdownDB §4.2).
 
-use std::collections::VecDeque;
+use std::collections::{HashMap, VecDeque};
 use std::fmt;
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
@@ -165,8 +165,37 @@ pub struct Pushdown {
     /// probe-side scans (`SET pushdown_bloom`).
     bloom: std::sync::atomic::AtomicBool,
     model: Mutex<CostModel>,
+    /// Measured output ratios by chain shape ([`shape_of`]): a query
+    /// plans afresh each time, so what its earlier runs measured must live
+    /// here, not in the plan, for Weighted-LFU to see it.
+    ratios: Mutex<HashMap<Arc<str>, f64>>,
     warnings: Mutex<Vec<String>>,
     totals: Mutex<PushdownTotals>,
+}
+
+/// How many chain shapes' output ratios an engine remembers; past it, an
+/// arbitrary one is forgotten (it is re-measured when it runs again).
+const MAX_SHAPES: usize = 4096;
+
+/// A separable chain's shape: its plan text with every digit masked, so
+/// that runs of one query template with other constants (dates,
+/// quantities, row-group counts) share their measured output ratio.
+/// String constants stay: a template whose strings vary is measured per
+/// string, which costs only the unmeasured default on first use.
+fn shape_of(chain: &Arc<dyn ExecutionPlan>) -> Arc<str> {
+    let text = datafusion::physical_plan::displayable(chain.as_ref()).indent(false).to_string();
+    let mut masked = String::with_capacity(text.len());
+    let mut last_digit = false;
+    for c in text.chars() {
+        let digit = c.is_ascii_digit();
+        if !digit {
+            masked.push(c);
+        } else if !last_digit {
+            masked.push('#');
+        }
+        last_digit = digit;
+    }
+    Arc::from(masked)
 }
 
 /// What an engine's hybrid scans did since it opened, summed over queries
@@ -208,6 +237,7 @@ impl Pushdown {
             bloom: std::sync::atomic::AtomicBool::new(true),
             options,
             model: Mutex::default(),
+            ratios: Mutex::default(),
             warnings: Mutex::default(),
             totals: Mutex::default(),
         }))
@@ -263,6 +293,26 @@ impl Pushdown {
         if !w.contains(&message) {
             w.push(message);
         }
+    }
+
+    /// What the node sent back per byte scanned for chains of `shape`,
+    /// smoothed over their runs; `None` until one ran pushed.
+    pub fn output_ratio(&self, shape: &str) -> Option<f64> {
+        self.ratios.lock().expect("not poisoned").get(shape).copied()
+    }
+
+    fn observe_ratio(&self, shape: &Arc<str>, ratio: f64) {
+        if !ratio.is_finite() || ratio < 0.0 {
+            return;
+        }
+        let mut ratios = self.ratios.lock().expect("not poisoned");
+        if !ratios.contains_key(shape) && ratios.len() >= MAX_SHAPES {
+            let victim = ratios.keys().next().cloned().expect("the map is full");
+            ratios.remove(&victim);
+        }
+        let blended = CostModel::blend(ratios.get(shape).copied(), ratio).expect("a finite ratio blends");
+        ratios.insert(shape.clone(), blended);
+        debug_assert!(ratios.len() <= MAX_SHAPES);
     }
 
     fn observe(&self, push: Option<f64>, fetch: Option<f64>) {
@@ -426,9 +476,10 @@ pub struct HybridExec {
     run: Arc<Mutex<Option<Run>>>,
     /// Bloom filters from joins above, applied to the pushed rows.
     probes: Vec<Probe>,
-    /// Bytes the node sent back per compressed byte it scanned, measured on
-    /// this scan's earlier executions: how much a pushed miss still moves.
-    output_ratio: Arc<Mutex<Option<f64>>>,
+    /// The chain's shape, under which [`Pushdown`] keeps the bytes the
+    /// node sent back per compressed byte it scanned on earlier runs: how
+    /// much a pushed miss still moves.
+    shape: Arc<str>,
 }
 
 /// A Bloom filter a join above builds from its build side, to be applied
@@ -518,14 +569,15 @@ struct Counters {
 
 impl HybridExec {
     fn new(input: Arc<dyn ExecutionPlan>, scan: Arc<BlobScanExec>, split: Arc<Split>, pushdown: Arc<Pushdown>) -> Self {
-        HybridExec { input, scan, split, pushdown, metrics: ExecutionPlanMetricsSet::new(), run: Arc::default(), output_ratio: Arc::default(), probes: Vec::new() }
+        let shape = shape_of(&input);
+        HybridExec { input, scan, split, pushdown, metrics: ExecutionPlanMetricsSet::new(), run: Arc::default(), shape, probes: Vec::new() }
     }
 
     /// This scan, with one more Bloom filter for its pushed rows.
     pub(crate) fn with_probe(&self, probe: Probe) -> HybridExec {
         let mut probes = self.probes.clone();
         probes.push(probe);
-        HybridExec { output_ratio: self.output_ratio.clone(), probes, ..HybridExec::new(self.input.clone(), self.scan.clone(), self.split.clone(), self.pushdown.clone()) }
+        HybridExec { probes, ..HybridExec::new(self.input.clone(), self.scan.clone(), self.split.clone(), self.pushdown.clone()) }
     }
 
     fn counters(&self) -> Counters {
@@ -579,7 +631,7 @@ impl HybridExec {
         if let Some(tiers) = self.scan.source().tiers() {
             let weight = match self.pushdown.mode() {
                 PushdownMode::Off => 1.0,
-                _ => miss_weight(*self.output_ratio.lock().expect("not poisoned"), self.pushdown.model()),
+                _ => miss_weight(self.pushdown.output_ratio(&self.shape), self.pushdown.model()),
             };
             let touches: Vec<Touch> = units
                 .iter()
@@ -635,7 +687,7 @@ impl HybridExec {
                 context: context.clone(),
                 counters,
                 started: Instant::now(),
-                output_ratio: self.output_ratio.clone(),
+                shape: self.shape.clone(),
                 bloom: None,
             };
             let (go, probes, schema) = (go.clone(), self.probes.clone(), self.input.schema());
@@ -706,7 +758,7 @@ struct Driver {
     context: Arc<TaskContext>,
     counters: Counters,
     started: Instant,
-    output_ratio: Arc<Mutex<Option<f64>>>,
+    shape: Arc<str>,
     /// Bloom probes added on top of each pushed fragment.
     bloom: Option<Arc<dyn PhysicalExpr>>,
 }
@@ -745,7 +797,7 @@ impl Driver {
             this.pushdown.observe(Some(bytes as f64 / secs.max(1e-6)), None);
             let (sent, scanned) = (this.counters.received_bytes.value(), this.counters.pushed_bytes.value());
             if scanned > 0 {
-                *this.output_ratio.lock().expect("not poisoned") = Some(sent as f64 / scanned as f64);
+                this.pushdown.observe_ratio(&this.shape, sent as f64 / scanned as f64);
             }
         }
     }
@@ -862,7 +914,7 @@ impl ExecutionPlan for HybridExec {
             Ok(TreeNodeRecursion::Continue)
         })?;
         let scan = scan.ok_or_else(|| DataFusionError::Internal("HybridExec lost its scan".into()))?;
-        Ok(Arc::new(HybridExec { output_ratio: self.output_ratio.clone(), probes: self.probes.clone(), ..HybridExec::new(input, scan, self.split.clone(), self.pushdown.clone()) }))
+        Ok(Arc::new(HybridExec { probes: self.probes.clone(), ..HybridExec::new(input, scan, self.split.clone(), self.pushdown.clone()) }))
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
@@ -920,6 +972,37 @@ mod tests {
         // Never more than a fetch, never free.
         assert_eq!(miss_weight(Some(3.0), model), 1.0);
         assert_eq!(miss_weight(Some(0.0), CostModel { push_bytes_per_second: Some(1e12), fetch_bytes_per_second: Some(1.0) }), 0.01);
+    }
+
+    #[tokio::test]
+    async fn runs_of_one_template_share_their_measured_ratio() {
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        use datafusion::physical_expr::expressions::{BinaryExpr, lit};
+        use datafusion::physical_plan::empty::EmptyExec;
+        let schema = Arc::new(Schema::new(vec![Field::new("lo_quantity", DataType::Int32, false), Field::new("lo_discount", DataType::Int32, false)]));
+        let filter = |column: &str, index: usize, op, value: i32| -> Arc<dyn ExecutionPlan> {
+            let predicate = Arc::new(BinaryExpr::new(Arc::new(Column::new(column, index)), op, lit(value)));
+            Arc::new(FilterExec::try_new(predicate, Arc::new(EmptyExec::new(schema.clone()))).expect("a boolean predicate"))
+        };
+        use datafusion::logical_expr::Operator::{Eq, Lt};
+        let (a, b) = (shape_of(&filter("lo_quantity", 0, Eq, 10)), shape_of(&filter("lo_quantity", 0, Eq, 37)));
+        assert_eq!(a, b, "constants do not make another shape");
+        assert_ne!(a, shape_of(&filter("lo_discount", 1, Eq, 10)), "another column does");
+        assert_ne!(a, shape_of(&filter("lo_quantity", 0, Lt, 10)), "another operator does");
+
+        let pushdown = Pushdown::new(PushdownOptions::new("http://127.0.0.1:1", "t")).expect("a valid endpoint");
+        assert_eq!(pushdown.output_ratio(&a), None);
+        pushdown.observe_ratio(&a, 0.1);
+        assert_eq!(pushdown.output_ratio(&b), Some(0.1));
+        pushdown.observe_ratio(&b, 0.3);
+        assert!((pushdown.output_ratio(&a).expect("measured") - 0.2).abs() < 1e-12);
+        pushdown.observe_ratio(&a, f64::NAN);
+        assert!((pushdown.output_ratio(&a).expect("measured") - 0.2).abs() < 1e-12, "a bad measurement is ignored");
+        // The memory is bounded.
+        for i in 0..MAX_SHAPES + 10 {
+            pushdown.observe_ratio(&Arc::from(format!("shape {i}")), 0.5);
+        }
+        assert_eq!(pushdown.ratios.lock().expect("not poisoned").len(), MAX_SHAPES);
     }
 
     #[test]
