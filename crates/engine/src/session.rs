@@ -206,6 +206,21 @@ pub fn scan_download_options() -> ManagerOptions {
     o
 }
 
+/// What [`Engine::describe`] learns of a statement without running it.
+#[derive(Debug, Clone)]
+pub enum Described {
+    /// A query (or EXPLAIN, or SHOW of a setting): the schema of its rows,
+    /// and the types of its `$1`, `$2`, … parameters (`None`: not inferred).
+    Rows { schema: SchemaRef, parameters: Vec<Option<DataType>> },
+    /// A statement that returns no rows, only a count or nothing: DDL, DML,
+    /// COPY, OPTIMIZE, SET, BEGIN / COMMIT / ROLLBACK, snapshots.
+    Command { parameters: Vec<Option<DataType>> },
+    /// One of blobhouse's own statements that returns rows (SHOW CACHE,
+    /// SHOW SNAPSHOTS / VERSIONS / STORAGE, VACUUM … DRY RUN): the schema
+    /// is known once it ran (they only read metadata).
+    RowsWhenRun,
+}
+
 /// The outcome of one statement.
 #[derive(Debug, Clone)]
 pub struct QueryResult {
@@ -356,6 +371,96 @@ impl Engine {
             .expect("DataFusion's default catalog exists")
             .register_schema("public", tables.clone())?;
         Ok(Engine { db, ctx, options, store_options, source, memory, tables, pushdown, txn: std::sync::Mutex::new(TxnMode::Autocommit) })
+    }
+
+    /// Another session on the same open database: it shares the download
+    /// manager, the caching tiers, the memory pool, the footer cache and
+    /// the storage node with this one (what a server's connections share),
+    /// and has its own DataFusion settings and its own transaction. `SET`
+    /// of blobhouse's engine-wide settings (memory_limit, cache_*,
+    /// pushdown) still changes them for every session.
+    pub fn new_session(&self) -> Engine {
+        // SessionState's clone copies the settings and shares the runtime
+        // (memory pool, disk manager) and the catalog list.
+        let ctx = SessionContext::new_with_state(self.ctx.state());
+        Engine {
+            db: self.db.clone(),
+            ctx,
+            options: self.options.clone(),
+            store_options: self.store_options.clone(),
+            source: self.source.clone(),
+            memory: self.memory.clone(),
+            tables: self.tables.clone(),
+            pushdown: self.pushdown.clone(),
+            txn: std::sync::Mutex::new(TxnMode::Autocommit),
+        }
+    }
+
+    /// What `sql` (one statement, `$1`… placeholders allowed) will return
+    /// and which parameters it takes, without running it — what the
+    /// PostgreSQL extended protocol's Describe asks before Execute. It
+    /// reads the database version of now (or the open transaction's).
+    pub async fn describe(&self, sql: &str) -> Result<Described, EngineError> {
+        if words_are(sql, &["show", "cache"]) || is_show_memory_limit(sql) {
+            return Ok(Described::RowsWhenRun);
+        }
+        let (rewritten, past) = match time_travel::rewrite(sql)? {
+            Some((rewritten, past)) => (rewritten, past),
+            None => (sql.to_string(), Vec::new()),
+        };
+        let sql = rewritten.as_str();
+        if let Some(h) = history::parse(sql)? {
+            return Ok(match h {
+                History::ShowSnapshots | History::ShowStorage | History::ShowVersions { .. } | History::Vacuum { dry_run: true, .. } => Described::RowsWhenRun,
+                _ => Described::Command { parameters: Vec::new() },
+            });
+        }
+        if parse_copy_from(sql)?.is_some() || parse_copy_to(sql)?.is_some() || optimize::parse_optimize(sql).is_some() {
+            return Ok(Described::Command { parameters: Vec::new() });
+        }
+        let state = self.ctx.state();
+        let statement = state.sql_to_statement(sql, &state.config().options().sql_parser.dialect)?;
+        if transaction_control(&statement)?.is_some() {
+            return Ok(Described::Command { parameters: Vec::new() });
+        }
+        let view = match &*self.txn.lock().expect("txn lock") {
+            TxnMode::Explicit(slot) | TxnMode::Aborted(slot, _) => slot.try_lock().ok().and_then(|t| t.as_ref().map(Transaction::view)),
+            TxnMode::Autocommit => None,
+        };
+        let view = match view {
+            Some(v) => v,
+            None => self.db.refresh().await?,
+        };
+        let slot: TxnSlot = Arc::new(tokio::sync::Mutex::new(None));
+        let ctx = self.statement_context(&Scope { view, txn: slot, past }).await?;
+        // A statement that returns rows must plan here; one that does not
+        // may be one DataFusion cannot plan but blobhouse runs (DELETE and
+        // UPDATE are rewritten before planning).
+        let returns_rows = match &statement {
+            DFStatement::Statement(s) => matches!(**s, datafusion::sql::sqlparser::ast::Statement::Query(_)),
+            DFStatement::Explain(_) => true,
+            _ => false,
+        };
+        let plan = match ctx.state().statement_to_plan(statement).await {
+            Ok(plan) => plan,
+            Err(_) if !returns_rows => return Ok(Described::Command { parameters: Vec::new() }),
+            Err(e) => return Err(e.into()),
+        };
+        let parameters = plan.get_parameter_types()?;
+        let mut ordered: Vec<(usize, Option<DataType>)> =
+            parameters.into_iter().filter_map(|(name, t)| name.trim_start_matches('$').parse::<usize>().ok().map(|i| (i, t))).collect();
+        ordered.sort_by_key(|(i, _)| *i);
+        let count = ordered.last().map_or(0, |(i, _)| *i);
+        let mut parameters = vec![None; count];
+        for (i, t) in ordered {
+            if i >= 1 {
+                parameters[i - 1] = t;
+            }
+        }
+        Ok(match plan {
+            LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Statement(_) | LogicalPlan::Copy(_) => Described::Command { parameters },
+            plan => Described::Rows { schema: Arc::new(plan.schema().as_arrow().clone()), parameters },
+        })
     }
 
     /// The engine's memory budget (limit, what is reserved, peaks).
