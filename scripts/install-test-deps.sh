@@ -4,13 +4,16 @@
 #   - nginx (plain HTTP range server), a TrueType font for the benchmark
 #     plots and iproute2 (network namespace and tbf of the bottleneck
 #     profile), from Debian;
-#   - DuckDB and its TPC-H extension, the external correctness oracle (PyPI).
+#   - DuckDB and its TPC-H extension, the external correctness oracle (PyPI);
+#   - psql (Debian's postgresql-client) and psycopg (PyPI): the real clients
+#     of the server tests.
 # Idempotent: skips what is already there.
 set -euo pipefail
 
 MINIO_VERSION="v0.0.0-20260212201848-7aac2a2c5b7c"   # last commit of the community repo
 TOXIPROXY_VERSION="v2.5.0"                             # newest /v2 the module proxy serves
 DUCKDB_VERSION="1.5.5"                                 # must match the extension wheels
+PSYCOPG_VERSION="3.3.9"
 
 GOBIN="${GOBIN:-$(go env GOPATH)/bin}"
 export GOBIN
@@ -37,4 +40,15 @@ if ! python3 -c "import duckdb, duckdb_extension_tpch; assert duckdb.__version__
   python3 -m pip install --quiet --disable-pip-version-check \
     "duckdb==$DUCKDB_VERSION" "duckdb-extension-tpch==$DUCKDB_VERSION"
 fi
-echo "install-test-deps: minio, toxiproxy, nginx and duckdb $DUCKDB_VERSION ready" >&2
+if ! command -v psql >/dev/null 2>&1; then
+  echo "install-test-deps: installing postgresql-client (psql) from Debian" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends postgresql-client >/dev/null
+fi
+
+if ! python3 -c "import psycopg; assert psycopg.__version__ == '$PSYCOPG_VERSION'" 2>/dev/null; then
+  echo "install-test-deps: installing psycopg==$PSYCOPG_VERSION (server tests)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check "psycopg[binary]==$PSYCOPG_VERSION"
+fi
+echo "install-test-deps: minio, toxiproxy, nginx duckdb $DUCKDB_VERSION, psql and psycopg ready" >&2

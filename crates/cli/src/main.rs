@@ -51,6 +51,11 @@ enum Command {
     /// Serve a database's data objects to compute processes: filters and partial aggregations run here, next to the store.
     #[command(after_help = "The node reads only the database's data objects, runs only separable plan fragments\n(projection, filter, partial aggregation), and serves only callers that present its token.\nRun it on a machine next to the store (same zone), then point compute processes at it.\n\nExamples:\n  export BLOBHOUSE_NODE_TOKEN=$(openssl rand -hex 16)\n  blobhouse storage-node --db s3://bucket/db --listen 0.0.0.0:50061\n  blobhouse sql --db s3://bucket/db --storage-node http://node:50061 --pushdown auto")]
     StorageNode(StorageNodeArgs),
+    /// Serve a database to PostgreSQL clients (psql, psycopg, JDBC): one engine, a session per connection.
+    #[command(after_help = "Users log in with SCRAM-SHA-256. On 127.0.0.1 a server may run without users (nobody can\nlog in then); on any other address it refuses to start without them.\n\nExamples:\n  BLOBHOUSE_PASSWORD=secret blobhouse serve --db ./mydb --user alice\n  psql \"host=127.0.0.1 port=5432 user=alice dbname=blobhouse\"\n  blobhouse hash-password < pw.txt    # prints a hash for a --users-file line  alice:<hash>\n  blobhouse serve --db s3://bucket/db --pg-listen 0.0.0.0:5432 --users-file users.txt \\\n      --tls-cert server.crt --tls-key server.key")]
+    Serve(ServeArgs),
+    /// Print a SCRAM-SHA-256 hash of the password read from standard input (for --users-file).
+    HashPassword,
     /// The object-store testbed: MinIO, nginx and toxiproxy on 127.0.0.1, shaped like a cloud store.
     #[command(subcommand)]
     Testbed(testbed::TestbedCommand),
@@ -225,6 +230,30 @@ fn parse_compression(text: &str) -> Result<blobhouse_pushdown::ReplyCompression,
 }
 
 #[derive(Args)]
+struct ServeArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Address of the PostgreSQL listener.
+    #[arg(long, default_value = "127.0.0.1:5432")]
+    pg_listen: std::net::SocketAddr,
+    /// A user who logs in with the password in $BLOBHOUSE_PASSWORD.
+    #[arg(long)]
+    user: Option<String>,
+    /// A file of users, one `name:hash` per line (hashes from `blobhouse hash-password`; # comments).
+    #[arg(long, value_name = "FILE")]
+    users_file: Option<std::path::PathBuf>,
+    /// TLS certificate chain (PEM): clients must then use TLS. Needs --tls-key.
+    #[arg(long, requires = "tls_key", value_name = "PEM")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// TLS private key (PEM). Needs --tls-cert.
+    #[arg(long, requires = "tls_cert", value_name = "PEM")]
+    tls_key: Option<std::path::PathBuf>,
+    /// Connections served at once; more wait.
+    #[arg(long, default_value_t = 64)]
+    max_connections: usize,
+}
+
+#[derive(Args)]
 struct SqlArgs {
     #[command(flatten)]
     db: DbArgs,
@@ -321,6 +350,52 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         }
         Command::Bench(cmd) => {
             bench::run(cmd).await?;
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::Serve(args) => {
+            let mut users = blobhouse_server::Users::new();
+            if let Some(name) = &args.user {
+                let password = std::env::var("BLOBHOUSE_PASSWORD").map_err(|_| anyhow::anyhow!("--user {name}: set the password in the environment variable BLOBHOUSE_PASSWORD"))?;
+                users.add_password(name, &password)?;
+            }
+            if let Some(file) = &args.users_file {
+                let text = std::fs::read_to_string(file).with_context(|| format!("cannot read the users file {}", file.display()))?;
+                for (n, line) in text.lines().enumerate() {
+                    let line = line.trim();
+                    if line.is_empty() || line.starts_with('#') {
+                        continue;
+                    }
+                    let (name, hash) = line.split_once(':').ok_or_else(|| anyhow::anyhow!("{} line {}: expected name:hash", file.display(), n + 1))?;
+                    users.add_hash(name.trim(), hash).with_context(|| format!("{} line {}", file.display(), n + 1))?;
+                }
+            }
+            let tls = match (&args.tls_cert, &args.tls_key) {
+                (Some(cert), Some(key)) => Some(blobhouse_server::TlsFiles { cert: cert.clone(), key: key.clone() }),
+                _ => None,
+            };
+            let options = blobhouse_server::ServerOptions { pg_listen: args.pg_listen, tls: tls.clone(), users, max_connections: args.max_connections };
+            let engine = open(&args.db).await?;
+            let server = blobhouse_server::Server::start(engine, options).await?;
+            eprintln!(
+                "serving {} to PostgreSQL clients on {}{}; Ctrl-C stops it",
+                args.db.db,
+                server.pg_addr(),
+                if tls.is_some() { " (TLS required)" } else { "" }
+            );
+            tokio::select! {
+                _ = server.wait() => {}
+                _ = tokio::signal::ctrl_c() => eprintln!("stopping"),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        Command::HashPassword => {
+            let mut password = String::new();
+            std::io::stdin().read_line(&mut password).context("cannot read the password from standard input")?;
+            let password = password.trim_end_matches(['\r', '\n']);
+            if password.is_empty() {
+                anyhow::bail!("the password on standard input is empty");
+            }
+            println!("{}", blobhouse_server::hash_password(password));
             Ok(ExitCode::SUCCESS)
         }
         Command::StorageNode(args) => {

@@ -17,6 +17,7 @@ mod memory;
 mod pushdown;
 mod runtime_filters;
 mod scan;
+mod server;
 mod sql;
 mod ssb;
 mod tpch;

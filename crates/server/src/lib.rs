@@ -1,0 +1,125 @@
+//! `blobhouse serve`: blobhouse as a shared, network-reachable database.
+//!
+//! One open [`Engine`] (its download manager, caches and memory pool) serves
+//! every connection; each connection runs in its own session
+//! ([`Engine::new_session`]). This crate holds the endpoints only — the
+//! PostgreSQL wire protocol today ([`pg`]), on pgwire — plus their users
+//! ([`auth`]) and TLS ([`tls`]). It never falls back to plaintext and never
+//! starts on a non-loopback address without users.
+
+pub mod auth;
+mod params;
+mod pg;
+pub mod tls;
+
+use std::net::SocketAddr;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use tokio::net::TcpListener;
+use tokio::sync::Semaphore;
+
+use blobhouse_engine::Engine;
+
+pub use auth::{Users, hash_password};
+pub use tls::TlsFiles;
+
+/// What stops a server from starting.
+#[derive(Debug, thiserror::Error)]
+pub enum ServerError {
+    #[error("cannot listen on {addr}: {source} (is another server using the port? pick another with --pg-listen)")]
+    Bind { addr: SocketAddr, source: std::io::Error },
+    #[error("TLS: {}: {message}; the server does not start without the TLS it was told to use", path.display())]
+    Tls { path: PathBuf, message: String },
+    #[error("users: {0}")]
+    Users(String),
+    #[error(
+        "refusing to listen on {addr} without users: anyone who can reach it could read and change the data. Add a user (--user NAME with BLOBHOUSE_PASSWORD, or --users-file with hashes from `blobhouse hash-password`), or listen on 127.0.0.1"
+    )]
+    OpenWithoutUsers { addr: SocketAddr },
+}
+
+/// How to serve.
+#[derive(Debug, Clone)]
+pub struct ServerOptions {
+    /// The PostgreSQL listener (port 0: any free port).
+    pub pg_listen: SocketAddr,
+    /// Certificate and key: clients must then use TLS.
+    pub tls: Option<TlsFiles>,
+    /// Who may log in. Empty: nobody (allowed on loopback only, where the
+    /// server is of no use until users are added — never an open door).
+    pub users: Users,
+    /// Connections served at once; more wait for a free slot.
+    pub max_connections: usize,
+}
+
+impl ServerOptions {
+    /// Loopback on PostgreSQL's port, no TLS, no users, 64 connections.
+    pub fn new() -> ServerOptions {
+        ServerOptions { pg_listen: SocketAddr::from(([127, 0, 0, 1], 5432)), tls: None, users: Users::new(), max_connections: 64 }
+    }
+}
+
+impl Default for ServerOptions {
+    fn default() -> Self {
+        ServerOptions::new()
+    }
+}
+
+/// A running server.
+pub struct Server {
+    pg_addr: SocketAddr,
+    accept: tokio::task::JoinHandle<()>,
+}
+
+impl Server {
+    /// Checks the options, sets up TLS and binds the listeners; the server
+    /// then runs on the current tokio runtime until dropped or [`Server::wait`] ends.
+    pub async fn start(engine: Engine, options: ServerOptions) -> Result<Server, ServerError> {
+        if options.users.is_empty() && !options.pg_listen.ip().is_loopback() {
+            return Err(ServerError::OpenWithoutUsers { addr: options.pg_listen });
+        }
+        let iterations = options.users.iterations()?;
+        let acceptor = options.tls.as_ref().map(tls::acceptor).transpose()?;
+        let listener = TcpListener::bind(options.pg_listen).await.map_err(|source| ServerError::Bind { addr: options.pg_listen, source })?;
+        let pg_addr = listener.local_addr().map_err(|source| ServerError::Bind { addr: options.pg_listen, source })?;
+        let handlers = Arc::new(pg::Handlers::new(Arc::new(engine), Arc::new(options.users), iterations));
+        let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
+        let accept = tokio::spawn(async move {
+            loop {
+                let Ok(permit) = slots.clone().acquire_owned().await else { return };
+                let (socket, _) = match listener.accept().await {
+                    Ok(s) => s,
+                    // Out of descriptors and the like: wait, then go on.
+                    Err(_) => {
+                        tokio::time::sleep(std::time::Duration::from_millis(50)).await;
+                        continue;
+                    }
+                };
+                let (handlers, acceptor) = (handlers.clone(), acceptor.clone());
+                tokio::spawn(async move {
+                    // A connection's protocol errors end that connection only.
+                    let _ = pgwire::tokio::process_socket(socket, acceptor, handlers).await;
+                    drop(permit);
+                });
+            }
+        });
+        Ok(Server { pg_addr, accept })
+    }
+
+    /// Where the PostgreSQL listener is.
+    pub fn pg_addr(&self) -> SocketAddr {
+        self.pg_addr
+    }
+
+    /// Runs until the accept loop ends (it does not on its own).
+    pub async fn wait(mut self) {
+        let _ = (&mut self.accept).await;
+    }
+}
+
+impl Drop for Server {
+    fn drop(&mut self) {
+        self.accept.abort();
+    }
+}

@@ -1,0 +1,146 @@
+//! Binding the extended protocol's parameters into a statement.
+//!
+//! blobhouse's statements are not all DataFusion plans (COPY, DELETE and
+//! UPDATE rewrites, time travel, snapshots), so a bound statement is the
+//! SQL text with each `$n` replaced by a SQL literal of its value, which
+//! every statement kind then parses as usual. Values are never spliced raw:
+//! numbers are re-printed from the parsed number, booleans as TRUE/FALSE,
+//! everything else as a quoted string (quotes doubled) cast to its type.
+
+use datafusion::arrow::datatypes::DataType;
+use pgwire::api::Type;
+use pgwire::api::portal::Portal;
+use pgwire::error::PgWireResult;
+
+use crate::pg::{Prepared, user_error};
+
+/// Most parameters one statement may take (PostgreSQL's limit).
+pub const MAX_PARAMETERS: usize = 65_535;
+
+/// `sql` with `portal`'s parameter values in place of `$1`, `$2`, ….
+pub(crate) fn bind(portal: &Portal<Prepared>, sql: &str, inferred: &[Option<DataType>]) -> PgWireResult<String> {
+    let n = portal.parameter_len();
+    if n > MAX_PARAMETERS {
+        return Err(user_error("54023", format!("{n} parameters; at most {MAX_PARAMETERS}")));
+    }
+    let mut literals = Vec::with_capacity(n);
+    for i in 0..n {
+        let declared = portal.statement.parameter_types.get(i).cloned().flatten().filter(|t| *t != Type::UNKNOWN);
+        let pg_type = declared.or_else(|| inferred.get(i).cloned().flatten().and_then(|t| arrow_pg::datatypes::into_pg_type(&t).ok())).unwrap_or(Type::TEXT);
+        literals.push(literal(portal, i, &pg_type)?);
+    }
+    substitute(sql, &literals)
+}
+
+/// Parameter `i` of `portal` as a SQL literal of type `pg_type`.
+fn literal(portal: &Portal<Prepared>, i: usize, pg_type: &Type) -> PgWireResult<String> {
+    let bad = |e: pgwire::error::PgWireError| user_error("22P02", format!("parameter ${}: not a valid {}: {e}", i + 1, pg_type.name()));
+    let quoted = |s: &str| format!("'{}'", s.replace('\'', "''"));
+    let value = match *pg_type {
+        Type::BOOL => portal.parameter::<bool>(i, pg_type).map_err(bad)?.map(|b| if b { "TRUE".to_string() } else { "FALSE".to_string() }),
+        Type::INT2 => portal.parameter::<i16>(i, pg_type).map_err(bad)?.map(|v| v.to_string()),
+        Type::INT4 => portal.parameter::<i32>(i, pg_type).map_err(bad)?.map(|v| v.to_string()),
+        Type::INT8 => portal.parameter::<i64>(i, pg_type).map_err(bad)?.map(|v| v.to_string()),
+        Type::FLOAT4 => portal.parameter::<f32>(i, pg_type).map_err(bad)?.map(|v| float(v as f64)),
+        Type::FLOAT8 => portal.parameter::<f64>(i, pg_type).map_err(bad)?.map(float),
+        Type::NUMERIC => portal.parameter::<rust_decimal::Decimal>(i, pg_type).map_err(bad)?.map(|d| format!("CAST('{d}' AS DECIMAL(38, {}))", d.scale().min(38))),
+        Type::DATE => portal.parameter::<chrono::NaiveDate>(i, pg_type).map_err(bad)?.map(|d| format!("DATE '{d}'")),
+        Type::TIMESTAMP => portal.parameter::<chrono::NaiveDateTime>(i, pg_type).map_err(bad)?.map(|t| format!("TIMESTAMP '{}'", t.format("%Y-%m-%d %H:%M:%S%.f"))),
+        _ => portal.parameter::<String>(i, &Type::TEXT).map_err(bad)?.map(|s| quoted(&s)),
+    };
+    Ok(value.unwrap_or_else(|| "NULL".to_string()))
+}
+
+fn float(v: f64) -> String {
+    if v.is_nan() {
+        "CAST('NaN' AS DOUBLE)".into()
+    } else if v.is_infinite() {
+        format!("CAST('{}' AS DOUBLE)", if v > 0.0 { "inf" } else { "-inf" })
+    } else {
+        format!("{v:?}")
+    }
+}
+
+/// Replaces `$n` outside strings, quoted identifiers and comments with
+/// `literals[n - 1]`; a `$n` past the values is an error that names it.
+pub(crate) fn substitute(sql: &str, literals: &[String]) -> PgWireResult<String> {
+    let chars: Vec<char> = sql.chars().collect();
+    let mut out = String::with_capacity(sql.len());
+    let mut i = 0;
+    while i < chars.len() {
+        let c = chars[i];
+        match c {
+            '\'' | '"' => {
+                // A quoted run, its quote doubled inside.
+                out.push(c);
+                i += 1;
+                while i < chars.len() {
+                    out.push(chars[i]);
+                    if chars[i] == c {
+                        if chars.get(i + 1) == Some(&c) {
+                            out.push(c);
+                            i += 2;
+                            continue;
+                        }
+                        break;
+                    }
+                    i += 1;
+                }
+                i += 1;
+            }
+            '-' if chars.get(i + 1) == Some(&'-') => {
+                while i < chars.len() && chars[i] != '\n' {
+                    out.push(chars[i]);
+                    i += 1;
+                }
+            }
+            '/' if chars.get(i + 1) == Some(&'*') => {
+                let end = (i + 2..chars.len().saturating_sub(1)).find(|j| chars[*j] == '*' && chars[j + 1] == '/').map_or(chars.len(), |j| j + 2);
+                out.extend(&chars[i..end]);
+                i = end;
+            }
+            '$' if chars.get(i + 1).is_some_and(char::is_ascii_digit) && !(i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')) => {
+                let end = (i + 1..chars.len()).find(|j| !chars[*j].is_ascii_digit()).unwrap_or(chars.len());
+                let digits: String = chars[i + 1..end].iter().collect();
+                let n: usize = digits.parse().unwrap_or(usize::MAX);
+                let value = n.checked_sub(1).and_then(|k| literals.get(k)).ok_or_else(|| {
+                    user_error("08P01", format!("the statement uses ${digits} but {} parameter value(s) were bound", literals.len()))
+                })?;
+                out.push_str(value);
+                i = end;
+            }
+            _ => {
+                out.push(c);
+                i += 1;
+            }
+        }
+    }
+    Ok(out)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placeholders_outside_quotes_and_comments_are_replaced() {
+        let l = vec!["42".to_string(), "'it''s'".to_string()];
+        assert_eq!(substitute("SELECT $1, $2", &l).unwrap(), "SELECT 42, 'it''s'");
+        assert_eq!(substitute("SELECT '$1', \"$2\", x$1 -- $1\n, $2", &l).unwrap(), "SELECT '$1', \"$2\", x$1 -- $1\n, 'it''s'");
+        assert_eq!(substitute("SELECT 'a''$1' /* $2 */ + $1", &l).unwrap(), "SELECT 'a''$1' /* $2 */ + 42");
+        let e = substitute("SELECT $3", &l).unwrap_err().to_string();
+        assert!(e.contains("$3") && e.contains("2 parameter"), "{e}");
+        assert!(substitute("SELECT $0", &l).is_err());
+        assert!(substitute("SELECT $99999999999999999999999", &l).is_err());
+        // Unterminated quotes and comments neither panic nor substitute.
+        assert_eq!(substitute("SELECT '$1", &l).unwrap(), "SELECT '$1");
+        assert_eq!(substitute("SELECT /* $1", &l).unwrap(), "SELECT /* $1");
+    }
+
+    #[test]
+    fn floats_print_exactly() {
+        assert_eq!(float(0.1), "0.1");
+        assert_eq!(float(1e300), "1e300");
+        assert!(float(f64::NAN).contains("NaN"));
+    }
+}

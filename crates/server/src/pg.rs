@@ -1,0 +1,331 @@
+//! The PostgreSQL wire protocol over engine sessions, on pgwire.
+//!
+//! pgwire does the protocol (startup, SCRAM, TLS, simple and extended
+//! query, cancel); datafusion-postgres's handlers share one DataFusion
+//! context among all connections and hand SQL to DataFusion directly, so
+//! blobhouse has its own: each connection gets an [`Engine::new_session`]
+//! (its own settings and transaction), kept in the connection's session
+//! extensions, and every statement goes through `Engine::execute` — DDL,
+//! DML, COPY, time travel and transactions included. Results are encoded
+//! by arrow-pg.
+
+use std::fmt::Debug;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
+use futures::{Sink, stream};
+use pgwire::api::auth::DefaultServerParameterProvider;
+use pgwire::api::auth::StartupHandler;
+use pgwire::api::auth::sasl::SASLAuthStartupHandler;
+use pgwire::api::auth::sasl::scram::ScramAuth;
+use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
+use pgwire::api::portal::{Format, Portal};
+use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
+use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::stmt::QueryParser;
+use pgwire::api::store::PortalStore;
+use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers, Type};
+use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::PgWireBackendMessage;
+use pgwire::types::format::FormatOptions;
+
+use blobhouse_engine::{Described, Engine, EngineError, QueryResult};
+
+use crate::auth::{UserSource, Users};
+use crate::params;
+
+/// A connection's engine session.
+struct Session(Engine);
+
+/// What pgwire asks of a server, per connection.
+pub(crate) struct Handlers {
+    backend: Arc<Backend>,
+    users: Arc<Users>,
+    iterations: usize,
+    parameters: Arc<DefaultServerParameterProvider>,
+    connections: Arc<ConnectionManager>,
+}
+
+impl Handlers {
+    pub(crate) fn new(engine: Arc<Engine>, users: Arc<Users>, iterations: usize) -> Handlers {
+        let mut parameters = DefaultServerParameterProvider::default();
+        parameters.server_version = format!("16.0 (blobhouse {})", env!("CARGO_PKG_VERSION"));
+        parameters.scram_iterations = iterations;
+        Handlers {
+            backend: Arc::new(Backend { engine, parser: Arc::new(Parser) }),
+            users,
+            iterations,
+            parameters: Arc::new(parameters),
+            connections: Arc::new(ConnectionManager::new()),
+        }
+    }
+}
+
+impl PgWireServerHandlers for Handlers {
+    fn simple_query_handler(&self) -> Arc<impl SimpleQueryHandler> {
+        self.backend.clone()
+    }
+
+    fn extended_query_handler(&self) -> Arc<impl ExtendedQueryHandler> {
+        self.backend.clone()
+    }
+
+    fn startup_handler(&self) -> Arc<impl StartupHandler> {
+        // SCRAM keeps per-connection state: one handler per connection.
+        let mut scram = ScramAuth::new(Arc::new(UserSource(self.users.clone())));
+        scram.set_iterations(self.iterations);
+        Arc::new(SASLAuthStartupHandler::new(self.parameters.clone()).with_scram(scram).with_connection_manager(self.connections.clone()))
+    }
+
+    fn cancel_handler(&self) -> Arc<impl CancelHandler> {
+        Arc::new(DefaultCancelHandler::new(self.connections.clone()))
+    }
+}
+
+/// Runs statements for every connection, each in its own session.
+pub(crate) struct Backend {
+    engine: Arc<Engine>,
+    parser: Arc<Parser>,
+}
+
+impl Backend {
+    fn session<C: ClientInfo>(&self, client: &C) -> Arc<Session> {
+        client.session_extensions().get_or_insert_with(|| Session(self.engine.new_session()))
+    }
+}
+
+/// A parsed (described) statement of the extended protocol.
+#[derive(Debug, Clone)]
+pub(crate) struct Prepared {
+    sql: String,
+    /// The rows' schema (`None`: a command).
+    schema: Option<SchemaRef>,
+    parameters: Vec<Option<DataType>>,
+}
+
+pub(crate) struct Parser;
+
+#[async_trait]
+impl QueryParser for Parser {
+    type Statement = Prepared;
+
+    async fn parse_sql<C>(&self, client: &C, sql: &str, _types: &[Option<Type>]) -> PgWireResult<Option<Prepared>>
+    where
+        C: ClientInfo + Unpin + Send + Sync,
+    {
+        let Some(session) = client.session_extensions().get::<Session>() else {
+            return Err(user_error("08003", "the connection has no session (it did not finish its startup)".into()));
+        };
+        let sql = sql.trim().trim_end_matches(';').trim().to_string();
+        if sql.is_empty() {
+            return Ok(None);
+        }
+        let prepared = match session.0.describe(&sql).await.map_err(engine_error)? {
+            Described::Rows { schema, parameters } => Prepared { sql, schema: Some(schema), parameters },
+            Described::Command { parameters } => Prepared { sql, schema: None, parameters },
+            Described::RowsWhenRun => {
+                // Metadata statements: run once for their schema.
+                let result = session.0.execute(&sql).await.map_err(engine_error)?;
+                Prepared { sql, schema: Some(result.schema), parameters: Vec::new() }
+            }
+        };
+        Ok(Some(prepared))
+    }
+
+    fn get_parameter_types(&self, stmt: &Prepared) -> PgWireResult<Vec<Type>> {
+        Ok(stmt.parameters.iter().map(|t| t.as_ref().and_then(|t| arrow_pg::datatypes::into_pg_type(t).ok()).unwrap_or(Type::TEXT)).collect())
+    }
+
+    fn get_result_schema(&self, stmt: &Prepared, format: Option<&Format>) -> PgWireResult<Vec<FieldInfo>> {
+        match &stmt.schema {
+            Some(schema) => arrow_pg::datatypes::arrow_schema_to_pg_fields(schema, format.unwrap_or(&Format::UnifiedText), None),
+            None => Ok(Vec::new()),
+        }
+    }
+}
+
+#[async_trait]
+impl SimpleQueryHandler for Backend {
+    async fn do_query<C>(&self, client: &mut C, query: &str) -> PgWireResult<Vec<Response>>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client);
+        let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+        let mut out = Vec::new();
+        for statement in blobhouse_engine::split_statements(query) {
+            if statement.trim().is_empty() {
+                continue;
+            }
+            if let Some(name) = deallocate(&statement) {
+                // Protocol-level prepared statements are pgwire's; psycopg
+                // drops them with SQL. ALL cannot be enumerated in pgwire's
+                // store: they go with the connection (names are reused).
+                if let Some(name) = name {
+                    client.portal_store().rm_statement(&name);
+                }
+                out.push(Response::Execution(Tag::new("DEALLOCATE")));
+                continue;
+            }
+            match session.0.execute(&statement).await {
+                Ok(result) => out.push(respond(&statement, result, &Format::UnifiedText, options.clone())?),
+                Err(e) => {
+                    // The rest of the query string is skipped, as PostgreSQL does.
+                    out.push(Response::Error(Box::new(error_info(&e))));
+                    break;
+                }
+            }
+        }
+        if out.is_empty() {
+            out.push(Response::EmptyQuery);
+        }
+        Ok(out)
+    }
+}
+
+#[async_trait]
+impl ExtendedQueryHandler for Backend {
+    type Statement = Prepared;
+    type QueryParser = Parser;
+
+    fn query_parser(&self) -> Arc<Parser> {
+        self.parser.clone()
+    }
+
+    async fn do_query<C>(&self, client: &mut C, portal: &Portal<Prepared>, _max_rows: usize) -> PgWireResult<Response>
+    where
+        C: ClientInfo + ClientPortalStore + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::PortalStore: PortalStore<Statement = Self::Statement>,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client);
+        let prepared = &portal.statement.statement;
+        let sql = params::bind(portal, &prepared.sql, &prepared.parameters)?;
+        let result = session.0.execute(&sql).await.map_err(engine_error)?;
+        let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
+        respond(&prepared.sql, result, &portal.result_column_format, options)
+    }
+}
+
+/// `DEALLOCATE [PREPARE] name | ALL`: `Some(Some(name))`, `Some(None)` for ALL.
+fn deallocate(sql: &str) -> Option<Option<String>> {
+    let words: Vec<&str> = sql.trim().trim_end_matches(';').split_whitespace().collect();
+    let rest = match words.as_slice() {
+        [d, p, rest @ ..] if d.eq_ignore_ascii_case("deallocate") && p.eq_ignore_ascii_case("prepare") => rest,
+        [d, rest @ ..] if d.eq_ignore_ascii_case("deallocate") => rest,
+        _ => return None,
+    };
+    match rest {
+        [all] if all.eq_ignore_ascii_case("all") => Some(None),
+        [name] => Some(Some(name.trim_matches('"').to_string())),
+        _ => None,
+    }
+}
+
+/// The response to one statement's result: rows, or a command tag.
+fn respond(sql: &str, result: QueryResult, format: &Format, options: Arc<FormatOptions>) -> PgWireResult<Response> {
+    let kind = CommandKind::of(sql);
+    let count = || -> usize {
+        match result.batches.first() {
+            Some(b) if result.schema.fields().len() == 1 && result.schema.field(0).name() == "count" && b.num_rows() == 1 => {
+                b.column(0).as_any().downcast_ref::<datafusion::arrow::array::UInt64Array>().map_or(0, |a| a.value(0) as usize)
+            }
+            _ => 0,
+        }
+    };
+    Ok(match kind {
+        CommandKind::Rows => rows(result.schema.clone(), result.batches, format, options)?,
+        CommandKind::Begin => Response::TransactionStart(Tag::new("BEGIN")),
+        CommandKind::End(word) => Response::TransactionEnd(Tag::new(word)),
+        CommandKind::Counted(word) if word == "INSERT" => Response::Execution(Tag::new("INSERT").with_oid(0).with_rows(count())),
+        CommandKind::Counted(word) => Response::Execution(Tag::new(&word).with_rows(count())),
+        CommandKind::Plain(word) => Response::Execution(Tag::new(&word)),
+    })
+}
+
+fn rows(schema: SchemaRef, batches: Vec<datafusion::arrow::record_batch::RecordBatch>, format: &Format, options: Arc<FormatOptions>) -> PgWireResult<Response> {
+    let schema: &Schema = &schema;
+    let fields = Arc::new(arrow_pg::datatypes::arrow_schema_to_pg_fields(schema, format, Some(options))?);
+    let encoded = fields.clone();
+    let rows = batches.into_iter().flat_map(move |b| arrow_pg::datatypes::encode_recordbatch(encoded.clone(), b));
+    Ok(Response::Query(QueryResponse::new(fields, stream::iter(rows))))
+}
+
+/// How a statement's completion is reported.
+#[derive(Debug, PartialEq, Eq)]
+enum CommandKind {
+    Rows,
+    Begin,
+    End(&'static str),
+    /// A tag with the count of rows it changed.
+    Counted(String),
+    Plain(String),
+}
+
+impl CommandKind {
+    fn of(sql: &str) -> CommandKind {
+        let words: Vec<String> = sql.split_whitespace().take(3).map(|w| w.trim_end_matches(';').to_ascii_uppercase()).collect();
+        let w = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+        let dry_run = sql.to_ascii_uppercase().contains("DRY RUN");
+        match w(0) {
+            "BEGIN" | "START" => CommandKind::Begin,
+            "COMMIT" | "END" => CommandKind::End("COMMIT"),
+            "ROLLBACK" | "ABORT" => CommandKind::End("ROLLBACK"),
+            "INSERT" | "UPDATE" | "DELETE" | "COPY" | "OPTIMIZE" => CommandKind::Counted(w(0).to_string()),
+            "CREATE" if w(1) == "TABLE" && sql.to_ascii_uppercase().contains(" AS ") => CommandKind::Counted("SELECT".into()),
+            "CREATE" | "DROP" => CommandKind::Plain(format!("{} {}", w(0), w(1))),
+            "VACUUM" if !dry_run => CommandKind::Plain("VACUUM".into()),
+            "SET" | "RESET" | "RESTORE" => CommandKind::Plain(w(0).to_string()),
+            _ => CommandKind::Rows,
+        }
+    }
+}
+
+/// An engine error as PostgreSQL reports it, with the closest SQLSTATE.
+fn error_info(e: &EngineError) -> ErrorInfo {
+    let text = e.to_string();
+    let code = match e {
+        EngineError::TransactionAborted { .. } => "25P02",
+        EngineError::Transaction(_) => "40001",
+        EngineError::Unsupported(_) => "0A000",
+        EngineError::Setting { .. } => "22023",
+        _ if text.contains("Resources exhausted") => "53200",
+        _ if text.contains("SQL error") || text.contains("ParserError") => "42601",
+        _ if text.contains("not found") && text.contains("table") => "42P01",
+        _ => "XX000",
+    };
+    ErrorInfo::new("ERROR".into(), code.into(), text)
+}
+
+fn engine_error(e: EngineError) -> PgWireError {
+    PgWireError::UserError(Box::new(error_info(&e)))
+}
+
+pub(crate) fn user_error(code: &str, message: String) -> PgWireError {
+    PgWireError::UserError(Box::new(ErrorInfo::new("ERROR".into(), code.into(), message)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_complete_with_postgres_tags() {
+        assert_eq!(CommandKind::of("select 1"), CommandKind::Rows);
+        assert_eq!(CommandKind::of("  begin;"), CommandKind::Begin);
+        assert_eq!(CommandKind::of("ROLLBACK"), CommandKind::End("ROLLBACK"));
+        assert_eq!(CommandKind::of("insert into t values (1)"), CommandKind::Counted("INSERT".into()));
+        assert_eq!(CommandKind::of("create table t as select 1"), CommandKind::Counted("SELECT".into()));
+        assert_eq!(CommandKind::of("create table t (x int)"), CommandKind::Plain("CREATE TABLE".into()));
+        assert_eq!(CommandKind::of("VACUUM DRY RUN"), CommandKind::Rows);
+        assert_eq!(CommandKind::of("show tables"), CommandKind::Rows);
+        assert_eq!(deallocate("DEALLOCATE ALL"), Some(None));
+        assert_eq!(deallocate("deallocate prepare \"_pg3_0\";"), Some(Some("_pg3_0".into())));
+        assert_eq!(deallocate("SELECT 1"), None);
+    }
+}
