@@ -83,7 +83,7 @@ impl Server {
         let acceptor = options.tls.as_ref().map(tls::acceptor).transpose()?;
         let listener = TcpListener::bind(options.pg_listen).await.map_err(|source| ServerError::Bind { addr: options.pg_listen, source })?;
         let pg_addr = listener.local_addr().map_err(|source| ServerError::Bind { addr: options.pg_listen, source })?;
-        let handlers = Arc::new(pg::Handlers::new(Arc::new(engine), Arc::new(options.users), iterations));
+        let handlers = Arc::new(pg::Handlers::new(Arc::new(engine), Arc::new(options.users), iterations, acceptor.is_some()));
         let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
         let accept = tokio::spawn(async move {
             loop {

@@ -27,7 +27,7 @@ use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
-use pgwire::messages::PgWireBackendMessage;
+use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::types::format::FormatOptions;
 
 use blobhouse_engine::{Described, Engine, EngineError, QueryResult};
@@ -45,10 +45,12 @@ pub(crate) struct Handlers {
     iterations: usize,
     parameters: Arc<DefaultServerParameterProvider>,
     connections: Arc<ConnectionManager>,
+    /// TLS is configured: plaintext startups are refused.
+    require_tls: bool,
 }
 
 impl Handlers {
-    pub(crate) fn new(engine: Arc<Engine>, users: Arc<Users>, iterations: usize) -> Handlers {
+    pub(crate) fn new(engine: Arc<Engine>, users: Arc<Users>, iterations: usize, require_tls: bool) -> Handlers {
         let mut parameters = DefaultServerParameterProvider::default();
         parameters.server_version = format!("16.0 (blobhouse {})", env!("CARGO_PKG_VERSION"));
         parameters.scram_iterations = iterations;
@@ -58,6 +60,7 @@ impl Handlers {
             iterations,
             parameters: Arc::new(parameters),
             connections: Arc::new(ConnectionManager::new()),
+            require_tls,
         }
     }
 }
@@ -75,11 +78,42 @@ impl PgWireServerHandlers for Handlers {
         // SCRAM keeps per-connection state: one handler per connection.
         let mut scram = ScramAuth::new(Arc::new(UserSource(self.users.clone())));
         scram.set_iterations(self.iterations);
-        Arc::new(SASLAuthStartupHandler::new(self.parameters.clone()).with_scram(scram).with_connection_manager(self.connections.clone()))
+        let sasl = SASLAuthStartupHandler::new(self.parameters.clone()).with_scram(scram).with_connection_manager(self.connections.clone());
+        Arc::new(Startup { sasl, require_tls: self.require_tls })
     }
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
         Arc::new(DefaultCancelHandler::new(self.connections.clone()))
+    }
+}
+
+/// SCRAM authentication, behind a TLS check.
+///
+/// pgwire serves a client that skips the SSLRequest in plaintext even when
+/// it has a TLS acceptor; a server told to use TLS must not, so the first
+/// startup message of a plaintext connection is answered with a FATAL
+/// error (the connection closes before any password is exchanged).
+struct Startup {
+    sasl: SASLAuthStartupHandler<DefaultServerParameterProvider>,
+    require_tls: bool,
+}
+
+#[async_trait]
+impl StartupHandler for Startup {
+    async fn on_startup<C>(&self, client: &mut C, message: PgWireFrontendMessage) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        if self.require_tls && !client.is_secure() {
+            return Err(PgWireError::UserError(Box::new(ErrorInfo::new(
+                "FATAL".into(),
+                "28000".into(),
+                "this server accepts TLS connections only: connect with sslmode=require (or verify-full)".into(),
+            ))));
+        }
+        self.sasl.on_startup(client, message).await
     }
 }
 

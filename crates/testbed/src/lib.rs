@@ -349,8 +349,9 @@ impl Testbed {
 
 /// A CA of the testbed's own and a server certificate it signed for
 /// 127.0.0.1 and localhost, made with the openssl command-line tool (clients
-/// trust the CA through [`Testbed::tls_ca`]).
-fn make_certificates(tls: &Path) -> Result<()> {
+/// trust the CA through [`Testbed::tls_ca`]; tests of other TLS servers use
+/// them too): `ca.pem`, `cert.pem` and `key.pem` in `tls`.
+pub fn make_certificates(tls: &Path) -> Result<()> {
     if tls.join("cert.pem").exists() {
         return Ok(());
     }

@@ -14,17 +14,26 @@ on_both_backends!(psql_runs_ddl_dml_transactions_and_queries_in_its_own_session)
 
 const PASSWORD: &str = "correct horse battery staple";
 
-async fn server(db: &TestDb) -> Server {
+/// Loopback on any port, with alice as the one user.
+fn alice_on_loopback() -> ServerOptions {
     let mut users = Users::new();
     users.add_password("alice", PASSWORD).expect("a valid user");
-    let options = ServerOptions { pg_listen: "127.0.0.1:0".parse().expect("an address"), users, ..ServerOptions::new() };
-    Server::start(db.engine(EngineOptions::default()).await, options).await.expect("the server starts")
+    ServerOptions { pg_listen: "127.0.0.1:0".parse().expect("an address"), users, ..ServerOptions::new() }
+}
+
+async fn server(db: &TestDb) -> Server {
+    Server::start(db.engine(EngineOptions::default()).await, alice_on_loopback()).await.expect("the server starts")
 }
 
 /// Runs psql with `args` as alice (password from the environment), off the
 /// test's runtime threads.
 async fn psql(server: &Server, password: &str, args: &[&str]) -> std::process::Output {
-    let conn = format!("host=127.0.0.1 port={} user=alice dbname=blobhouse sslmode=disable", server.pg_addr().port());
+    psql_with(server, password, "sslmode=disable", args).await
+}
+
+/// psql with `ssl`'s connection options (sslmode, sslrootcert).
+async fn psql_with(server: &Server, password: &str, ssl: &str, args: &[&str]) -> std::process::Output {
+    let conn = format!("host=127.0.0.1 port={} user=alice dbname=blobhouse {ssl}", server.pg_addr().port());
     let mut c = Command::new("psql");
     c.arg(conn).args(["-X", "-v", "ON_ERROR_STOP=1", "-A", "-F", ","]).args(args).env("PGPASSWORD", password);
     tokio::task::spawn_blocking(move || c.output().expect("psql runs (install postgresql-client)")).await.expect("joined")
@@ -135,4 +144,34 @@ async fn the_server_refuses_to_start_open_or_with_broken_tls() {
         Err(e) => panic!("wrong error: {e}"),
         Ok(_) => panic!("a server with a broken certificate started"),
     }
+}
+
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tls_is_required_when_configured_and_never_faked() {
+    let db = TestDb::new(Backend::Local, "server-tls");
+    let dir = tempfile::tempdir().expect("tempdir");
+    blobhouse_testbed::make_certificates(dir.path()).expect("openssl makes a CA and a certificate");
+    let ca = dir.path().join("ca.pem");
+    let tls = TlsFiles { cert: dir.path().join("cert.pem"), key: dir.path().join("key.pem") };
+    let server = Server::start(db.engine(EngineOptions::default()).await, ServerOptions { tls: Some(tls), ..alice_on_loopback() }).await.expect("the TLS server starts");
+
+    // A client that verifies the certificate gets in, over TLS.
+    let verified = format!("sslmode=verify-full sslrootcert={}", ca.display());
+    let out = psql_with(&server, PASSWORD, &verified, &["-c", "SELECT ssl FROM (VALUES (1)) AS v(ssl)"]).await;
+    assert!(out.status.success(), "TLS client refused: {}", String::from_utf8_lossy(&out.stderr));
+    // A plaintext client (no SSLRequest at all) is refused before any password is asked.
+    let out = psql_with(&server, PASSWORD, "sslmode=disable", &["-c", "SELECT 1"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("TLS connections only") && stderr.contains("sslmode=require"), "{stderr}");
+    assert!(out.stdout.is_empty(), "a plaintext client was served: {}", String::from_utf8_lossy(&out.stdout));
+    // A client that does not trust the certificate's issuer does not connect.
+    let out = psql_with(&server, PASSWORD, "sslmode=verify-full sslrootcert=/dev/null", &["-c", "SELECT 1"]).await;
+    assert!(!out.status.success(), "an untrusted certificate was accepted");
+
+    // A client that requires TLS from a server without it is told so.
+    let plain = self::server(&db).await;
+    let out = psql_with(&plain, PASSWORD, "sslmode=require", &["-c", "SELECT 1"]).await;
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("does not support SSL"), "{stderr}");
+    assert!(!stderr.contains(PASSWORD));
 }
