@@ -119,7 +119,7 @@ fn target_table(t: &TableWithJoins, verb: &str) -> Result<(String, String), Engi
     let table = match parts.as_slice() {
         [t] => t.clone(),
         [schema, t] if schema == "public" => t.clone(),
-        [catalog, schema, t] if catalog == "datafusion" && schema == "public" => t.clone(),
+        [catalog, schema, t] if catalog == crate::session::CATALOG && schema == "public" => t.clone(),
         _ => return Err(EngineError::Unsupported(format!("{verb} {name}: blobhouse tables live in the default schema"))),
     };
     let table = name.0.last().and_then(|p| p.as_ident()).map_or(table, |i| i.value.clone());

@@ -21,7 +21,8 @@ use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, Expr, LogicalPla
 use datafusion::sql::parser::Statement as DFStatement;
 use futures::{StreamExt, TryStreamExt};
 use roaring::RoaringBitmap;
-use datafusion::physical_plan::{ExecutionPlan, collect, execute_stream};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, collect, execute_stream};
 use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig};
 
 use blobhouse_storage::format::{CatalogVersion, DataObject};
@@ -313,6 +314,7 @@ impl Engine {
         let db = Database::open_with(loc, true, options.key_block_ttl).await?;
         let options = Arc::new(options);
         let mut config = SessionConfig::new()
+            .with_default_catalog_and_schema(CATALOG, "public")
             .with_information_schema(true)
             .with_target_partitions(options.target_partitions)
             .with_batch_size(options.batch_size);
@@ -367,8 +369,8 @@ impl Engine {
         let footers = Arc::new(FooterCache::new(&memory.pool()));
         db.account_caches_in(&memory.pool());
         let tables = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), footers, source.clone()));
-        ctx.catalog("datafusion")
-            .expect("DataFusion's default catalog exists")
+        ctx.catalog(CATALOG)
+            .expect("the default catalog exists")
             .register_schema("public", tables.clone())?;
         Ok(Engine { db, ctx, options, store_options, source, memory, tables, pushdown, txn: std::sync::Mutex::new(TxnMode::Autocommit) })
     }
@@ -404,6 +406,7 @@ impl Engine {
         if words_are(sql, &["show", "cache"]) || is_show_memory_limit(sql) {
             return Ok(Described::RowsWhenRun);
         }
+        let sql = if words_are(sql, &["show", "tables"]) { SHOW_TABLES } else { sql };
         let (rewritten, past) = match time_travel::rewrite(sql)? {
             Some((rewritten, past)) => (rewritten, past),
             None => (sql.to_string(), Vec::new()),
@@ -586,7 +589,11 @@ impl Engine {
         &self.options
     }
 
-    /// The DataFusion session (for registering functions and the like).
+    /// The DataFusion context every statement of this session starts
+    /// from. Embedders extend it before opening sessions: functions they
+    /// register are callable in every statement, and schemas they add to
+    /// its default catalog (beside `public`, the tables) are visible to
+    /// every statement — how the server adds PostgreSQL's `pg_catalog`.
     pub fn session(&self) -> &SessionContext {
         &self.ctx
     }
@@ -679,6 +686,7 @@ impl Engine {
             let value = self.memory.limit().map_or("none".to_string(), |l| format_bytes(l as u64));
             return Ok(setting_result("memory_limit", &value, started));
         }
+        let sql = if words_are(sql, &["show", "tables"]) { SHOW_TABLES } else { sql };
         // Time travel is rewritten into schemas before anything parses the SQL.
         let (rewritten, past) = match time_travel::rewrite(sql)? {
             Some((rewritten, past)) => (rewritten, past),
@@ -790,12 +798,22 @@ impl Engine {
         let dml = Arc::new(self.tables.scoped(scope.clone(), true));
         catalog.register_schema("public", public).expect("memory catalog registers");
         catalog.register_schema(DML_SCHEMA, dml).expect("memory catalog registers");
+        // Schemas an embedder registered beside the tables (a server's
+        // pg_catalog) are seen by every statement.
+        let default_catalog = self.ctx.state().config().options().catalog.default_catalog.clone();
+        if let Some(base) = self.ctx.catalog(&default_catalog) {
+            for name in base.schema_names().into_iter().filter(|n| n != "public" && n != DML_SCHEMA) {
+                if let Some(schema) = base.schema(&name) {
+                    catalog.register_schema(&name, schema).expect("memory catalog registers");
+                }
+            }
+        }
         for at in &scope.past {
             let version = self.past_version(scope, at).await?;
             catalog.register_schema(&at.schema(), Arc::new(self.tables.at(version))).expect("memory catalog registers");
         }
         let catalogs = MemoryCatalogProviderList::new();
-        catalogs.register_catalog(self.ctx.state().config().options().catalog.default_catalog.clone(), Arc::new(catalog));
+        catalogs.register_catalog(default_catalog, Arc::new(catalog));
         let state = SessionStateBuilder::new_from_existing(self.ctx.state()).with_catalog_list(Arc::new(catalogs)).build();
         Ok(SessionContext::new_with_state(state))
     }
@@ -1137,6 +1155,7 @@ impl Engine {
                 let csv = datafusion::common::config::CsvOptions { has_header: Some(copy.header), delimiter: copy.delimiter, ..Default::default() };
                 df.write_csv(&copy.target, options, Some(csv)).await
             }
+            CopyFormat::Text => return Err(fail("FORMAT text is read only; export with FORMAT csv or parquet".into())),
         }
         .map_err(|e| fail(describe_df(&e)))?;
         let rows = written.first().and_then(|b| b.column(0).as_any().downcast_ref::<UInt64Array>()).map_or(0, |c| c.value(0));
@@ -1198,6 +1217,10 @@ impl Engine {
         let entry = scope.view.tables.get(&copy.table).cloned().ok_or_else(|| StorageError::TableNotFound(copy.table.clone()))?;
         let fail = |message: String| EngineError::Copy { table: copy.table.clone(), source_url: copy.source.clone(), message };
         let schema = Arc::new(entry.schema.clone());
+        if copy.format == CopyFormat::Text {
+            let stream = text_stream(copy, &schema).map_err(fail)?;
+            return self.append_stream(copy, scope, entry.id, &schema, stream).await;
+        }
         // One partition, no splitting of files: errors keep whole-file line numbers.
         let config = SessionConfig::new().with_target_partitions(1).with_repartition_file_scans(false);
         let reader = SessionContext::new_with_config(config);
@@ -1222,7 +1245,7 @@ impl Engine {
                 let opts = CsvReadOptions::new().schema(&read_schema).has_header(copy.header).delimiter(copy.delimiter);
                 reader.read_csv(copy.source.as_str(), opts).await
             }
-            CopyFormat::Parquet => reader.read_parquet(copy.source.as_str(), ParquetReadOptions::default()).await,
+            CopyFormat::Parquet | CopyFormat::Text => reader.read_parquet(copy.source.as_str(), ParquetReadOptions::default()).await,
         }
         .map_err(|e| fail(describe_df(&e)))?;
         let source_fields: Vec<String> = df.schema().fields().iter().map(|f| f.name().clone()).collect();
@@ -1230,20 +1253,48 @@ impl Engine {
         for (i, f) in schema.fields().iter().enumerate() {
             let source_name = match copy.format {
                 CopyFormat::Csv => source_fields.get(i).cloned(),
-                CopyFormat::Parquet => source_fields.iter().find(|n| n.as_str() == f.name()).cloned(),
+                CopyFormat::Parquet | CopyFormat::Text => source_fields.iter().find(|n| n.as_str() == f.name()).cloned(),
             }
             .ok_or_else(|| fail(format!("the source has no column '{}'", f.name())))?;
             exprs.push(cast(Expr::Column(Column::new_unqualified(source_name)), f.data_type().clone()).alias(f.name()));
         }
         let df = df.select(exprs).map_err(|e| fail(describe_df(&e)))?;
         let stream = df.execute_stream().await.map_err(|e| fail(describe_df(&e)))?;
-        let (rows, objects) = write_stream(&self.db, &schema, &self.options, stream)
-            .await
-            .map_err(|e| fail(file_line_numbers(&describe_df(&e), copy.header)))?;
+        self.append_stream(copy, scope, entry.id, &schema, stream).await
+    }
+
+    /// Writes the rows of `stream` as new objects of the COPY's table and
+    /// adds them to the statement's transaction.
+    async fn append_stream(&self, copy: &CopyFrom, scope: &Scope, table_id: u64, schema: &SchemaRef, stream: SendableRecordBatchStream) -> Result<u64, EngineError> {
+        let (rows, objects) = write_stream(&self.db, schema, &self.options, stream).await.map_err(|e| EngineError::Copy {
+            table: copy.table.clone(),
+            source_url: copy.source.clone(),
+            message: match copy.format {
+                CopyFormat::Text => describe_df(&e),
+                _ => file_line_numbers(&describe_df(&e), copy.header),
+            },
+        })?;
         let mut slot = scope.txn.lock().await;
-        joined(&self.db, &mut slot, &objects).await?.append(&copy.table, entry.id, objects).await?;
+        joined(&self.db, &mut slot, &objects).await?.append(&copy.table, table_id, objects).await?;
         Ok(rows)
     }
+}
+
+/// The rows of a local file in PostgreSQL's text format, as `schema`.
+fn text_stream(copy: &CopyFrom, schema: &SchemaRef) -> Result<SendableRecordBatchStream, String> {
+    if split_url(&copy.source).is_some() {
+        return Err("FORMAT text reads local files (and COPY … FROM STDIN through the server); for a URL use FORMAT csv or parquet".into());
+    }
+    let path = copy.source.strip_prefix("file://").unwrap_or(&copy.source);
+    let file = std::fs::File::open(path).map_err(|e| format!("cannot open {path}: {e}"))?;
+    let mut reader = crate::copy::TextReader::new(std::io::BufReader::new(file), schema.clone(), copy.delimiter, copy.header);
+    let batches = std::iter::from_fn(move || match reader.next_batch() {
+        Ok(Some(batch)) => Some(Ok(batch)),
+        Ok(None) => None,
+        Err(message) => Some(Err(DataFusionError::Execution(message))),
+    })
+    .fuse();
+    Ok(Box::pin(RecordBatchStreamAdapter::new(schema.clone(), futures::stream::iter(batches))))
 }
 
 /// The statement's transaction. It has ended only if the session was torn
@@ -1368,6 +1419,10 @@ fn spill_totals(plan: &Arc<dyn ExecutionPlan>) -> (u64, u64) {
 /// partitions (see `Engine::open_location`).
 const COLLECT_LEFT_BYTES: usize = 8 << 20;
 
+/// The name of the database's DataFusion catalog (its tables are
+/// `blobhouse.public.name`): what PostgreSQL clients see as the database.
+pub const CATALOG: &str = "blobhouse";
+
 fn sort_merge_reservation(limit: Option<usize>) -> usize {
     const DATAFUSION_DEFAULT: usize = 10 << 20;
     limit.map_or(DATAFUSION_DEFAULT, |l| (l / 64).clamp(1 << 20, DATAFUSION_DEFAULT))
@@ -1384,6 +1439,10 @@ fn is_show_memory_limit(sql: &str) -> bool {
 }
 
 /// Whether `sql` is exactly these words (any case, a trailing ';' allowed).
+/// What `SHOW TABLES` runs: the database's tables, not the catalogs and
+/// views DataFusion and the server add beside them.
+const SHOW_TABLES: &str = "SELECT table_name AS name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name";
+
 fn words_are(sql: &str, expected: &[&str]) -> bool {
     let words: Vec<String> = sql.trim().trim_end_matches(';').split_whitespace().map(str::to_ascii_lowercase).collect();
     words == expected

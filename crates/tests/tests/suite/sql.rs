@@ -23,6 +23,8 @@ async fn ddl_and_dml_round_trip(b: Backend) {
     assert_eq!(scalar(&run(&e, "SELECT count(*) FROM t2").await), "2");
     let tables = text(&run(&e, "SHOW TABLES").await);
     assert!(tables.contains("| t ") && tables.contains("| t2 "), "{tables}");
+    // The database's tables only, not DataFusion's information_schema views.
+    assert!(!tables.contains("columns") && !tables.contains("information_schema"), "{tables}");
     let desc = text(&run(&e, "DESCRIBE t").await);
     assert!(desc.contains("price") && desc.contains("Decimal128(10, 2)"), "{desc}");
     run(&e, "DROP TABLE t2").await;
