@@ -373,7 +373,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 (Some(cert), Some(key)) => Some(blobhouse_server::TlsFiles { cert: cert.clone(), key: key.clone() }),
                 _ => None,
             };
-            let options = blobhouse_server::ServerOptions { pg_listen: args.pg_listen, tls: tls.clone(), users, max_connections: args.max_connections };
+            let options = blobhouse_server::ServerOptions { pg_listen: args.pg_listen, tls: tls.clone(), users, max_connections: args.max_connections, execution_threads: 0 };
             let engine = open(&args.db).await?;
             let server = blobhouse_server::Server::start(engine, options).await?;
             eprintln!(

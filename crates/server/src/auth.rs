@@ -43,9 +43,7 @@ pub struct Users {
 
 impl fmt::Debug for Users {
     fn fmt(&self, f: &mut fmt::Formatter) -> fmt::Result {
-        let mut names: Vec<&String> = self.secrets.keys().collect();
-        names.sort();
-        f.debug_struct("Users").field("names", &names).finish()
+        f.debug_struct("Users").field("names", &self.names()).finish()
     }
 }
 
@@ -60,6 +58,13 @@ impl Users {
     /// No users: nobody can log in.
     pub fn new() -> Users {
         Users::default()
+    }
+
+    /// The users' names, sorted (what `pg_roles` lists).
+    pub fn names(&self) -> Vec<String> {
+        let mut names: Vec<String> = self.secrets.keys().cloned().collect();
+        names.sort();
+        names
     }
 
     /// Whether there is no user at all.

@@ -8,6 +8,8 @@
 //! starts on a non-loopback address without users.
 
 pub mod auth;
+mod catalog;
+mod copy;
 mod params;
 mod pg;
 pub mod tls;
@@ -33,6 +35,10 @@ pub enum ServerError {
     Tls { path: PathBuf, message: String },
     #[error("users: {0}")]
     Users(String),
+    #[error("cannot start the threads that run statements: {0}")]
+    Runtime(String),
+    #[error("cannot set up pg_catalog: {0}")]
+    Catalog(String),
     #[error(
         "refusing to listen on {addr} without users: anyone who can reach it could read and change the data. Add a user (--user NAME with BLOBHOUSE_PASSWORD, or --users-file with hashes from `blobhouse hash-password`), or listen on 127.0.0.1"
     )]
@@ -51,12 +57,16 @@ pub struct ServerOptions {
     pub users: Users,
     /// Connections served at once; more wait for a free slot.
     pub max_connections: usize,
+    /// Threads that run statements (0: one per core). They are not the
+    /// threads that serve the protocol, so a busy engine still answers
+    /// cancel requests and logins at once.
+    pub execution_threads: usize,
 }
 
 impl ServerOptions {
     /// Loopback on PostgreSQL's port, no TLS, no users, 64 connections.
     pub fn new() -> ServerOptions {
-        ServerOptions { pg_listen: SocketAddr::from(([127, 0, 0, 1], 5432)), tls: None, users: Users::new(), max_connections: 64 }
+        ServerOptions { pg_listen: SocketAddr::from(([127, 0, 0, 1], 5432)), tls: None, users: Users::new(), max_connections: 64, execution_threads: 0 }
     }
 }
 
@@ -69,6 +79,9 @@ impl Default for ServerOptions {
 /// A running server.
 pub struct Server {
     pg_addr: SocketAddr,
+    engine: Arc<Engine>,
+    /// Runs the statements; shut down (without waiting) with the server.
+    execution: Option<tokio::runtime::Runtime>,
     accept: tokio::task::JoinHandle<()>,
 }
 
@@ -83,7 +96,20 @@ impl Server {
         let acceptor = options.tls.as_ref().map(tls::acceptor).transpose()?;
         let listener = TcpListener::bind(options.pg_listen).await.map_err(|source| ServerError::Bind { addr: options.pg_listen, source })?;
         let pg_addr = listener.local_addr().map_err(|source| ServerError::Bind { addr: options.pg_listen, source })?;
-        let handlers = Arc::new(pg::Handlers::new(Arc::new(engine), Arc::new(options.users), iterations, acceptor.is_some()));
+        let users = Arc::new(options.users);
+        catalog::install(&engine, users.clone())?;
+        let engine = Arc::new(engine);
+        let threads = match options.execution_threads {
+            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            n => n,
+        };
+        let execution = tokio::runtime::Builder::new_multi_thread()
+            .worker_threads(threads)
+            .thread_name("blobhouse-exec")
+            .enable_all()
+            .build()
+            .map_err(|e| ServerError::Runtime(e.to_string()))?;
+        let handlers = Arc::new(pg::Handlers::new(engine.clone(), execution.handle().clone(), users, iterations, acceptor.is_some()));
         let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
         let accept = tokio::spawn(async move {
             loop {
@@ -104,12 +130,18 @@ impl Server {
                 });
             }
         });
-        Ok(Server { pg_addr, accept })
+        Ok(Server { pg_addr, engine, execution: Some(execution), accept })
     }
 
     /// Where the PostgreSQL listener is.
     pub fn pg_addr(&self) -> SocketAddr {
         self.pg_addr
+    }
+
+    /// The engine every connection's session shares (its download
+    /// manager, caches and memory pool: what metrics report).
+    pub fn engine(&self) -> &Arc<Engine> {
+        &self.engine
     }
 
     /// Runs until the accept loop ends (it does not on its own).
@@ -121,5 +153,8 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.accept.abort();
+        if let Some(execution) = self.execution.take() {
+            execution.shutdown_background();
+        }
     }
 }

@@ -14,29 +14,53 @@ use std::sync::Arc;
 
 use async_trait::async_trait;
 use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
-use futures::{Sink, stream};
+use futures::{Sink, SinkExt, stream};
 use pgwire::api::auth::DefaultServerParameterProvider;
 use pgwire::api::auth::StartupHandler;
 use pgwire::api::auth::sasl::SASLAuthStartupHandler;
 use pgwire::api::auth::sasl::scram::ScramAuth;
 use pgwire::api::cancel::{CancelHandler, DefaultCancelHandler};
+use pgwire::api::copy::CopyHandler;
 use pgwire::api::portal::{Format, Portal};
 use pgwire::api::query::{ExtendedQueryHandler, SimpleQueryHandler};
-use pgwire::api::results::{FieldInfo, QueryResponse, Response, Tag};
+use pgwire::api::results::{CopyResponse, FieldInfo, QueryResponse, Response, Tag};
 use pgwire::api::stmt::QueryParser;
 use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::types::format::FormatOptions;
 
 use blobhouse_engine::{Described, Engine, EngineError, QueryResult};
 
 use crate::auth::{UserSource, Users};
+use crate::catalog::Introspection;
+use crate::copy::{self, CopyIn, Spool};
 use crate::params;
 
-/// A connection's engine session.
-struct Session(Engine);
+/// A connection's engine session, and its COPY … FROM STDIN in progress.
+struct Session(Engine, std::sync::Mutex<Option<Spool>>);
+
+impl Session {
+    /// The COPY in progress (the lock is never held across an await).
+    fn spool(&self) -> std::sync::MutexGuard<'_, Option<Spool>> {
+        self.1.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+    }
+
+    /// Starts a COPY … FROM STDIN: checks the table, opens the spool, and
+    /// answers CopyInResponse (PostgreSQL's text or CSV, one column per
+    /// table column).
+    async fn copy_in(&self, copy: CopyIn) -> PgWireResult<Response> {
+        let columns = match self.0.describe(&format!("SELECT * FROM {}", copy.table)).await.map_err(engine_error)? {
+            Described::Rows { schema, .. } => schema.fields().len(),
+            _ => 0,
+        };
+        let spool = Spool::new(copy).map_err(|e| user_error("58030", format!("COPY FROM STDIN cannot open its spool file: {e}")))?;
+        *self.spool() = Some(spool);
+        Ok(Response::CopyIn(CopyResponse::new(0, columns, stream::empty())))
+    }
+}
 
 /// What pgwire asks of a server, per connection.
 pub(crate) struct Handlers {
@@ -50,12 +74,12 @@ pub(crate) struct Handlers {
 }
 
 impl Handlers {
-    pub(crate) fn new(engine: Arc<Engine>, users: Arc<Users>, iterations: usize, require_tls: bool) -> Handlers {
+    pub(crate) fn new(engine: Arc<Engine>, exec: tokio::runtime::Handle, users: Arc<Users>, iterations: usize, require_tls: bool) -> Handlers {
         let mut parameters = DefaultServerParameterProvider::default();
         parameters.server_version = format!("16.0 (blobhouse {})", env!("CARGO_PKG_VERSION"));
         parameters.scram_iterations = iterations;
         Handlers {
-            backend: Arc::new(Backend { engine, parser: Arc::new(Parser) }),
+            backend: Arc::new(Backend { engine, exec, parser: Arc::new(Parser { introspection: Introspection::new() }) }),
             users,
             iterations,
             parameters: Arc::new(parameters),
@@ -80,6 +104,10 @@ impl PgWireServerHandlers for Handlers {
         scram.set_iterations(self.iterations);
         let sasl = SASLAuthStartupHandler::new(self.parameters.clone()).with_scram(scram).with_connection_manager(self.connections.clone());
         Arc::new(Startup { sasl, require_tls: self.require_tls })
+    }
+
+    fn copy_handler(&self) -> Arc<impl CopyHandler> {
+        self.backend.clone()
     }
 
     fn cancel_handler(&self) -> Arc<impl CancelHandler> {
@@ -120,12 +148,39 @@ impl StartupHandler for Startup {
 /// Runs statements for every connection, each in its own session.
 pub(crate) struct Backend {
     engine: Arc<Engine>,
+    /// Where statements run (see [`Backend::run`]).
+    exec: tokio::runtime::Handle,
     parser: Arc<Parser>,
 }
 
+/// Aborts the task when its future is dropped — when pgwire drops a
+/// statement's future on a cancel request or a closed connection.
+struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
+
+impl<T> Drop for AbortOnDrop<T> {
+    fn drop(&mut self) {
+        self.0.abort();
+    }
+}
+
 impl Backend {
+    /// Runs `sql` in `session` on the execution runtime, not on the
+    /// runtime that serves the connections: a batch that takes a while to
+    /// compute then never delays a cancel request, a login or another
+    /// client's messages. Dropping the returned future (a cancel, a
+    /// disconnect) aborts the statement's task, and with it the
+    /// DataFusion tasks and downloads under it, at their next yield.
+    async fn run(&self, session: &Arc<Session>, sql: String) -> Result<QueryResult, ErrorInfo> {
+        let session = session.clone();
+        let mut task = AbortOnDrop(self.exec.spawn(async move { session.0.execute(&sql).await }));
+        match (&mut task.0).await {
+            Ok(result) => result.map_err(|e| error_info(&e)),
+            Err(e) => Err(ErrorInfo::new("ERROR".into(), "XX000".into(), format!("the statement stopped inside the engine: {e}"))),
+        }
+    }
+
     fn session<C: ClientInfo>(&self, client: &C) -> Arc<Session> {
-        client.session_extensions().get_or_insert_with(|| Session(self.engine.new_session()))
+        client.session_extensions().get_or_insert_with(|| Session(self.engine.new_session(), std::sync::Mutex::new(None)))
     }
 }
 
@@ -138,7 +193,9 @@ pub(crate) struct Prepared {
     parameters: Vec<Option<DataType>>,
 }
 
-pub(crate) struct Parser;
+pub(crate) struct Parser {
+    introspection: Introspection,
+}
 
 #[async_trait]
 impl QueryParser for Parser {
@@ -151,10 +208,11 @@ impl QueryParser for Parser {
         let Some(session) = client.session_extensions().get::<Session>() else {
             return Err(user_error("08003", "the connection has no session (it did not finish its startup)".into()));
         };
-        let sql = sql.trim().trim_end_matches(';').trim().to_string();
+        let sql = sql.trim().trim_end_matches(';').trim();
         if sql.is_empty() {
             return Ok(None);
         }
+        let sql = self.introspection.rewrite(sql).into_owned();
         let prepared = match session.0.describe(&sql).await.map_err(engine_error)? {
             Described::Rows { schema, parameters } => Prepared { sql, schema: Some(schema), parameters },
             Described::Command { parameters } => Prepared { sql, schema: None, parameters },
@@ -205,11 +263,20 @@ impl SimpleQueryHandler for Backend {
                 out.push(Response::Execution(Tag::new("DEALLOCATE")));
                 continue;
             }
-            match session.0.execute(&statement).await {
+            if let Some(copy) = copy::parse(&statement) {
+                // The data follows; pgwire sends nothing after CopyInResponse.
+                match session.copy_in(copy).await {
+                    Ok(response) => out.push(response),
+                    Err(PgWireError::UserError(info)) => out.push(Response::Error(info)),
+                    Err(e) => return Err(e),
+                }
+                break;
+            }
+            match self.run(&session, self.parser.introspection.rewrite(&statement).into_owned()).await {
                 Ok(result) => out.push(respond(&statement, result, &Format::UnifiedText, options.clone())?),
-                Err(e) => {
+                Err(info) => {
                     // The rest of the query string is skipped, as PostgreSQL does.
-                    out.push(Response::Error(Box::new(error_info(&e))));
+                    out.push(Response::Error(Box::new(info)));
                     break;
                 }
             }
@@ -239,10 +306,59 @@ impl ExtendedQueryHandler for Backend {
     {
         let session = self.session(client);
         let prepared = &portal.statement.statement;
+        if let Some(copy) = copy::parse(&prepared.sql) {
+            return session.copy_in(copy).await;
+        }
         let sql = params::bind(portal, &prepared.sql, &prepared.parameters)?;
-        let result = session.0.execute(&sql).await.map_err(engine_error)?;
+        let result = self.run(&session, sql).await.map_err(|info| PgWireError::UserError(Box::new(info)))?;
         let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
         respond(&prepared.sql, result, &portal.result_column_format, options)
+    }
+}
+
+#[async_trait]
+impl CopyHandler for Backend {
+    async fn on_copy_data<C>(&self, client: &mut C, data: CopyData) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client);
+        let mut spool = session.spool();
+        let Some(spool) = spool.as_mut() else { return Err(user_error("08P01", "COPY data without a COPY … FROM STDIN".into())) };
+        spool.write(&data.data).map_err(|e| user_error("58030", format!("COPY FROM STDIN: writing the spool file failed after {} bytes: {e}", spool.bytes())))
+    }
+
+    async fn on_copy_done<C>(&self, client: &mut C, _done: CopyDone) -> PgWireResult<()>
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        let session = self.session(client);
+        let spool = session.spool().take();
+        let Some(mut spool) = spool else { return Err(user_error("08P01", "CopyDone without a COPY … FROM STDIN".into())) };
+        let sql = spool.statement().map_err(|e| user_error("58030", format!("COPY FROM STDIN: the spool file: {e}")))?;
+        let result = self.run(&session, sql).await.map_err(|mut info| {
+            info.message = spool.unspool(&info.message);
+            PgWireError::UserError(Box::new(info))
+        })?;
+        drop(spool);
+        let rows = count(&result);
+        client.send(PgWireBackendMessage::CommandComplete(Tag::new("COPY").with_rows(rows).into())).await?;
+        Ok(())
+    }
+
+    async fn on_copy_fail<C>(&self, client: &mut C, fail: CopyFail) -> PgWireError
+    where
+        C: ClientInfo + Sink<PgWireBackendMessage> + Unpin + Send + Sync,
+        C::Error: Debug,
+        PgWireError: From<<C as Sink<PgWireBackendMessage>>::Error>,
+    {
+        // The spool (and nothing else: no row was loaded) is dropped.
+        self.session(client).spool().take();
+        user_error("57014", format!("COPY FROM STDIN failed on the client's side: {}", fail.message))
     }
 }
 
@@ -264,14 +380,7 @@ fn deallocate(sql: &str) -> Option<Option<String>> {
 /// The response to one statement's result: rows, or a command tag.
 fn respond(sql: &str, result: QueryResult, format: &Format, options: Arc<FormatOptions>) -> PgWireResult<Response> {
     let kind = CommandKind::of(sql);
-    let count = || -> usize {
-        match result.batches.first() {
-            Some(b) if result.schema.fields().len() == 1 && result.schema.field(0).name() == "count" && b.num_rows() == 1 => {
-                b.column(0).as_any().downcast_ref::<datafusion::arrow::array::UInt64Array>().map_or(0, |a| a.value(0) as usize)
-            }
-            _ => 0,
-        }
-    };
+    let count = || count(&result);
     Ok(match kind {
         CommandKind::Rows => rows(result.schema.clone(), result.batches, format, options)?,
         CommandKind::Begin => Response::TransactionStart(Tag::new("BEGIN")),
@@ -280,6 +389,16 @@ fn respond(sql: &str, result: QueryResult, format: &Format, options: Arc<FormatO
         CommandKind::Counted(word) => Response::Execution(Tag::new(&word).with_rows(count())),
         CommandKind::Plain(word) => Response::Execution(Tag::new(&word)),
     })
+}
+
+/// The rows a DML statement or COPY reports having changed.
+fn count(result: &QueryResult) -> usize {
+    match result.batches.first() {
+        Some(b) if result.schema.fields().len() == 1 && result.schema.field(0).name() == "count" && b.num_rows() == 1 => {
+            b.column(0).as_any().downcast_ref::<datafusion::arrow::array::UInt64Array>().map_or(0, |a| a.value(0) as usize)
+        }
+        _ => 0,
+    }
 }
 
 fn rows(schema: SchemaRef, batches: Vec<datafusion::arrow::record_batch::RecordBatch>, format: &Format, options: Arc<FormatOptions>) -> PgWireResult<Response> {

@@ -43,11 +43,23 @@ async fn psql_runs_ddl_dml_transactions_and_queries_in_its_own_session(backend: 
     let db = TestDb::new(backend, "server-psql");
     let server = server(&db).await;
     let dir = tempfile::tempdir().expect("tempdir");
+    // PostgreSQL's text format: \N is NULL, an empty field an empty string.
+    let rows = dir.path().join("rows.txt");
+    std::fs::write(&rows, "4\t\\N\n5\t\n6\ttab\\there\n").expect("write the rows");
     let script = dir.path().join("script.sql");
     std::fs::write(
         &script,
-        "CREATE TABLE t (id INT NOT NULL, name VARCHAR);\n\
+        format!("CREATE TABLE t (id INT NOT NULL, name VARCHAR);\n\
          INSERT INTO t VALUES (1, 'one'), (2, 'two'), (3, 'three');\n\
+         \\copy t FROM '{rows}'\n\
+         BEGIN;\n\
+         COPY t FROM STDIN WITH (FORMAT csv);\n7,seven\n\\.\n\
+         ROLLBACK;\n\
+         SELECT id, name IS NULL AS null_name, length(name) AS len FROM t WHERE id > 3 ORDER BY id;\n\
+         DELETE FROM t WHERE id > 3;\n\
+         \\dt\n\
+         \\d t\n\
+         \\l\n\
          BEGIN;\n\
          DELETE FROM t WHERE id = 1;\n\
          SELECT count(*) AS inside FROM t;\n\
@@ -55,16 +67,25 @@ async fn psql_runs_ddl_dml_transactions_and_queries_in_its_own_session(backend: 
          BEGIN;\n\
          UPDATE t SET name = 'TWO' WHERE id = 2;\n\
          COMMIT;\n\
-         SELECT id, name FROM t ORDER BY id;\n",
+         SELECT id, name FROM t ORDER BY id;\n", rows = rows.display()),
     )
     .expect("write the script");
     let out = psql(&server, PASSWORD, &["-f", script.to_str().expect("utf-8")]).await;
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success(), "psql failed: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     let lines: Vec<&str> = stdout.lines().collect();
-    for expected in ["CREATE TABLE", "INSERT 0 3", "BEGIN", "DELETE 1", "ROLLBACK", "UPDATE 1", "COMMIT"] {
+    for expected in ["CREATE TABLE", "INSERT 0 3", "COPY 3", "COPY 1", "BEGIN", "DELETE 1", "DELETE 3", "ROLLBACK", "UPDATE 1", "COMMIT"] {
         assert!(lines.contains(&expected), "no '{expected}' in:\n{stdout}");
     }
+    // The text format's NULL, empty string and escape; the rolled-back CSV row is gone.
+    let copied = lines.iter().position(|l| *l == "id,null_name,len").expect("the copied rows' header");
+    assert_eq!(&lines[copied + 1..copied + 4], ["4,t,", "5,f,0", "6,f,8"], "{stdout}");
+    // psql's catalog commands: \dt lists the table, \d its columns, \l the database.
+    assert!(lines.contains(&"public,t,table,postgres"), "\\dt: {stdout}");
+    for column in ["id,integer,,not null,", "name,text,,,"] {
+        assert!(lines.contains(&column), "\\d t has no '{column}': {stdout}");
+    }
+    assert!(lines.iter().any(|l| l.starts_with("blobhouse,")), "\\l: {stdout}");
     // Inside the transaction its own delete shows; the rollback undid it.
     let inside = lines.iter().position(|l| *l == "inside").expect("the count's header");
     assert_eq!(lines[inside + 1], "2", "{stdout}");
@@ -174,4 +195,141 @@ async fn tls_is_required_when_configured_and_never_faked() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("does not support SSL"), "{stderr}");
     assert!(!stderr.contains(PASSWORD));
+}
+
+/// All 22 TPC-H answers through psycopg (the extended protocol, as a
+/// Python program sees them) equal the reference; psql runs one too.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_22_tpch_answers_through_psycopg_equal_the_reference() {
+    use blobhouse_bench::answers::{self, Verdict};
+    use blobhouse_bench::tpch;
+    let db = TestDb::new(Backend::Local, "server-tpch");
+    let engine = db.engine(EngineOptions::default()).await;
+    tpch::load(&engine, 0.01, std::sync::Arc::new(|_, _, _| {})).await.expect("load TPC-H");
+    let server = Server::start(engine, alice_on_loopback()).await.expect("the server starts");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let queries: Vec<String> = (1..=22).map(|q| tpch::query(q).to_string()).collect();
+    std::fs::write(dir.path().join("queries.json"), serde_json::to_string(&queries).expect("json")).expect("write the queries");
+    let script = format!(
+        r#"
+import json, psycopg
+queries = json.load(open({queries:?}))
+answers = []
+with psycopg.connect(host="127.0.0.1", port={port}, user="alice", password={password:?}, dbname="blobhouse", sslmode="disable", autocommit=True) as c:
+    for q in queries:
+        rows = c.execute(q).fetchall()
+        answers.append([["NULL" if v is None else str(v) for v in row] for row in rows])
+print(json.dumps(answers))
+"#,
+        queries = dir.path().join("queries.json").display().to_string(),
+        port = server.pg_addr().port(),
+        password = PASSWORD
+    );
+    let out = tokio::task::spawn_blocking(move || Command::new("python3").args(["-c", &script]).output().expect("python3 runs")).await.expect("joined");
+    assert!(out.status.success(), "psycopg: {}", String::from_utf8_lossy(&out.stderr));
+    let got: Vec<Vec<Vec<String>>> = serde_json::from_slice(&out.stdout).expect("the script prints the answers as JSON");
+    assert_eq!(got.len(), 22);
+    let mut wrong = Vec::new();
+    for (i, rows) in got.iter().enumerate() {
+        let expected = answers::parse_answer(answers::reference(i + 1, 0.01).expect("a reference answer"));
+        if let Verdict::Mismatch(why) = answers::compare(&expected, rows) {
+            wrong.push(format!("Q{}: {why}", i + 1));
+        }
+    }
+    assert!(wrong.is_empty(), "{} of 22 answers through psycopg are wrong:\n{}", wrong.len(), wrong.join("\n"));
+
+    // psql, unaligned with '|' between cells, as the reference is written.
+    let out = psql(&server, PASSWORD, &["-t", "-F", "|", "-c", tpch::query(1)]).await;
+    assert!(out.status.success(), "psql Q1: {}", String::from_utf8_lossy(&out.stderr));
+    let rows = answers::parse_answer(&format!("header\n{}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(answers::compare(&answers::parse_answer(answers::reference(1, 0.01).expect("Q1's answer")), &rows), Verdict::Verified);
+}
+
+/// A cancel request from psycopg stops a long query within a second: the
+/// client gets QueryCanceled, the query's downloads stop and its operators
+/// let go of their memory, and the connection serves the next statement.
+/// The query is long because its data comes through a 32 KB/s link.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_cancel_request_stops_the_running_query_and_its_downloads() {
+    use blobhouse_bench::tpch;
+    use blobhouse_testbed::Toxic;
+    let db = TestDb::new(Backend::Minio, "server-cancel");
+    let loader = db.engine(EngineOptions::default()).await;
+    tpch::load_tables(&loader, 0.01, &["lineitem"], std::sync::Arc::new(|_, _, _| {})).await.expect("load lineitem");
+    drop(loader);
+    // No chunk cache: what the pool holds beyond the footers is the query's.
+    let options = EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() };
+    let slow = [Toxic::new("slow", "bandwidth", 1.0, serde_json::json!({"rate": 32}))];
+    let engine = crate::tpch::engine_through_proxy(&db, "cancel", &slow, options).await;
+    let server = Server::start(engine, alice_on_loopback()).await.expect("the server starts");
+    run(server.engine(), "SELECT count(*) FROM lineitem").await;
+    let idle = server.engine().memory().reserved();
+    let long = "SELECT sum(l_extendedprice * (1 - l_discount)), max(l_comment) FROM lineitem";
+    let script = format!(
+        r#"
+import threading, time, psycopg
+c = psycopg.connect(host="127.0.0.1", port={port}, user="alice", password={password:?}, dbname="blobhouse", sslmode="disable", autocommit=True)
+out = {{}}
+def run():
+    try:
+        c.execute({long:?})
+        out["how"] = "finished"
+    except psycopg.errors.QueryCanceled:
+        out["how"] = "canceled"
+    out["at"] = time.time()
+t = threading.Thread(target=run)
+t.start()
+time.sleep(2)
+print("running", flush=True)
+input()
+cancelled = time.time()
+(c.cancel_safe if hasattr(c, "cancel_safe") else c.cancel)()
+t.join(60)
+print(out.get("how"), out.get("at", 1e18) - cancelled, flush=True)
+print(c.execute("SELECT 41 + 1").fetchone()[0], flush=True)
+"#,
+        port = server.pg_addr().port(),
+        password = PASSWORD,
+    );
+    use std::io::{BufRead, Write};
+    let mut child = Command::new("python3").args(["-c", &script]).stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().expect("python3 runs");
+    let mut stdin = child.stdin.take().expect("stdin");
+    let mut stdout = std::io::BufReader::new(child.stdout.take().expect("stdout"));
+    let mut line = String::new();
+    let read = |stdout: &mut std::io::BufReader<std::process::ChildStdout>, line: &mut String| {
+        line.clear();
+        stdout.read_line(line).expect("read the script's output");
+        line.trim().to_string()
+    };
+    let (running, stdout) = tokio::task::spawn_blocking(move || (read(&mut stdout, &mut line), stdout)).await.expect("joined");
+    assert_eq!(running, "running");
+    // While it runs the query holds memory (its scan's buffers) and has downloads under way.
+    let downloads = |server: &Server| server.engine().download_manager().expect("MinIO reads go through the download manager").stats();
+    let held = server.engine().memory().reserved();
+    assert!(held > idle, "the long query holds no memory ({held} bytes, {idle} idle): is it running?");
+    let during = downloads(&server);
+    assert!(during.pending + during.in_flight > 0 && during.loops.received_bytes > 0, "no download under way: {during:?}");
+    writeln!(stdin, "go").expect("tell the script to cancel");
+    let (outcome, answer) = tokio::task::spawn_blocking(move || {
+        let mut stdout = stdout;
+        let mut line = String::new();
+        (read(&mut stdout, &mut line), read(&mut stdout, &mut line))
+    })
+    .await
+    .expect("joined");
+    let mut words = outcome.split_whitespace();
+    assert_eq!(words.next(), Some("canceled"), "{outcome}");
+    let seconds: f64 = words.next().and_then(|s| s.parse().ok()).expect("the time to cancel");
+    assert!(seconds < 1.0, "the cancel took {seconds:.2} s");
+    assert_eq!(answer, "42", "the connection serves the next statement");
+    // The query's operators are gone: their memory is back, its requests
+    // were stopped mid-body, and no byte arrives any more.
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(server.engine().memory().reserved(), idle, "memory still held after the cancel ({held} while it ran)");
+    let after = downloads(&server);
+    assert!(after.pending == 0 && after.in_flight == 0 && after.loops.cancelled > during.loops.cancelled, "downloads went on after the cancel: {after:?}");
+    tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+    assert_eq!(downloads(&server).loops.received_bytes, after.loops.received_bytes, "bytes still arrive after the cancel");
+    drop(stdin);
+    let _ = child.wait();
 }

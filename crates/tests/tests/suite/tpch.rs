@@ -76,7 +76,7 @@ async fn tpch_answers_stay_exact_through_resets_truncations_and_stalls() {
 /// An engine on `db` (MinIO) whose data reads go through a toxiproxy of
 /// its own, shaped by `toxics`; the catalog and manifests go to MinIO
 /// directly.
-async fn engine_through_proxy(db: &TestDb, name: &str, toxics: &[blobhouse_testbed::Toxic], options: EngineOptions) -> blobhouse_engine::Engine {
+pub(crate) async fn engine_through_proxy(db: &TestDb, name: &str, toxics: &[blobhouse_testbed::Toxic], options: EngineOptions) -> blobhouse_engine::Engine {
     let minio = blobhouse_testkit::MinioServer::shared();
     let tb = &minio.testbed;
     let port = blobhouse_testbed::process::free_port().unwrap();
