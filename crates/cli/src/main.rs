@@ -52,7 +52,7 @@ enum Command {
     #[command(after_help = "The node reads only the database's data objects, runs only separable plan fragments\n(projection, filter, partial aggregation), and serves only callers that present its token.\nRun it on a machine next to the store (same zone), then point compute processes at it.\n\nExamples:\n  export BLOBHOUSE_NODE_TOKEN=$(openssl rand -hex 16)\n  blobhouse storage-node --db s3://bucket/db --listen 0.0.0.0:50061\n  blobhouse sql --db s3://bucket/db --storage-node http://node:50061 --pushdown auto")]
     StorageNode(StorageNodeArgs),
     /// Serve a database to PostgreSQL clients (psql, psycopg, JDBC): one engine, a session per connection.
-    #[command(after_help = "Users log in with SCRAM-SHA-256. On 127.0.0.1 a server may run without users (nobody can\nlog in then); on any other address it refuses to start without them.\n\nExamples:\n  BLOBHOUSE_PASSWORD=secret blobhouse serve --db ./mydb --user alice\n  psql \"host=127.0.0.1 port=5432 user=alice dbname=blobhouse\"\n  blobhouse hash-password < pw.txt    # prints a hash for a --users-file line  alice:<hash>\n  blobhouse serve --db s3://bucket/db --pg-listen 0.0.0.0:5432 --users-file users.txt \\\n      --tls-cert server.crt --tls-key server.key")]
+    #[command(after_help = "Users log in with SCRAM-SHA-256. On 127.0.0.1 a server may run without users (nobody can\nlog in then); on any other address it refuses to start without them.\n\nExamples:\n  BLOBHOUSE_PASSWORD=secret blobhouse serve --db ./mydb --user alice\n  psql \"host=127.0.0.1 port=5432 user=alice dbname=blobhouse\"\n  blobhouse hash-password < pw.txt    # prints a hash for a --users-file line  alice:<hash>\n  blobhouse serve --db s3://bucket/db --pg-listen 0.0.0.0:5432 --users-file users.txt \\\n      --tls-cert server.crt --tls-key server.key\n  blobhouse serve --db ./mydb --user alice --metrics-listen 127.0.0.1:9187 --slow-query-ms 500")]
     Serve(ServeArgs),
     /// Print a SCRAM-SHA-256 hash of the password read from standard input (for --users-file).
     HashPassword,
@@ -251,6 +251,18 @@ struct ServeArgs {
     /// Connections served at once; more wait.
     #[arg(long, default_value_t = 64)]
     max_connections: usize,
+    /// Statements running at once (default: twice the cores); more wait in a queue.
+    #[arg(long, default_value_t = 0, hide_default_value = true)]
+    max_queries: usize,
+    /// Serve Prometheus metrics (/metrics) and a health check (/healthz) over HTTP here, e.g. 127.0.0.1:9187.
+    #[arg(long, value_name = "ADDR")]
+    metrics_listen: Option<std::net::SocketAddr>,
+    /// Log statements that take at least this many milliseconds, with their text.
+    #[arg(long, default_value_t = 1000, value_name = "MS")]
+    slow_query_ms: u64,
+    /// Log level on standard error: error, warn, info (a line per statement) or debug.
+    #[arg(long, default_value = "info", value_name = "LEVEL")]
+    log_level: tracing_subscriber::filter::LevelFilter,
 }
 
 #[derive(Args)]
@@ -373,14 +385,26 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 (Some(cert), Some(key)) => Some(blobhouse_server::TlsFiles { cert: cert.clone(), key: key.clone() }),
                 _ => None,
             };
-            let options = blobhouse_server::ServerOptions { pg_listen: args.pg_listen, tls: tls.clone(), users, max_connections: args.max_connections, execution_threads: 0 };
+            use std::io::IsTerminal;
+            tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).with_max_level(args.log_level).with_target(false).init();
+            let options = blobhouse_server::ServerOptions {
+                pg_listen: args.pg_listen,
+                tls: tls.clone(),
+                users,
+                max_connections: args.max_connections,
+                execution_threads: 0,
+                max_queries: args.max_queries,
+                slow_query: std::time::Duration::from_millis(args.slow_query_ms),
+                metrics_listen: args.metrics_listen,
+            };
             let engine = open(&args.db).await?;
             let server = blobhouse_server::Server::start(engine, options).await?;
             eprintln!(
-                "serving {} to PostgreSQL clients on {}{}; Ctrl-C stops it",
+                "serving {} to PostgreSQL clients on {}{}{}; Ctrl-C stops it",
                 args.db.db,
                 server.pg_addr(),
-                if tls.is_some() { " (TLS required)" } else { "" }
+                if tls.is_some() { " (TLS required)" } else { "" },
+                server.metrics_addr().map_or(String::new(), |a| format!(", metrics on http://{a}/metrics"))
             );
             tokio::select! {
                 _ = server.wait() => {}

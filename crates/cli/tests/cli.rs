@@ -139,3 +139,66 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
     out.sort();
     out
 }
+
+/// `blobhouse serve` as its users run it: a line per statement with a query
+/// id, slow statements with their text, Prometheus metrics and a health
+/// check over HTTP — and neither the right nor a wrong password anywhere in
+/// its log.
+#[test]
+fn serve_logs_statements_and_serves_metrics_but_never_credentials() {
+    use std::io::{BufRead, BufReader, Read, Write};
+    const PASSWORD: &str = "Tr0ub4dor&3-right";
+    const WRONG: &str = "Tr0ub4dor&3-wrong";
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_blobhouse"))
+        .args(["serve", "--db", &dir.path().to_string_lossy(), "--user", "alice", "--pg-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .args(["--log-level", "debug", "--slow-query-ms", "0"])
+        .env("BLOBHOUSE_PASSWORD", PASSWORD)
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .expect("run blobhouse serve");
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut log = String::new();
+    let (pg, metrics) = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "serve stopped before serving:\n{log}");
+        log += &line;
+        if let Some(rest) = line.strip_prefix("serving ") {
+            let pg = rest.split(" on ").nth(1).unwrap().split([',', ';']).next().unwrap().to_string();
+            let metrics = rest.split("http://").nth(1).unwrap().split('/').next().unwrap().to_string();
+            break (pg, metrics);
+        }
+    };
+    let port = pg.rsplit(':').next().unwrap().to_string();
+    let psql = |password: &str, sql: &str| {
+        Command::new("psql")
+            .arg(format!("host=127.0.0.1 port={port} user=alice dbname=blobhouse sslmode=disable"))
+            .args(["-X", "-c", sql])
+            .env("PGPASSWORD", password)
+            .output()
+            .expect("psql runs (install postgresql-client)")
+    };
+    assert!(psql(PASSWORD, "CREATE TABLE t (id INT)").status.success());
+    assert!(!psql(PASSWORD, "SELECT * FROM missing_table").status.success());
+    assert!(!psql(WRONG, "SELECT 1").status.success());
+    let get = |path: &str| {
+        let mut s = std::net::TcpStream::connect(&metrics).unwrap();
+        write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
+        let mut body = String::new();
+        s.read_to_string(&mut body).unwrap();
+        body
+    };
+    let scraped = get("/metrics");
+    for sample in ["blobhouse_queries_total{state=\"ok\"} 1", "blobhouse_queries_total{state=\"error\"} 1", "blobhouse_query_duration_seconds_count 2", "blobhouse_sessions 0"] {
+        assert!(scraped.contains(sample), "no '{sample}' in\n{scraped}");
+    }
+    assert!(get("/healthz").ends_with("ok\n"));
+    assert!(get("/nothing").starts_with("HTTP/1.1 404"));
+    child.kill().unwrap();
+    child.wait().unwrap();
+    stderr.read_to_string(&mut log).unwrap();
+    for line in ["query_id=1", "query_id=2", "state=\"error\"", "42P01", "slow statement", "sql=SELECT * FROM missing_table"] {
+        assert!(log.contains(line), "no '{line}' in the log:\n{log}");
+    }
+    assert!(!log.contains(PASSWORD) && !log.contains(WRONG) && !log.contains("Tr0ub4dor"), "a password in the log:\n{log}");
+}

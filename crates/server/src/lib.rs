@@ -10,6 +10,7 @@
 pub mod auth;
 mod catalog;
 mod copy;
+mod metrics;
 mod params;
 mod pg;
 pub mod tls;
@@ -29,7 +30,7 @@ pub use tls::TlsFiles;
 /// What stops a server from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("cannot listen on {addr}: {source} (is another server using the port? pick another with --pg-listen)")]
+    #[error("cannot listen on {addr}: {source} (is another server using the port? pick another with --pg-listen or --metrics-listen)")]
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("TLS: {}: {message}; the server does not start without the TLS it was told to use", path.display())]
     Tls { path: PathBuf, message: String },
@@ -61,12 +62,27 @@ pub struct ServerOptions {
     /// threads that serve the protocol, so a busy engine still answers
     /// cancel requests and logins at once.
     pub execution_threads: usize,
+    /// Statements running at once (0: twice the execution threads); more
+    /// wait in a queue (`blobhouse_queries_queued`).
+    pub max_queries: usize,
+    /// Statements at least this long are logged with their text.
+    pub slow_query: std::time::Duration,
+    /// Where to serve `/metrics` and `/healthz` over HTTP (`None`: nowhere).
+    pub metrics_listen: Option<SocketAddr>,
 }
 
 impl ServerOptions {
     /// Loopback on PostgreSQL's port, no TLS, no users, 64 connections.
     pub fn new() -> ServerOptions {
-        ServerOptions { pg_listen: SocketAddr::from(([127, 0, 0, 1], 5432)), tls: None, users: Users::new(), max_connections: 64, execution_threads: 0 }
+        ServerOptions {
+            pg_listen: SocketAddr::from(([127, 0, 0, 1], 5432)),
+            tls: None,
+            users: Users::new(), max_connections: 64,
+            execution_threads: 0,
+            max_queries: 0,
+            slow_query: std::time::Duration::from_secs(1),
+            metrics_listen: None,
+        }
     }
 }
 
@@ -79,6 +95,8 @@ impl Default for ServerOptions {
 /// A running server.
 pub struct Server {
     pg_addr: SocketAddr,
+    metrics_addr: Option<SocketAddr>,
+    metrics_task: Option<tokio::task::JoinHandle<()>>,
     engine: Arc<Engine>,
     /// Runs the statements; shut down (without waiting) with the server.
     execution: Option<tokio::runtime::Runtime>,
@@ -96,6 +114,7 @@ impl Server {
         let acceptor = options.tls.as_ref().map(tls::acceptor).transpose()?;
         let listener = TcpListener::bind(options.pg_listen).await.map_err(|source| ServerError::Bind { addr: options.pg_listen, source })?;
         let pg_addr = listener.local_addr().map_err(|source| ServerError::Bind { addr: options.pg_listen, source })?;
+        let users_count = options.users.names().len();
         let users = Arc::new(options.users);
         catalog::install(&engine, users.clone())?;
         let engine = Arc::new(engine);
@@ -109,7 +128,18 @@ impl Server {
             .enable_all()
             .build()
             .map_err(|e| ServerError::Runtime(e.to_string()))?;
-        let handlers = Arc::new(pg::Handlers::new(engine.clone(), execution.handle().clone(), users, iterations, acceptor.is_some()));
+        let metrics = Arc::new(metrics::Metrics::default());
+        let (metrics_addr, metrics_task) = match options.metrics_listen {
+            Some(addr) => {
+                let listener = TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
+                let bound = listener.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
+                (Some(bound), Some(tokio::spawn(metrics::serve(listener, metrics.clone(), engine.clone()))))
+            }
+            None => (None, None),
+        };
+        let max_queries = if options.max_queries == 0 { 2 * threads } else { options.max_queries };
+        let limits = pg::Limits { queries: Arc::new(Semaphore::new(max_queries)), slow: options.slow_query };
+        let handlers = Arc::new(pg::Handlers::new(engine.clone(), execution.handle().clone(), metrics, limits, users, iterations, acceptor.is_some()));
         let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
         let accept = tokio::spawn(async move {
             loop {
@@ -130,12 +160,18 @@ impl Server {
                 });
             }
         });
-        Ok(Server { pg_addr, engine, execution: Some(execution), accept })
+        tracing::info!(pg = %pg_addr, metrics = ?metrics_addr, tls = options.tls.is_some(), users = users_count, max_queries, "serving");
+        Ok(Server { pg_addr, metrics_addr, engine, execution: Some(execution), accept, metrics_task })
     }
 
     /// Where the PostgreSQL listener is.
     pub fn pg_addr(&self) -> SocketAddr {
         self.pg_addr
+    }
+
+    /// Where `/metrics` and `/healthz` are served, if anywhere.
+    pub fn metrics_addr(&self) -> Option<SocketAddr> {
+        self.metrics_addr
     }
 
     /// The engine every connection's session shares (its download
@@ -153,6 +189,9 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.accept.abort();
+        if let Some(task) = &self.metrics_task {
+            task.abort();
+        }
         if let Some(execution) = self.execution.take() {
             execution.shutdown_background();
         }

@@ -36,23 +36,35 @@ use blobhouse_engine::{Described, Engine, EngineError, QueryResult};
 
 use crate::auth::{UserSource, Users};
 use crate::catalog::Introspection;
+use crate::metrics::{Metrics, Outcome};
 use crate::copy::{self, CopyIn, Spool};
 use crate::params;
 
-/// A connection's engine session, and its COPY … FROM STDIN in progress.
-struct Session(Engine, std::sync::Mutex<Option<Spool>>);
+/// A connection's engine session, its user and its COPY … FROM STDIN in progress.
+struct Session {
+    engine: Engine,
+    user: String,
+    spool: std::sync::Mutex<Option<Spool>>,
+    metrics: Arc<Metrics>,
+}
+
+impl Drop for Session {
+    fn drop(&mut self) {
+        self.metrics.session_closed();
+    }
+}
 
 impl Session {
     /// The COPY in progress (the lock is never held across an await).
     fn spool(&self) -> std::sync::MutexGuard<'_, Option<Spool>> {
-        self.1.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
+        self.spool.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Starts a COPY … FROM STDIN: checks the table, opens the spool, and
     /// answers CopyInResponse (PostgreSQL's text or CSV, one column per
     /// table column).
     async fn copy_in(&self, copy: CopyIn) -> PgWireResult<Response> {
-        let columns = match self.0.describe(&format!("SELECT * FROM {}", copy.table)).await.map_err(engine_error)? {
+        let columns = match self.engine.describe(&format!("SELECT * FROM {}", copy.table)).await.map_err(engine_error)? {
             Described::Rows { schema, .. } => schema.fields().len(),
             _ => 0,
         };
@@ -74,12 +86,12 @@ pub(crate) struct Handlers {
 }
 
 impl Handlers {
-    pub(crate) fn new(engine: Arc<Engine>, exec: tokio::runtime::Handle, users: Arc<Users>, iterations: usize, require_tls: bool) -> Handlers {
+    pub(crate) fn new(engine: Arc<Engine>, exec: tokio::runtime::Handle, metrics: Arc<Metrics>, limits: Limits, users: Arc<Users>, iterations: usize, require_tls: bool) -> Handlers {
         let mut parameters = DefaultServerParameterProvider::default();
         parameters.server_version = format!("16.0 (blobhouse {})", env!("CARGO_PKG_VERSION"));
         parameters.scram_iterations = iterations;
         Handlers {
-            backend: Arc::new(Backend { engine, exec, parser: Arc::new(Parser { introspection: Introspection::new() }) }),
+            backend: Arc::new(Backend { engine, metrics, limits, exec, parser: Arc::new(Parser { introspection: Introspection::new() }) }),
             users,
             iterations,
             parameters: Arc::new(parameters),
@@ -148,9 +160,104 @@ impl StartupHandler for Startup {
 /// Runs statements for every connection, each in its own session.
 pub(crate) struct Backend {
     engine: Arc<Engine>,
+    metrics: Arc<Metrics>,
+    limits: Limits,
     /// Where statements run (see [`Backend::run`]).
     exec: tokio::runtime::Handle,
     parser: Arc<Parser>,
+}
+
+/// How many statements run at once, and which count as slow.
+#[derive(Clone)]
+pub(crate) struct Limits {
+    pub(crate) queries: Arc<tokio::sync::Semaphore>,
+    pub(crate) slow: std::time::Duration,
+}
+
+/// A gauge raised for as long as the value lives.
+struct Gauge<F: Fn(i64)>(F);
+
+impl<F: Fn(i64)> Gauge<F> {
+    fn up(f: F) -> Gauge<F> {
+        f(1);
+        Gauge(f)
+    }
+}
+
+impl<F: Fn(i64)> Drop for Gauge<F> {
+    fn drop(&mut self) {
+        (self.0)(-1)
+    }
+}
+
+/// One statement's metrics and log line, written when it ends — also when
+/// its future is dropped (a cancel, a disconnect), which counts as cancelled.
+struct Record {
+    metrics: Arc<Metrics>,
+    id: u64,
+    user: String,
+    started: std::time::Instant,
+    slow: std::time::Duration,
+    sql: String,
+    outcome: Outcome,
+    rows: usize,
+    error: Option<String>,
+}
+
+impl Record {
+    fn new(limits: &Limits, session: &Session, sql: &str) -> Record {
+        let id = session.metrics.query_id();
+        tracing::debug!(query_id = id, user = %session.user, "statement started");
+        Record {
+            metrics: session.metrics.clone(),
+            id,
+            user: session.user.clone(),
+            started: std::time::Instant::now(),
+            slow: limits.slow,
+            sql: abbreviate(sql),
+            outcome: Outcome::Cancelled,
+            rows: 0,
+            error: None,
+        }
+    }
+
+    fn finish(&mut self, result: &Result<QueryResult, ErrorInfo>) {
+        match result {
+            Ok(r) => {
+                self.outcome = Outcome::Ok;
+                self.rows = r.batches.iter().map(|b| b.num_rows()).sum();
+            }
+            Err(e) => {
+                self.outcome = Outcome::Error;
+                self.error = Some(format!("{} {}", e.code, e.message));
+            }
+        }
+    }
+}
+
+impl Drop for Record {
+    fn drop(&mut self) {
+        let elapsed = self.started.elapsed();
+        self.metrics.finished(self.outcome, elapsed);
+        let ms = elapsed.as_secs_f64() * 1e3;
+        let state = format!("{:?}", self.outcome).to_lowercase();
+        match &self.error {
+            Some(error) => tracing::info!(query_id = self.id, user = %self.user, state, elapsed_ms = ms, error = %error, "statement"),
+            None => tracing::info!(query_id = self.id, user = %self.user, state, elapsed_ms = ms, rows = self.rows, "statement"),
+        }
+        if elapsed >= self.slow {
+            tracing::warn!(query_id = self.id, user = %self.user, state, elapsed_ms = ms, sql = %self.sql, "slow statement");
+        }
+    }
+}
+
+/// The start of a statement, on one line, for the slow-statement log.
+fn abbreviate(sql: &str) -> String {
+    let one_line: String = sql.split_whitespace().collect::<Vec<_>>().join(" ");
+    match one_line.char_indices().nth(200) {
+        Some((at, _)) => format!("{}…", &one_line[..at]),
+        None => one_line,
+    }
 }
 
 /// Aborts the task when its future is dropped — when pgwire drops a
@@ -171,16 +278,32 @@ impl Backend {
     /// disconnect) aborts the statement's task, and with it the
     /// DataFusion tasks and downloads under it, at their next yield.
     async fn run(&self, session: &Arc<Session>, sql: String) -> Result<QueryResult, ErrorInfo> {
+        let mut record = Record::new(&self.limits, session, &sql);
+        let permit = {
+            let _waiting = Gauge::up(|d| self.metrics.queued(d));
+            self.limits.queries.clone().acquire_owned().await.map_err(|_| ErrorInfo::new("ERROR".into(), "57P01".into(), "the server is shutting down".into()))?
+        };
+        let _running = Gauge::up(|d| self.metrics.running(d));
         let session = session.clone();
-        let mut task = AbortOnDrop(self.exec.spawn(async move { session.0.execute(&sql).await }));
-        match (&mut task.0).await {
+        let mut task = AbortOnDrop(self.exec.spawn(async move {
+            let result = session.engine.execute(&sql).await;
+            drop(permit);
+            result
+        }));
+        let result = match (&mut task.0).await {
             Ok(result) => result.map_err(|e| error_info(&e)),
             Err(e) => Err(ErrorInfo::new("ERROR".into(), "XX000".into(), format!("the statement stopped inside the engine: {e}"))),
-        }
+        };
+        record.finish(&result);
+        result
     }
 
     fn session<C: ClientInfo>(&self, client: &C) -> Arc<Session> {
-        client.session_extensions().get_or_insert_with(|| Session(self.engine.new_session(), std::sync::Mutex::new(None)))
+        client.session_extensions().get_or_insert_with(|| {
+            self.metrics.session_opened();
+            let user = client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_default();
+            Session { engine: self.engine.new_session(), user, spool: std::sync::Mutex::new(None), metrics: self.metrics.clone() }
+        })
     }
 }
 
@@ -213,12 +336,12 @@ impl QueryParser for Parser {
             return Ok(None);
         }
         let sql = self.introspection.rewrite(sql).into_owned();
-        let prepared = match session.0.describe(&sql).await.map_err(engine_error)? {
+        let prepared = match session.engine.describe(&sql).await.map_err(engine_error)? {
             Described::Rows { schema, parameters } => Prepared { sql, schema: Some(schema), parameters },
             Described::Command { parameters } => Prepared { sql, schema: None, parameters },
             Described::RowsWhenRun => {
                 // Metadata statements: run once for their schema.
-                let result = session.0.execute(&sql).await.map_err(engine_error)?;
+                let result = session.engine.execute(&sql).await.map_err(engine_error)?;
                 Prepared { sql, schema: Some(result.schema), parameters: Vec::new() }
             }
         };
