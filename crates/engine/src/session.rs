@@ -1229,33 +1229,31 @@ impl Engine {
             let url = url::Url::parse(&scheme_host).map_err(|e| fail(e.to_string()))?;
             reader.register_object_store(&url, loc.store);
         }
-        let df = match copy.format {
-            CopyFormat::Csv => {
-                // Read strings as Utf8 (the CSV reader's native type), cast below.
-                let read_schema = Schema::new(
-                    schema
-                        .fields()
-                        .iter()
-                        .map(|f| match f.data_type() {
-                            DataType::Utf8View | DataType::LargeUtf8 => Field::new(f.name(), DataType::Utf8, f.is_nullable()),
-                            _ => f.as_ref().clone(),
-                        })
-                        .collect::<Vec<_>>(),
-                );
-                let opts = CsvReadOptions::new().schema(&read_schema).has_header(copy.header).delimiter(copy.delimiter);
-                reader.read_csv(copy.source.as_str(), opts).await
-            }
-            CopyFormat::Parquet | CopyFormat::Text => reader.read_parquet(copy.source.as_str(), ParquetReadOptions::default()).await,
+        // CSV's columns are matched by position, Parquet's by name.
+        let csv = copy.format == CopyFormat::Csv;
+        let df = if csv {
+            // Read strings as Utf8 (the CSV reader's native type), cast below.
+            let read_schema = Schema::new(
+                schema
+                    .fields()
+                    .iter()
+                    .map(|f| match f.data_type() {
+                        DataType::Utf8View | DataType::LargeUtf8 => Field::new(f.name(), DataType::Utf8, f.is_nullable()),
+                        _ => f.as_ref().clone(),
+                    })
+                    .collect::<Vec<_>>(),
+            );
+            let opts = CsvReadOptions::new().schema(&read_schema).has_header(copy.header).delimiter(copy.delimiter);
+            reader.read_csv(copy.source.as_str(), opts).await
+        } else {
+            reader.read_parquet(copy.source.as_str(), ParquetReadOptions::default()).await
         }
         .map_err(|e| fail(describe_df(&e)))?;
         let source_fields: Vec<String> = df.schema().fields().iter().map(|f| f.name().clone()).collect();
         let mut exprs = Vec::with_capacity(schema.fields().len());
         for (i, f) in schema.fields().iter().enumerate() {
-            let source_name = match copy.format {
-                CopyFormat::Csv => source_fields.get(i).cloned(),
-                CopyFormat::Parquet | CopyFormat::Text => source_fields.iter().find(|n| n.as_str() == f.name()).cloned(),
-            }
-            .ok_or_else(|| fail(format!("the source has no column '{}'", f.name())))?;
+            let source_name = if csv { source_fields.get(i).cloned() } else { source_fields.iter().find(|n| n.as_str() == f.name()).cloned() }
+                .ok_or_else(|| fail(format!("the source has no column '{}'", f.name())))?;
             exprs.push(cast(Expr::Column(Column::new_unqualified(source_name)), f.data_type().clone()).alias(f.name()));
         }
         let df = df.select(exprs).map_err(|e| fail(describe_df(&e)))?;

@@ -87,7 +87,7 @@ impl Introspection {
 /// Whether `sql` reads PostgreSQL's catalog or calls what only it has.
 fn asks_the_catalog(sql: &str) -> bool {
     let lower = sql.to_ascii_lowercase();
-    ["pg_catalog", "pg_", "information_schema", "::reg", "current_schema", "current_database", "version()", "current_user", "session_user"]
+    ["pg_", "information_schema", "::reg", "current_schema", "current_database", "version()", "current_user", "session_user"]
         .iter()
         .any(|word| lower.contains(word))
 }

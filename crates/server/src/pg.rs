@@ -503,13 +503,12 @@ fn deallocate(sql: &str) -> Option<Option<String>> {
 /// The response to one statement's result: rows, or a command tag.
 fn respond(sql: &str, result: QueryResult, format: &Format, options: Arc<FormatOptions>) -> PgWireResult<Response> {
     let kind = CommandKind::of(sql);
-    let count = || count(&result);
     Ok(match kind {
         CommandKind::Rows => rows(result.schema.clone(), result.batches, format, options)?,
         CommandKind::Begin => Response::TransactionStart(Tag::new("BEGIN")),
         CommandKind::End(word) => Response::TransactionEnd(Tag::new(word)),
-        CommandKind::Counted(word) if word == "INSERT" => Response::Execution(Tag::new("INSERT").with_oid(0).with_rows(count())),
-        CommandKind::Counted(word) => Response::Execution(Tag::new(&word).with_rows(count())),
+        CommandKind::Counted(word) if word == "INSERT" => Response::Execution(Tag::new("INSERT").with_oid(0).with_rows(count(&result))),
+        CommandKind::Counted(word) => Response::Execution(Tag::new(&word).with_rows(count(&result))),
         CommandKind::Plain(word) => Response::Execution(Tag::new(&word)),
     })
 }
