@@ -5,8 +5,9 @@
 #     plots and iproute2 (network namespace and tbf of the bottleneck
 #     profile), from Debian;
 #   - DuckDB and its TPC-H extension, the external correctness oracle (PyPI);
-#   - psql (Debian's postgresql-client) and psycopg (PyPI): the real clients
-#     of the server tests.
+#   - psql (Debian's postgresql-client), psycopg, SQLAlchemy and ADBC's
+#     Flight SQL driver with pyarrow (PyPI): the real clients of the server
+#     tests.
 # Idempotent: skips what is already there.
 set -euo pipefail
 
@@ -14,6 +15,9 @@ MINIO_VERSION="v0.0.0-20260212201848-7aac2a2c5b7c"   # last commit of the commun
 TOXIPROXY_VERSION="v2.5.0"                             # newest /v2 the module proxy serves
 DUCKDB_VERSION="1.5.5"                                 # must match the extension wheels
 PSYCOPG_VERSION="3.3.9"
+ADBC_VERSION="1.13.0"       # adbc-driver-flightsql and adbc-driver-manager
+PYARROW_VERSION="26.0.1"
+SQLALCHEMY_VERSION="2.1.9"
 
 GOBIN="${GOBIN:-$(go env GOPATH)/bin}"
 export GOBIN
@@ -51,4 +55,9 @@ if ! python3 -c "import psycopg; assert psycopg.__version__ == '$PSYCOPG_VERSION
   echo "install-test-deps: installing psycopg==$PSYCOPG_VERSION (server tests)" >&2
   python3 -m pip install --quiet --disable-pip-version-check "psycopg[binary]==$PSYCOPG_VERSION"
 fi
-echo "install-test-deps: minio, toxiproxy, nginx duckdb $DUCKDB_VERSION, psql and psycopg ready" >&2
+if ! python3 -c "import adbc_driver_flightsql, pyarrow, sqlalchemy; assert adbc_driver_flightsql.__version__ == '$ADBC_VERSION' and pyarrow.__version__ == '$PYARROW_VERSION' and sqlalchemy.__version__ == '$SQLALCHEMY_VERSION'" 2>/dev/null; then
+  echo "install-test-deps: installing adbc-driver-flightsql==$ADBC_VERSION, pyarrow==$PYARROW_VERSION, sqlalchemy==$SQLALCHEMY_VERSION (server tests)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check \
+    "adbc-driver-flightsql==$ADBC_VERSION" "adbc-driver-manager==$ADBC_VERSION" "pyarrow==$PYARROW_VERSION" "sqlalchemy==$SQLALCHEMY_VERSION"
+fi
+echo "install-test-deps: minio, toxiproxy, nginx, duckdb $DUCKDB_VERSION, psql, psycopg, ADBC and SQLAlchemy ready" >&2

@@ -51,8 +51,8 @@ enum Command {
     /// Serve a database's data objects to compute processes: filters and partial aggregations run here, next to the store.
     #[command(after_help = "The node reads only the database's data objects, runs only separable plan fragments\n(projection, filter, partial aggregation), and serves only callers that present its token.\nRun it on a machine next to the store (same zone), then point compute processes at it.\n\nExamples:\n  export BLOBHOUSE_NODE_TOKEN=$(openssl rand -hex 16)\n  blobhouse storage-node --db s3://bucket/db --listen 0.0.0.0:50061\n  blobhouse sql --db s3://bucket/db --storage-node http://node:50061 --pushdown auto")]
     StorageNode(StorageNodeArgs),
-    /// Serve a database to PostgreSQL clients (psql, psycopg, JDBC): one engine, a session per connection.
-    #[command(after_help = "Users log in with SCRAM-SHA-256. On 127.0.0.1 a server may run without users (nobody can\nlog in then); on any other address it refuses to start without them.\n\nExamples:\n  BLOBHOUSE_PASSWORD=secret blobhouse serve --db ./mydb --user alice\n  psql \"host=127.0.0.1 port=5432 user=alice dbname=blobhouse\"\n  blobhouse hash-password < pw.txt    # prints a hash for a --users-file line  alice:<hash>\n  blobhouse serve --db s3://bucket/db --pg-listen 0.0.0.0:5432 --users-file users.txt \\\n      --tls-cert server.crt --tls-key server.key\n  blobhouse serve --db ./mydb --user alice --metrics-listen 127.0.0.1:9187 --slow-query-ms 500")]
+    /// Serve a database to PostgreSQL clients (psql, psycopg, JDBC) and Arrow Flight SQL clients (ADBC): one engine, a session per connection.
+    #[command(after_help = "Users log in with SCRAM-SHA-256 (PostgreSQL) or a password handshake that gives a token\n(Flight SQL; use TLS off loopback). On 127.0.0.1 a server may run without users (nobody can\nlog in then); on any other address it refuses to start without them.\n\nExamples:\n  BLOBHOUSE_PASSWORD=secret blobhouse serve --db ./mydb --user alice\n  psql \"host=127.0.0.1 port=5432 user=alice dbname=blobhouse\"\n  python3 -c 'import adbc_driver_flightsql.dbapi as f; c = f.connect(\"grpc://127.0.0.1:50051\", db_kwargs={\"username\": \"alice\", \"password\": \"secret\"})'\n  blobhouse hash-password < pw.txt    # prints a hash for a --users-file line  alice:<hash>\n  blobhouse serve --db s3://bucket/db --pg-listen 0.0.0.0:5432 --users-file users.txt \\\n      --tls-cert server.crt --tls-key server.key\n  blobhouse serve --db ./mydb --user alice --metrics-listen 127.0.0.1:9187 --slow-query-ms 500")]
     Serve(ServeArgs),
     /// Print a SCRAM-SHA-256 hash of the password read from standard input (for --users-file).
     HashPassword,
@@ -229,6 +229,17 @@ fn parse_compression(text: &str) -> Result<blobhouse_pushdown::ReplyCompression,
     blobhouse_pushdown::ReplyCompression::parse(text).ok_or_else(|| format!("{text:?} is not a reply compression (zstd, lz4 or none)"))
 }
 
+/// A listener's address, or none (`off`).
+#[derive(Clone, Copy, Debug)]
+struct Listener(Option<std::net::SocketAddr>);
+
+fn parse_listener(text: &str) -> Result<Listener, String> {
+    if text.eq_ignore_ascii_case("off") {
+        return Ok(Listener(None));
+    }
+    text.parse().map(|a| Listener(Some(a))).map_err(|_| format!("{text:?} is not an address like 127.0.0.1:50051 (or off)"))
+}
+
 #[derive(Args)]
 struct ServeArgs {
     #[command(flatten)]
@@ -236,6 +247,9 @@ struct ServeArgs {
     /// Address of the PostgreSQL listener.
     #[arg(long, default_value = "127.0.0.1:5432")]
     pg_listen: std::net::SocketAddr,
+    /// Address of the Arrow Flight SQL listener (ADBC, JDBC's Flight SQL driver), or `off`.
+    #[arg(long, default_value = "127.0.0.1:50051", value_name = "ADDR|off", value_parser = parse_listener)]
+    flight_listen: Listener,
     /// A user who logs in with the password in $BLOBHOUSE_PASSWORD.
     #[arg(long)]
     user: Option<String>,
@@ -386,9 +400,18 @@ async fn run(cli: Cli) -> Result<ExitCode> {
                 _ => None,
             };
             use std::io::IsTerminal;
-            tracing_subscriber::fmt().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).with_max_level(args.log_level).with_target(false).init();
+            // blobhouse's own events at the chosen level; the libraries under
+            // it (h2, tonic, hyper) only warn: their debug output is frames.
+            use tracing_subscriber::layer::SubscriberExt;
+            use tracing_subscriber::util::SubscriberInitExt;
+            let filter = tracing_subscriber::filter::Targets::new()
+                .with_target("blobhouse", args.log_level)
+                .with_default(args.log_level.min(tracing_subscriber::filter::LevelFilter::WARN));
+            let format = tracing_subscriber::fmt::layer().with_writer(std::io::stderr).with_ansi(std::io::stderr().is_terminal()).with_target(false);
+            tracing_subscriber::registry().with(filter).with(format).init();
             let options = blobhouse_server::ServerOptions {
                 pg_listen: args.pg_listen,
+                flight_listen: args.flight_listen.0,
                 tls: tls.clone(),
                 users,
                 max_connections: args.max_connections,
@@ -400,9 +423,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let engine = open(&args.db).await?;
             let server = blobhouse_server::Server::start(engine, options).await?;
             eprintln!(
-                "serving {} to PostgreSQL clients on {}{}{}; Ctrl-C stops it",
+                "serving {} to PostgreSQL clients on {}{}{}{}; Ctrl-C stops it",
                 args.db.db,
                 server.pg_addr(),
+                server.flight_addr().map_or(String::new(), |a| format!(", Flight SQL clients on grpc{}://{a}", if tls.is_some() { "+tls" } else { "" })),
                 if tls.is_some() { " (TLS required)" } else { "" },
                 server.metrics_addr().map_or(String::new(), |a| format!(", metrics on http://{a}/metrics"))
             );

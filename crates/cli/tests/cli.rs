@@ -142,7 +142,8 @@ fn walk(dir: &std::path::Path) -> Vec<std::path::PathBuf> {
 
 /// `blobhouse serve` as its users run it: a line per statement with a query
 /// id, slow statements with their text, Prometheus metrics and a health
-/// check over HTTP — and neither the right nor a wrong password anywhere in
+/// check over HTTP — and neither the right nor a wrong password (sent by
+/// psql or by ADBC over Flight SQL), nor a Flight SQL token, anywhere in
 /// its log.
 #[test]
 fn serve_logs_statements_and_serves_metrics_but_never_credentials() {
@@ -151,7 +152,7 @@ fn serve_logs_statements_and_serves_metrics_but_never_credentials() {
     const WRONG: &str = "Tr0ub4dor&3-wrong";
     let dir = tempfile::tempdir().unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_blobhouse"))
-        .args(["serve", "--db", &dir.path().to_string_lossy(), "--user", "alice", "--pg-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
+        .args(["serve", "--db", &dir.path().to_string_lossy(), "--user", "alice", "--pg-listen", "127.0.0.1:0", "--flight-listen", "127.0.0.1:0", "--metrics-listen", "127.0.0.1:0"])
         .args(["--log-level", "debug", "--slow-query-ms", "0"])
         .env("BLOBHOUSE_PASSWORD", PASSWORD)
         .stderr(std::process::Stdio::piped())
@@ -159,14 +160,15 @@ fn serve_logs_statements_and_serves_metrics_but_never_credentials() {
         .expect("run blobhouse serve");
     let mut stderr = BufReader::new(child.stderr.take().unwrap());
     let mut log = String::new();
-    let (pg, metrics) = loop {
+    let (pg, flight, metrics) = loop {
         let mut line = String::new();
         assert!(stderr.read_line(&mut line).unwrap() > 0, "serve stopped before serving:\n{log}");
         log += &line;
         if let Some(rest) = line.strip_prefix("serving ") {
             let pg = rest.split(" on ").nth(1).unwrap().split([',', ';']).next().unwrap().to_string();
+            let flight = rest.split("grpc://").nth(1).unwrap().split([',', ';']).next().unwrap().to_string();
             let metrics = rest.split("http://").nth(1).unwrap().split('/').next().unwrap().to_string();
-            break (pg, metrics);
+            break (pg, flight, metrics);
         }
     };
     let port = pg.rsplit(':').next().unwrap().to_string();
@@ -181,6 +183,17 @@ fn serve_logs_statements_and_serves_metrics_but_never_credentials() {
     assert!(psql(PASSWORD, "CREATE TABLE t (id INT)").status.success());
     assert!(!psql(PASSWORD, "SELECT * FROM missing_table").status.success());
     assert!(!psql(WRONG, "SELECT 1").status.success());
+    // ADBC logs in, runs a statement and prints its token; a wrong password is refused.
+    let adbc = |password: &str| {
+        let script = format!(
+            "import adbc_driver_flightsql.dbapi as f\nc = f.connect('grpc://{flight}', db_kwargs={{'username': 'alice', 'password': {password:?}}}, autocommit=True)\ncur = c.cursor()\ncur.execute('SELECT 1')\nprint(cur.fetchall())"
+        );
+        Command::new("python3").args(["-c", &script]).output().expect("python3 runs (install adbc-driver-flightsql)")
+    };
+    let out = adbc(PASSWORD);
+    assert!(out.status.success(), "ADBC: {}", String::from_utf8_lossy(&out.stderr));
+    let out = adbc(WRONG);
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("authentication failed"), "{}", String::from_utf8_lossy(&out.stderr));
     let get = |path: &str| {
         let mut s = std::net::TcpStream::connect(&metrics).unwrap();
         write!(s, "GET {path} HTTP/1.1\r\nHost: x\r\n\r\n").unwrap();
@@ -189,7 +202,7 @@ fn serve_logs_statements_and_serves_metrics_but_never_credentials() {
         body
     };
     let scraped = get("/metrics");
-    for sample in ["blobhouse_queries_total{state=\"ok\"} 1", "blobhouse_queries_total{state=\"error\"} 1", "blobhouse_query_duration_seconds_count 2", "blobhouse_sessions 0"] {
+    for sample in ["blobhouse_queries_total{state=\"ok\"} 2", "blobhouse_queries_total{state=\"error\"} 1", "blobhouse_query_duration_seconds_count 3", "blobhouse_sessions 1"] {
         assert!(scraped.contains(sample), "no '{sample}' in\n{scraped}");
     }
     assert!(get("/healthz").ends_with("ok\n"));
@@ -197,8 +210,9 @@ fn serve_logs_statements_and_serves_metrics_but_never_credentials() {
     child.kill().unwrap();
     child.wait().unwrap();
     stderr.read_to_string(&mut log).unwrap();
-    for line in ["query_id=1", "query_id=2", "state=\"error\"", "42P01", "slow statement", "sql=SELECT * FROM missing_table"] {
+    for line in ["query_id=1", "query_id=2", "state=\"error\"", "missing_table' not found", "slow statement", "sql=SELECT * FROM missing_table"] {
         assert!(log.contains(line), "no '{line}' in the log:\n{log}");
     }
     assert!(!log.contains(PASSWORD) && !log.contains(WRONG) && !log.contains("Tr0ub4dor"), "a password in the log:\n{log}");
+    assert!(!log.to_lowercase().contains("bearer"), "a token in the log:\n{log}");
 }

@@ -41,4 +41,4 @@ pub use scan::{BlobScanExec, GET_PRICE_USD, ScanMetrics, collect_scan_metrics};
 pub use scheduler::{Decision, SchedulerOptions};
 pub use memory::MemoryBudget;
 pub use tiers::{CacheOptions, Tiers, parse_cache_size};
-pub use session::{Described, Engine, EngineError, EngineOptions, MemoryUse, QueryResult, SpillOptions, scan_download_options, split_statements};
+pub use session::{CATALOG, Described, Engine, EngineError, EngineOptions, MemoryUse, QueryResult, SpillOptions, scan_download_options, split_statements};

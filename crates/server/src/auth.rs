@@ -106,6 +106,20 @@ impl Users {
         Ok(())
     }
 
+    /// Whether `password` is `name`'s, for a protocol that sends the
+    /// password itself (Flight SQL's basic handshake, inside TLS off
+    /// loopback). An unknown name costs the same work as a wrong password,
+    /// so the answer's timing tells no one which names exist. CPU-bound
+    /// (PBKDF2): call it off the protocol threads.
+    pub(crate) fn verify(&self, name: &str, password: &str) -> bool {
+        let Some(secret) = self.secrets.get(name) else {
+            let _ = gen_salted_password(password, &[0; SALT_BYTES], ITERATIONS);
+            return false;
+        };
+        let salted = gen_salted_password(password, &secret.salt, secret.iterations);
+        salted.len() == secret.salted.len() && salted.iter().zip(&secret.salted).fold(0u8, |diff, (a, b)| diff | (a ^ b)) == 0
+    }
+
     /// The iteration count every entry must share (pgwire's SCRAM takes one
     /// per server), or an error naming the odd user.
     pub(crate) fn iterations(&self) -> Result<usize, ServerError> {
@@ -163,6 +177,8 @@ mod tests {
             let e = users.add_hash("carol", bad).expect_err(bad).to_string();
             assert!(e.contains("carol") && e.contains("hash-password"), "{e}");
         }
+        assert!(users.verify("alice", "s3cret") && users.verify("bob", "other"));
+        assert!(!users.verify("alice", "other") && !users.verify("nobody", "s3cret") && !users.verify("alice", ""));
         assert!(users.add_password("", "x").is_err());
         assert!(users.add_password("dave", "").is_err());
     }

@@ -3,13 +3,17 @@
 //! One open [`Engine`] (its download manager, caches and memory pool) serves
 //! every connection; each connection runs in its own session
 //! ([`Engine::new_session`]). This crate holds the endpoints only — the
-//! PostgreSQL wire protocol today ([`pg`]), on pgwire — plus their users
-//! ([`auth`]) and TLS ([`tls`]). It never falls back to plaintext and never
-//! starts on a non-loopback address without users.
+//! PostgreSQL wire protocol (`pg`, on pgwire) and Arrow Flight SQL
+//! (`flight`, on arrow-flight and tonic) — plus what they share: the
+//! statement runner (`exec`), users ([`auth`]), TLS ([`tls`]) and metrics.
+//! It never falls back to plaintext and never starts on a non-loopback
+//! address without users.
 
 pub mod auth;
 mod catalog;
 mod copy;
+mod exec;
+mod flight;
 mod metrics;
 mod params;
 mod pg;
@@ -30,7 +34,7 @@ pub use tls::TlsFiles;
 /// What stops a server from starting.
 #[derive(Debug, thiserror::Error)]
 pub enum ServerError {
-    #[error("cannot listen on {addr}: {source} (is another server using the port? pick another with --pg-listen or --metrics-listen)")]
+    #[error("cannot listen on {addr}: {source} (is another server using the port? pick another with --pg-listen, --flight-listen or --metrics-listen)")]
     Bind { addr: SocketAddr, source: std::io::Error },
     #[error("TLS: {}: {message}; the server does not start without the TLS it was told to use", path.display())]
     Tls { path: PathBuf, message: String },
@@ -51,6 +55,8 @@ pub enum ServerError {
 pub struct ServerOptions {
     /// The PostgreSQL listener (port 0: any free port).
     pub pg_listen: SocketAddr,
+    /// The Arrow Flight SQL listener, if any (port 0: any free port).
+    pub flight_listen: Option<SocketAddr>,
     /// Certificate and key: clients must then use TLS.
     pub tls: Option<TlsFiles>,
     /// Who may log in. Empty: nobody (allowed on loopback only, where the
@@ -72,10 +78,12 @@ pub struct ServerOptions {
 }
 
 impl ServerOptions {
-    /// Loopback on PostgreSQL's port, no TLS, no users, 64 connections.
+    /// Loopback on PostgreSQL's port, no Flight SQL, no TLS, no users, 64
+    /// connections.
     pub fn new() -> ServerOptions {
         ServerOptions {
             pg_listen: SocketAddr::from(([127, 0, 0, 1], 5432)),
+            flight_listen: None,
             tls: None,
             users: Users::new(), max_connections: 64,
             execution_threads: 0,
@@ -95,6 +103,8 @@ impl Default for ServerOptions {
 /// A running server.
 pub struct Server {
     pg_addr: SocketAddr,
+    flight_addr: Option<SocketAddr>,
+    flight_task: Option<tokio::task::JoinHandle<()>>,
     metrics_addr: Option<SocketAddr>,
     metrics_task: Option<tokio::task::JoinHandle<()>>,
     engine: Arc<Engine>,
@@ -107,8 +117,10 @@ impl Server {
     /// Checks the options, sets up TLS and binds the listeners; the server
     /// then runs on the current tokio runtime until dropped or [`Server::wait`] ends.
     pub async fn start(engine: Engine, options: ServerOptions) -> Result<Server, ServerError> {
-        if options.users.is_empty() && !options.pg_listen.ip().is_loopback() {
-            return Err(ServerError::OpenWithoutUsers { addr: options.pg_listen });
+        for addr in std::iter::once(options.pg_listen).chain(options.flight_listen) {
+            if options.users.is_empty() && !addr.ip().is_loopback() {
+                return Err(ServerError::OpenWithoutUsers { addr });
+            }
         }
         let iterations = options.users.iterations()?;
         let acceptor = options.tls.as_ref().map(tls::acceptor).transpose()?;
@@ -138,8 +150,17 @@ impl Server {
             None => (None, None),
         };
         let max_queries = if options.max_queries == 0 { 2 * threads } else { options.max_queries };
-        let limits = pg::Limits { queries: Arc::new(Semaphore::new(max_queries)), slow: options.slow_query };
-        let handlers = Arc::new(pg::Handlers::new(engine.clone(), execution.handle().clone(), metrics, limits, users, iterations, acceptor.is_some()));
+        let limits = exec::Limits { queries: Arc::new(Semaphore::new(max_queries)), slow: options.slow_query };
+        let runner = Arc::new(exec::Runner::new(metrics, limits, execution.handle().clone()));
+        let (flight_addr, flight_task) = match options.flight_listen {
+            Some(addr) => {
+                let service = flight::FlightSql::new(engine.clone(), runner.clone(), users.clone(), options.max_connections);
+                let (bound, task) = serve_flight(addr, service, options.tls.as_ref()).await?;
+                (Some(bound), Some(task))
+            }
+            None => (None, None),
+        };
+        let handlers = Arc::new(pg::Handlers::new(engine.clone(), runner, users, iterations, acceptor.is_some()));
         let slots = Arc::new(Semaphore::new(options.max_connections.max(1)));
         let accept = tokio::spawn(async move {
             loop {
@@ -160,13 +181,18 @@ impl Server {
                 });
             }
         });
-        tracing::info!(pg = %pg_addr, metrics = ?metrics_addr, tls = options.tls.is_some(), users = users_count, max_queries, "serving");
-        Ok(Server { pg_addr, metrics_addr, engine, execution: Some(execution), accept, metrics_task })
+        tracing::info!(pg = %pg_addr, flight = ?flight_addr, metrics = ?metrics_addr, tls = options.tls.is_some(), users = users_count, max_queries, "serving");
+        Ok(Server { pg_addr, flight_addr, flight_task, metrics_addr, engine, execution: Some(execution), accept, metrics_task })
     }
 
     /// Where the PostgreSQL listener is.
     pub fn pg_addr(&self) -> SocketAddr {
         self.pg_addr
+    }
+
+    /// Where Arrow Flight SQL is served, if anywhere.
+    pub fn flight_addr(&self) -> Option<SocketAddr> {
+        self.flight_addr
     }
 
     /// Where `/metrics` and `/healthz` are served, if anywhere.
@@ -189,11 +215,35 @@ impl Server {
 impl Drop for Server {
     fn drop(&mut self) {
         self.accept.abort();
-        if let Some(task) = &self.metrics_task {
+        for task in [&self.metrics_task, &self.flight_task].into_iter().flatten() {
             task.abort();
         }
         if let Some(execution) = self.execution.take() {
             execution.shutdown_background();
         }
     }
+}
+
+/// Binds `addr` and serves Flight SQL on it (over TLS when `tls` is set:
+/// tonic then accepts TLS connections only) in the background.
+async fn serve_flight(addr: SocketAddr, service: flight::FlightSql, tls: Option<&TlsFiles>) -> Result<(SocketAddr, tokio::task::JoinHandle<()>), ServerError> {
+    use arrow_flight::flight_service_server::FlightServiceServer;
+    let mut builder = tonic::transport::Server::builder();
+    if let Some(files) = tls {
+        let read = |path: &PathBuf| std::fs::read(path).map_err(|e| ServerError::Tls { path: path.clone(), message: format!("cannot read: {e}") });
+        let identity = tonic::transport::Identity::from_pem(read(&files.cert)?, read(&files.key)?);
+        builder = builder
+            .tls_config(tonic::transport::ServerTlsConfig::new().identity(identity))
+            .map_err(|e| ServerError::Tls { path: files.cert.clone(), message: format!("Flight SQL TLS setup: {e}") })?;
+    }
+    let listener = TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
+    let bound = listener.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
+    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    let service = FlightServiceServer::new(service).max_decoding_message_size(flight::MAX_MESSAGE_BYTES);
+    let task = tokio::spawn(async move {
+        if let Err(e) = builder.add_service(service).serve_with_incoming(incoming).await {
+            tracing::error!(error = %e, "the Flight SQL listener stopped");
+        }
+    });
+    Ok((bound, task))
 }

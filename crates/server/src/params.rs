@@ -29,7 +29,7 @@ pub(crate) fn bind(portal: &Portal<Prepared>, sql: &str, inferred: &[Option<Data
         let pg_type = declared.or_else(|| inferred.get(i).cloned().flatten().and_then(|t| arrow_pg::datatypes::into_pg_type(&t).ok())).unwrap_or(Type::TEXT);
         literals.push(literal(portal, i, &pg_type)?);
     }
-    substitute(sql, &literals)
+    substitute(sql, &literals).map_err(|e| user_error("08P01", e))
 }
 
 /// Parameter `i` of `portal` as a SQL literal of type `pg_type`.
@@ -51,7 +51,7 @@ fn literal(portal: &Portal<Prepared>, i: usize, pg_type: &Type) -> PgWireResult<
     Ok(value.unwrap_or_else(|| "NULL".to_string()))
 }
 
-fn float(v: f64) -> String {
+pub(crate) fn float(v: f64) -> String {
     if v.is_nan() {
         "CAST('NaN' AS DOUBLE)".into()
     } else if v.is_infinite() {
@@ -63,7 +63,45 @@ fn float(v: f64) -> String {
 
 /// Replaces `$n` outside strings, quoted identifiers and comments with
 /// `literals[n - 1]`; a `$n` past the values is an error that names it.
-pub(crate) fn substitute(sql: &str, literals: &[String]) -> PgWireResult<String> {
+pub(crate) fn substitute(sql: &str, literals: &[String]) -> Result<String, String> {
+    walk(sql, |chars, i, out| {
+        let c = chars[i];
+        if !(c == '$' && chars.get(i + 1).is_some_and(char::is_ascii_digit) && !(i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_'))) {
+            return Ok(None);
+        }
+        let end = (i + 1..chars.len()).find(|j| !chars[*j].is_ascii_digit()).unwrap_or(chars.len());
+        let digits: String = chars[i + 1..end].iter().collect();
+        let n: usize = digits.parse().unwrap_or(usize::MAX);
+        let value = n
+            .checked_sub(1)
+            .and_then(|k| literals.get(k))
+            .ok_or_else(|| format!("the statement uses ${digits} but {} parameter value(s) were bound", literals.len()))?;
+        out.push_str(value);
+        Ok(Some(end))
+    })
+}
+
+/// `?` placeholders (ODBC's and DB-API's qmark style, what ADBC clients
+/// write) numbered `$1`, `$2`, … in order, outside strings, quoted
+/// identifiers and comments.
+pub(crate) fn number_qmarks(sql: &str) -> String {
+    let mut n = 0;
+    let numbered: Result<String, std::convert::Infallible> = walk(sql, |chars, i, out| {
+        if chars[i] != '?' {
+            return Ok(None);
+        }
+        n += 1;
+        out.push_str(&format!("${n}"));
+        Ok(Some(i + 1))
+    });
+    numbered.unwrap_or_else(|never| match never {})
+}
+
+/// Copies `sql`, with strings, quoted identifiers and comments as they
+/// are; at every other character `at(chars, i, out)` either writes a
+/// replacement and returns the index after what it consumed, or declines.
+/// An unterminated quote or comment runs to the end of the text.
+fn walk<E>(sql: &str, mut at: impl FnMut(&[char], usize, &mut String) -> Result<Option<usize>, E>) -> Result<String, E> {
     let chars: Vec<char> = sql.chars().collect();
     let mut out = String::with_capacity(sql.len());
     let mut i = 0;
@@ -99,23 +137,38 @@ pub(crate) fn substitute(sql: &str, literals: &[String]) -> PgWireResult<String>
                 out.extend(&chars[i..end]);
                 i = end;
             }
-            '$' if chars.get(i + 1).is_some_and(char::is_ascii_digit) && !(i > 0 && (chars[i - 1].is_alphanumeric() || chars[i - 1] == '_')) => {
-                let end = (i + 1..chars.len()).find(|j| !chars[*j].is_ascii_digit()).unwrap_or(chars.len());
-                let digits: String = chars[i + 1..end].iter().collect();
-                let n: usize = digits.parse().unwrap_or(usize::MAX);
-                let value = n.checked_sub(1).and_then(|k| literals.get(k)).ok_or_else(|| {
-                    user_error("08P01", format!("the statement uses ${digits} but {} parameter value(s) were bound", literals.len()))
-                })?;
-                out.push_str(value);
-                i = end;
-            }
-            _ => {
-                out.push(c);
-                i += 1;
-            }
+            _ => match at(&chars, i, &mut out)? {
+                Some(next) => i = next,
+                None => {
+                    out.push(c);
+                    i += 1;
+                }
+            },
         }
     }
     Ok(out)
+}
+
+/// Row `row` of a bound parameter column (Flight SQL sends parameters as
+/// Arrow batches) as a SQL literal of its type, never spliced raw.
+pub(crate) fn arrow_literal(column: &dyn datafusion::arrow::array::Array, row: usize) -> Result<String, String> {
+    use datafusion::common::ScalarValue as S;
+    let value = S::try_from_array(column, row).map_err(|e| e.to_string())?;
+    let quoted = |s: &str| format!("'{}'", s.replace('\'', "''"));
+    if value.is_null() {
+        return Ok("NULL".into());
+    }
+    Ok(match &value {
+        S::Boolean(Some(b)) => if *b { "TRUE".into() } else { "FALSE".into() },
+        S::Int8(_) | S::Int16(_) | S::Int32(_) | S::Int64(_) | S::UInt8(_) | S::UInt16(_) | S::UInt32(_) | S::UInt64(_) => value.to_string(),
+        S::Float32(Some(v)) => float(*v as f64),
+        S::Float64(Some(v)) => float(*v),
+        S::Decimal128(Some(_), p, s) => format!("CAST('{value}' AS DECIMAL({p}, {s}))"),
+        S::Utf8(Some(v)) | S::LargeUtf8(Some(v)) | S::Utf8View(Some(v)) => quoted(v),
+        S::Date32(_) | S::Date64(_) => format!("DATE '{value}'"),
+        S::TimestampSecond(_, None) | S::TimestampMillisecond(_, None) | S::TimestampMicrosecond(_, None) | S::TimestampNanosecond(_, None) => format!("TIMESTAMP '{value}'"),
+        _ => return Err(format!("a parameter of type {} cannot be bound; bind it as a string and CAST it in the statement", column.data_type())),
+    })
 }
 
 #[cfg(test)]
@@ -135,6 +188,25 @@ mod tests {
         // Unterminated quotes and comments neither panic nor substitute.
         assert_eq!(substitute("SELECT '$1", &l).unwrap(), "SELECT '$1");
         assert_eq!(substitute("SELECT /* $1", &l).unwrap(), "SELECT /* $1");
+    }
+
+    #[test]
+    fn qmarks_are_numbered_outside_quotes_and_comments() {
+        assert_eq!(number_qmarks("SELECT ? + ?, '?', \"?\" -- ?\n FROM t WHERE x = ?"), "SELECT $1 + $2, '?', \"?\" -- ?\n FROM t WHERE x = $3");
+        assert_eq!(number_qmarks("SELECT 1"), "SELECT 1");
+    }
+
+    #[test]
+    fn arrow_values_become_typed_literals() {
+        use datafusion::arrow::array::{Date32Array, Float64Array, Int64Array, StringArray};
+        let text = StringArray::from(vec![Some("x' OR '1'='1"), None]);
+        assert_eq!(arrow_literal(&text, 0).unwrap(), "'x'' OR ''1''=''1'");
+        assert_eq!(arrow_literal(&text, 1).unwrap(), "NULL");
+        assert_eq!(arrow_literal(&Int64Array::from(vec![-7]), 0).unwrap(), "-7");
+        assert_eq!(arrow_literal(&Float64Array::from(vec![0.1]), 0).unwrap(), "0.1");
+        assert_eq!(arrow_literal(&Date32Array::from(vec![0]), 0).unwrap(), "DATE '1970-01-01'");
+        let list = datafusion::arrow::array::ListArray::from_iter_primitive::<datafusion::arrow::datatypes::Int32Type, _, _>(vec![Some(vec![Some(1)])]);
+        assert!(arrow_literal(&list, 0).unwrap_err().contains("cannot be bound"));
     }
 
     #[test]

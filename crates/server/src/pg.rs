@@ -36,13 +36,14 @@ use blobhouse_engine::{Described, Engine, EngineError, QueryResult};
 
 use crate::auth::{UserSource, Users};
 use crate::catalog::Introspection;
-use crate::metrics::{Metrics, Outcome};
+use crate::exec::{Failure, Runner, changed_rows};
+use crate::metrics::Metrics;
 use crate::copy::{self, CopyIn, Spool};
 use crate::params;
 
 /// A connection's engine session, its user and its COPY … FROM STDIN in progress.
 struct Session {
-    engine: Engine,
+    engine: Arc<Engine>,
     user: String,
     spool: std::sync::Mutex<Option<Spool>>,
     metrics: Arc<Metrics>,
@@ -86,12 +87,12 @@ pub(crate) struct Handlers {
 }
 
 impl Handlers {
-    pub(crate) fn new(engine: Arc<Engine>, exec: tokio::runtime::Handle, metrics: Arc<Metrics>, limits: Limits, users: Arc<Users>, iterations: usize, require_tls: bool) -> Handlers {
+    pub(crate) fn new(engine: Arc<Engine>, runner: Arc<Runner>, users: Arc<Users>, iterations: usize, require_tls: bool) -> Handlers {
         let mut parameters = DefaultServerParameterProvider::default();
         parameters.server_version = format!("16.0 (blobhouse {})", env!("CARGO_PKG_VERSION"));
         parameters.scram_iterations = iterations;
         Handlers {
-            backend: Arc::new(Backend { engine, metrics, limits, exec, parser: Arc::new(Parser { introspection: Introspection::new() }) }),
+            backend: Arc::new(Backend { engine, metrics: runner.metrics.clone(), runner, parser: Arc::new(Parser { introspection: Introspection::new() }) }),
             users,
             iterations,
             parameters: Arc::new(parameters),
@@ -161,148 +162,23 @@ impl StartupHandler for Startup {
 pub(crate) struct Backend {
     engine: Arc<Engine>,
     metrics: Arc<Metrics>,
-    limits: Limits,
-    /// Where statements run (see [`Backend::run`]).
-    exec: tokio::runtime::Handle,
+    runner: Arc<Runner>,
     parser: Arc<Parser>,
 }
 
-/// How many statements run at once, and which count as slow.
-#[derive(Clone)]
-pub(crate) struct Limits {
-    pub(crate) queries: Arc<tokio::sync::Semaphore>,
-    pub(crate) slow: std::time::Duration,
-}
-
-/// A gauge raised for as long as the value lives.
-struct Gauge<F: Fn(i64)>(F);
-
-impl<F: Fn(i64)> Gauge<F> {
-    fn up(f: F) -> Gauge<F> {
-        f(1);
-        Gauge(f)
-    }
-}
-
-impl<F: Fn(i64)> Drop for Gauge<F> {
-    fn drop(&mut self) {
-        (self.0)(-1)
-    }
-}
-
-/// One statement's metrics and log line, written when it ends — also when
-/// its future is dropped (a cancel, a disconnect), which counts as cancelled.
-struct Record {
-    metrics: Arc<Metrics>,
-    id: u64,
-    user: String,
-    started: std::time::Instant,
-    slow: std::time::Duration,
-    sql: String,
-    outcome: Outcome,
-    rows: usize,
-    error: Option<String>,
-}
-
-impl Record {
-    fn new(limits: &Limits, session: &Session, sql: &str) -> Record {
-        let id = session.metrics.query_id();
-        tracing::debug!(query_id = id, user = %session.user, "statement started");
-        Record {
-            metrics: session.metrics.clone(),
-            id,
-            user: session.user.clone(),
-            started: std::time::Instant::now(),
-            slow: limits.slow,
-            sql: abbreviate(sql),
-            outcome: Outcome::Cancelled,
-            rows: 0,
-            error: None,
-        }
-    }
-
-    fn finish(&mut self, result: &Result<QueryResult, ErrorInfo>) {
-        match result {
-            Ok(r) => {
-                self.outcome = Outcome::Ok;
-                self.rows = r.batches.iter().map(|b| b.num_rows()).sum();
-            }
-            Err(e) => {
-                self.outcome = Outcome::Error;
-                self.error = Some(format!("{} {}", e.code, e.message));
-            }
-        }
-    }
-}
-
-impl Drop for Record {
-    fn drop(&mut self) {
-        let elapsed = self.started.elapsed();
-        self.metrics.finished(self.outcome, elapsed);
-        let ms = elapsed.as_secs_f64() * 1e3;
-        let state = format!("{:?}", self.outcome).to_lowercase();
-        match &self.error {
-            Some(error) => tracing::info!(query_id = self.id, user = %self.user, state, elapsed_ms = ms, error = %error, "statement"),
-            None => tracing::info!(query_id = self.id, user = %self.user, state, elapsed_ms = ms, rows = self.rows, "statement"),
-        }
-        if elapsed >= self.slow {
-            tracing::warn!(query_id = self.id, user = %self.user, state, elapsed_ms = ms, sql = %self.sql, "slow statement");
-        }
-    }
-}
-
-/// The start of a statement, on one line, for the slow-statement log.
-fn abbreviate(sql: &str) -> String {
-    let one_line: String = sql.split_whitespace().collect::<Vec<_>>().join(" ");
-    match one_line.char_indices().nth(200) {
-        Some((at, _)) => format!("{}…", &one_line[..at]),
-        None => one_line,
-    }
-}
-
-/// Aborts the task when its future is dropped — when pgwire drops a
-/// statement's future on a cancel request or a closed connection.
-struct AbortOnDrop<T>(tokio::task::JoinHandle<T>);
-
-impl<T> Drop for AbortOnDrop<T> {
-    fn drop(&mut self) {
-        self.0.abort();
-    }
-}
-
 impl Backend {
-    /// Runs `sql` in `session` on the execution runtime, not on the
-    /// runtime that serves the connections: a batch that takes a while to
-    /// compute then never delays a cancel request, a login or another
-    /// client's messages. Dropping the returned future (a cancel, a
-    /// disconnect) aborts the statement's task, and with it the
-    /// DataFusion tasks and downloads under it, at their next yield.
+    /// Runs `sql` in `session` (see [`Runner::run`]: queued, on the
+    /// execution runtime, aborted when pgwire drops the future on a cancel
+    /// request or a closed connection).
     async fn run(&self, session: &Arc<Session>, sql: String) -> Result<QueryResult, ErrorInfo> {
-        let mut record = Record::new(&self.limits, session, &sql);
-        let permit = {
-            let _waiting = Gauge::up(|d| self.metrics.queued(d));
-            self.limits.queries.clone().acquire_owned().await.map_err(|_| ErrorInfo::new("ERROR".into(), "57P01".into(), "the server is shutting down".into()))?
-        };
-        let _running = Gauge::up(|d| self.metrics.running(d));
-        let session = session.clone();
-        let mut task = AbortOnDrop(self.exec.spawn(async move {
-            let result = session.engine.execute(&sql).await;
-            drop(permit);
-            result
-        }));
-        let result = match (&mut task.0).await {
-            Ok(result) => result.map_err(|e| error_info(&e)),
-            Err(e) => Err(ErrorInfo::new("ERROR".into(), "XX000".into(), format!("the statement stopped inside the engine: {e}"))),
-        };
-        record.finish(&result);
-        result
+        self.runner.run(&session.engine, &session.user, sql).await.map_err(|f| failure_info(&f))
     }
 
     fn session<C: ClientInfo>(&self, client: &C) -> Arc<Session> {
         client.session_extensions().get_or_insert_with(|| {
             self.metrics.session_opened();
             let user = client.metadata().get(pgwire::api::METADATA_USER).cloned().unwrap_or_default();
-            Session { engine: self.engine.new_session(), user, spool: std::sync::Mutex::new(None), metrics: self.metrics.clone() }
+            Session { engine: Arc::new(self.engine.new_session()), user, spool: std::sync::Mutex::new(None), metrics: self.metrics.clone() }
         })
     }
 }
@@ -468,7 +344,7 @@ impl CopyHandler for Backend {
             PgWireError::UserError(Box::new(info))
         })?;
         drop(spool);
-        let rows = count(&result);
+        let rows = changed_rows(&result);
         client.send(PgWireBackendMessage::CommandComplete(Tag::new("COPY").with_rows(rows).into())).await?;
         Ok(())
     }
@@ -507,20 +383,10 @@ fn respond(sql: &str, result: QueryResult, format: &Format, options: Arc<FormatO
         CommandKind::Rows => rows(result.schema.clone(), result.batches, format, options)?,
         CommandKind::Begin => Response::TransactionStart(Tag::new("BEGIN")),
         CommandKind::End(word) => Response::TransactionEnd(Tag::new(word)),
-        CommandKind::Counted(word) if word == "INSERT" => Response::Execution(Tag::new("INSERT").with_oid(0).with_rows(count(&result))),
-        CommandKind::Counted(word) => Response::Execution(Tag::new(&word).with_rows(count(&result))),
+        CommandKind::Counted(word) if word == "INSERT" => Response::Execution(Tag::new("INSERT").with_oid(0).with_rows(changed_rows(&result))),
+        CommandKind::Counted(word) => Response::Execution(Tag::new(&word).with_rows(changed_rows(&result))),
         CommandKind::Plain(word) => Response::Execution(Tag::new(&word)),
     })
-}
-
-/// The rows a DML statement or COPY reports having changed.
-fn count(result: &QueryResult) -> usize {
-    match result.batches.first() {
-        Some(b) if result.schema.fields().len() == 1 && result.schema.field(0).name() == "count" && b.num_rows() == 1 => {
-            b.column(0).as_any().downcast_ref::<datafusion::arrow::array::UInt64Array>().map_or(0, |a| a.value(0) as usize)
-        }
-        _ => 0,
-    }
 }
 
 fn rows(schema: SchemaRef, batches: Vec<datafusion::arrow::record_batch::RecordBatch>, format: &Format, options: Arc<FormatOptions>) -> PgWireResult<Response> {
@@ -575,6 +441,15 @@ fn error_info(e: &EngineError) -> ErrorInfo {
         _ => "XX000",
     };
     ErrorInfo::new("ERROR".into(), code.into(), text)
+}
+
+/// A statement's failure as PostgreSQL reports it.
+fn failure_info(f: &Failure) -> ErrorInfo {
+    match f {
+        Failure::Engine(e) => error_info(e),
+        Failure::ShuttingDown => ErrorInfo::new("FATAL".into(), "57P01".into(), f.to_string()),
+        Failure::Crashed(_) => ErrorInfo::new("ERROR".into(), "XX000".into(), f.to_string()),
+    }
 }
 
 fn engine_error(e: EngineError) -> PgWireError {

@@ -9,6 +9,7 @@ mod bad_input;
 mod cache;
 mod concurrency;
 mod dml;
+mod flight;
 mod format;
 mod history;
 mod join_estimates;

@@ -12,16 +12,17 @@ use crate::on_both_backends;
 
 on_both_backends!(psql_runs_ddl_dml_transactions_and_queries_in_its_own_session);
 
-const PASSWORD: &str = "correct horse battery staple";
+pub(crate) const PASSWORD: &str = "correct horse battery staple";
 
 /// Loopback on any port, with alice as the one user.
-fn alice_on_loopback() -> ServerOptions {
+/// Flight SQL listens too, on any port.
+pub(crate) fn alice_on_loopback() -> ServerOptions {
     let mut users = Users::new();
     users.add_password("alice", PASSWORD).expect("a valid user");
-    ServerOptions { pg_listen: "127.0.0.1:0".parse().expect("an address"), users, ..ServerOptions::new() }
+    ServerOptions { pg_listen: "127.0.0.1:0".parse().expect("an address"), flight_listen: Some("127.0.0.1:0".parse().expect("an address")), users, ..ServerOptions::new() }
 }
 
-async fn server(db: &TestDb) -> Server {
+pub(crate) async fn server(db: &TestDb) -> Server {
     Server::start(db.engine(EngineOptions::default()).await, alice_on_loopback()).await.expect("the server starts")
 }
 
@@ -142,11 +143,15 @@ print("ok")
 async fn the_server_refuses_to_start_open_or_with_broken_tls() {
     let db = TestDb::new(Backend::Local, "server-refusals");
     // No users on a non-loopback address.
-    let open = ServerOptions { pg_listen: "0.0.0.0:0".parse().expect("an address"), ..ServerOptions::new() };
-    match Server::start(db.engine(EngineOptions::default()).await, open).await {
-        Err(e @ ServerError::OpenWithoutUsers { .. }) => assert!(e.to_string().contains("127.0.0.1"), "{e}"),
-        Err(e) => panic!("wrong error: {e}"),
-        Ok(_) => panic!("an open server started"),
+    let loopback = "127.0.0.1:0".parse().expect("an address");
+    let anywhere = "0.0.0.0:0".parse().expect("an address");
+    for (pg_listen, flight_listen) in [(anywhere, None), (loopback, Some(anywhere))] {
+        let open = ServerOptions { pg_listen, flight_listen, ..ServerOptions::new() };
+        match Server::start(db.engine(EngineOptions::default()).await, open).await {
+            Err(e @ ServerError::OpenWithoutUsers { .. }) => assert!(e.to_string().contains("0.0.0.0") && e.to_string().contains("127.0.0.1"), "{e}"),
+            Err(e) => panic!("wrong error: {e}"),
+            Ok(_) => panic!("an open server started (PostgreSQL on {pg_listen}, Flight SQL on {flight_listen:?})"),
+        }
     }
     // A certificate that is not one: the server does not start (no plaintext fallback).
     let dir = tempfile::tempdir().expect("tempdir");
@@ -203,7 +208,28 @@ async fn tls_is_required_when_configured_and_never_faked() {
 async fn the_22_tpch_answers_through_psycopg_equal_the_reference() {
     use blobhouse_bench::answers::{self, Verdict};
     use blobhouse_bench::tpch;
-    let db = TestDb::new(Backend::Local, "server-tpch");
+    let connect = r#"
+import psycopg
+c = psycopg.connect(host="127.0.0.1", port=PG_PORT, user="alice", password=PASSWORD, dbname="blobhouse", sslmode="disable", autocommit=True)
+def run(q):
+    return c.execute(q).fetchall()
+"#;
+    let server = tpch_answers_through("psycopg", connect).await;
+    // psql, unaligned with '|' between cells, as the reference is written.
+    let out = psql(&server, PASSWORD, &["-t", "-F", "|", "-c", tpch::query(1)]).await;
+    assert!(out.status.success(), "psql Q1: {}", String::from_utf8_lossy(&out.stderr));
+    let rows = answers::parse_answer(&format!("header\n{}", String::from_utf8_lossy(&out.stdout)));
+    assert_eq!(answers::compare(&answers::parse_answer(answers::reference(1, 0.01).expect("Q1's answer")), &rows), Verdict::Verified);
+}
+
+/// Loads TPC-H SF 0.01, serves it, and checks the 22 answers a Python
+/// client gets. `client` defines `run(query)` (a list of tuples) after
+/// connecting with `PG_PORT`, `FLIGHT_PORT` and `PASSWORD`. Returns the
+/// server for more checks.
+pub(crate) async fn tpch_answers_through(name: &str, client: &str) -> Server {
+    use blobhouse_bench::answers::{self, Verdict};
+    use blobhouse_bench::tpch;
+    let db = TestDb::new(Backend::Local, &format!("server-tpch-{name}"));
     let engine = db.engine(EngineOptions::default()).await;
     tpch::load(&engine, 0.01, std::sync::Arc::new(|_, _, _| {})).await.expect("load TPC-H");
     let server = Server::start(engine, alice_on_loopback()).await.expect("the server starts");
@@ -211,22 +237,14 @@ async fn the_22_tpch_answers_through_psycopg_equal_the_reference() {
     let queries: Vec<String> = (1..=22).map(|q| tpch::query(q).to_string()).collect();
     std::fs::write(dir.path().join("queries.json"), serde_json::to_string(&queries).expect("json")).expect("write the queries");
     let script = format!(
-        r#"
-import json, psycopg
-queries = json.load(open({queries:?}))
-answers = []
-with psycopg.connect(host="127.0.0.1", port={port}, user="alice", password={password:?}, dbname="blobhouse", sslmode="disable", autocommit=True) as c:
-    for q in queries:
-        rows = c.execute(q).fetchall()
-        answers.append([["NULL" if v is None else str(v) for v in row] for row in rows])
-print(json.dumps(answers))
-"#,
+        "import json\nPG_PORT = {pg}\nFLIGHT_PORT = {flight}\nPASSWORD = {password:?}\n{client}\nanswers = []\nfor q in json.load(open({queries:?})):\n    answers.append([[\"NULL\" if v is None else str(v) for v in row] for row in run(q)])\nprint(json.dumps(answers))\n",
+        pg = server.pg_addr().port(),
+        flight = server.flight_addr().map_or(0, |a| a.port()),
+        password = PASSWORD,
         queries = dir.path().join("queries.json").display().to_string(),
-        port = server.pg_addr().port(),
-        password = PASSWORD
     );
     let out = tokio::task::spawn_blocking(move || Command::new("python3").args(["-c", &script]).output().expect("python3 runs")).await.expect("joined");
-    assert!(out.status.success(), "psycopg: {}", String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success(), "{name}: {}", String::from_utf8_lossy(&out.stderr));
     let got: Vec<Vec<Vec<String>>> = serde_json::from_slice(&out.stdout).expect("the script prints the answers as JSON");
     assert_eq!(got.len(), 22);
     let mut wrong = Vec::new();
@@ -236,59 +254,80 @@ print(json.dumps(answers))
             wrong.push(format!("Q{}: {why}", i + 1));
         }
     }
-    assert!(wrong.is_empty(), "{} of 22 answers through psycopg are wrong:\n{}", wrong.len(), wrong.join("\n"));
-
-    // psql, unaligned with '|' between cells, as the reference is written.
-    let out = psql(&server, PASSWORD, &["-t", "-F", "|", "-c", tpch::query(1)]).await;
-    assert!(out.status.success(), "psql Q1: {}", String::from_utf8_lossy(&out.stderr));
-    let rows = answers::parse_answer(&format!("header\n{}", String::from_utf8_lossy(&out.stdout)));
-    assert_eq!(answers::compare(&answers::parse_answer(answers::reference(1, 0.01).expect("Q1's answer")), &rows), Verdict::Verified);
+    assert!(wrong.is_empty(), "{} of 22 answers through {name} are wrong:\n{}", wrong.len(), wrong.join("\n"));
+    server
 }
 
 /// A cancel request from psycopg stops a long query within a second: the
 /// client gets QueryCanceled, the query's downloads stop and its operators
 /// let go of their memory, and the connection serves the next statement.
-/// The query is long because its data comes through a 32 KB/s link.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_cancel_request_stops_the_running_query_and_its_downloads() {
+    cancel_through(
+        "psycopg",
+        r#"
+import psycopg
+c = psycopg.connect(host="127.0.0.1", port=PG_PORT, user="alice", password=PASSWORD, dbname="blobhouse", sslmode="disable", autocommit=True)
+def run(q):
+    return c.execute(q).fetchall()
+def cancel():
+    (c.cancel_safe if hasattr(c, "cancel_safe") else c.cancel)()
+def cancelled(e):
+    return isinstance(e, psycopg.errors.QueryCanceled)
+"#,
+    )
+    .await;
+}
+
+/// Runs a long query from a Python client, cancels it from another thread
+/// of that client, and checks that it stopped within a second, with its
+/// downloads and memory, and that the connection serves the next
+/// statement. `client` connects (with `PG_PORT`, `FLIGHT_PORT`,
+/// `PASSWORD`) and defines `run(query)`, `cancel()` and `cancelled(error)`.
+/// The query is long because its data comes through a 32 KB/s link.
+pub(crate) async fn cancel_through(name: &str, client: &str) {
     use blobhouse_bench::tpch;
     use blobhouse_testbed::Toxic;
-    let db = TestDb::new(Backend::Minio, "server-cancel");
+    let db = TestDb::new(Backend::Minio, &format!("server-cancel-{name}"));
     let loader = db.engine(EngineOptions::default()).await;
     tpch::load_tables(&loader, 0.01, &["lineitem"], std::sync::Arc::new(|_, _, _| {})).await.expect("load lineitem");
     drop(loader);
     // No chunk cache: what the pool holds beyond the footers is the query's.
     let options = EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() };
     let slow = [Toxic::new("slow", "bandwidth", 1.0, serde_json::json!({"rate": 32}))];
-    let engine = crate::tpch::engine_through_proxy(&db, "cancel", &slow, options).await;
+    let engine = crate::tpch::engine_through_proxy(&db, &format!("cancel-{name}"), &slow, options).await;
     let server = Server::start(engine, alice_on_loopback()).await.expect("the server starts");
     run(server.engine(), "SELECT count(*) FROM lineitem").await;
     let idle = server.engine().memory().reserved();
     let long = "SELECT sum(l_extendedprice * (1 - l_discount)), max(l_comment) FROM lineitem";
     let script = format!(
         r#"
-import threading, time, psycopg
-c = psycopg.connect(host="127.0.0.1", port={port}, user="alice", password={password:?}, dbname="blobhouse", sslmode="disable", autocommit=True)
+import threading, time
+PG_PORT = {pg}
+FLIGHT_PORT = {flight}
+PASSWORD = {password:?}
+{client}
 out = {{}}
-def run():
+def go():
     try:
-        c.execute({long:?})
+        run({long:?})
         out["how"] = "finished"
-    except psycopg.errors.QueryCanceled:
-        out["how"] = "canceled"
+    except Exception as e:
+        out["how"] = "canceled" if cancelled(e) else "error:" + type(e).__name__ + ":" + str(e).replace("\n", " ")
     out["at"] = time.time()
-t = threading.Thread(target=run)
+t = threading.Thread(target=go)
 t.start()
 time.sleep(2)
 print("running", flush=True)
 input()
-cancelled = time.time()
-(c.cancel_safe if hasattr(c, "cancel_safe") else c.cancel)()
+asked = time.time()
+cancel()
 t.join(60)
-print(out.get("how"), out.get("at", 1e18) - cancelled, flush=True)
-print(c.execute("SELECT 41 + 1").fetchone()[0], flush=True)
+print(out.get("how"), out.get("at", 1e18) - asked, flush=True)
+print(run("SELECT 41 + 1")[0][0], flush=True)
 "#,
-        port = server.pg_addr().port(),
+        pg = server.pg_addr().port(),
+        flight = server.flight_addr().map_or(0, |a| a.port()),
         password = PASSWORD,
     );
     use std::io::{BufRead, Write};
