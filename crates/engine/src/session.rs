@@ -293,6 +293,11 @@ enum Control {
     Begin,
     Commit,
     Rollback,
+    /// SAVEPOINT or RELEASE SAVEPOINT: accepted inside a transaction, where
+    /// they change nothing (a released savepoint's changes stay in the
+    /// transaction anyway); drivers issue them around their own queries.
+    /// ROLLBACK TO SAVEPOINT, which would need them, is refused.
+    Savepoint,
 }
 
 impl Engine {
@@ -673,6 +678,16 @@ impl Engine {
         }
     }
 
+    /// Marks an open transaction aborted by `cause` (a refused control
+    /// statement such as ROLLBACK TO SAVEPOINT: what it asked to undo is
+    /// not undone, so nothing of the transaction may commit).
+    fn abort_transaction(&self, cause: &EngineError) {
+        let mut mode = self.txn.lock().expect("txn lock");
+        if let TxnMode::Explicit(slot) = &*mode {
+            *mode = TxnMode::Aborted(slot.clone(), cause.to_string());
+        }
+    }
+
     /// Whether a transaction begun with BEGIN is open (aborted or not).
     pub fn in_transaction(&self) -> bool {
         !matches!(*self.txn.lock().expect("txn lock"), TxnMode::Autocommit)
@@ -701,12 +716,19 @@ impl Engine {
             (None, None, None, None) => Parsed::Sql(self.ctx.state().sql_to_statement(sql, &self.ctx.state().config().options().sql_parser.dialect)?),
         };
         if let Parsed::Sql(statement) = &parsed
-            && let Some(control) = transaction_control(statement)?
+            && let Some(control) = transaction_control(statement).inspect_err(|e| self.abort_transaction(e))?
         {
             match control {
                 Control::Begin => self.begin().await?,
                 Control::Commit => self.commit().await?,
                 Control::Rollback => self.rollback().await,
+                Control::Savepoint => match &*self.txn.lock().expect("txn lock") {
+                    TxnMode::Explicit(_) => {}
+                    TxnMode::Aborted(_, cause) => {
+                        return Err(EngineError::Transaction(format!("the transaction is aborted by an earlier failed statement ({cause}): ROLLBACK it")));
+                    }
+                    TxnMode::Autocommit => return Err(EngineError::Transaction("SAVEPOINT can only be used inside BEGIN … COMMIT".into())),
+                },
             }
             return Ok(empty_result(started));
         }
@@ -1334,8 +1356,14 @@ fn transaction_control(statement: &DFStatement) -> Result<Option<Control>, Engin
         }
         S::Commit { chain: false, .. } => Control::Commit,
         S::Rollback { chain: false, savepoint: None } => Control::Rollback,
-        S::Commit { .. } | S::Rollback { .. } | S::Savepoint { .. } | S::ReleaseSavepoint { .. } => {
-            return Err(EngineError::Unsupported("savepoints and AND CHAIN are not supported; use BEGIN, COMMIT and ROLLBACK".into()));
+        S::Savepoint { .. } | S::ReleaseSavepoint { .. } => Control::Savepoint,
+        S::Rollback { savepoint: Some(_), .. } => {
+            return Err(EngineError::Unsupported(
+                "ROLLBACK TO SAVEPOINT is not supported: savepoints are accepted and released, but a transaction rolls back only as a whole (ROLLBACK)".into(),
+            ));
+        }
+        S::Commit { .. } | S::Rollback { .. } => {
+            return Err(EngineError::Unsupported("AND CHAIN is not supported; use BEGIN, COMMIT and ROLLBACK".into()));
         }
         _ => return Ok(None),
     }))

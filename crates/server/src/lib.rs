@@ -14,6 +14,7 @@ mod catalog;
 mod copy;
 mod exec;
 mod flight;
+mod functions;
 mod metrics;
 mod params;
 mod pg;

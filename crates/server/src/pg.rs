@@ -421,7 +421,7 @@ impl CommandKind {
             "CREATE" if w(1) == "TABLE" && sql.to_ascii_uppercase().contains(" AS ") => CommandKind::Counted("SELECT".into()),
             "CREATE" | "DROP" => CommandKind::Plain(format!("{} {}", w(0), w(1))),
             "VACUUM" if !dry_run => CommandKind::Plain("VACUUM".into()),
-            "SET" | "RESET" | "RESTORE" => CommandKind::Plain(w(0).to_string()),
+            "SET" | "RESET" | "RESTORE" | "SAVEPOINT" | "RELEASE" => CommandKind::Plain(w(0).to_string()),
             _ => CommandKind::Rows,
         }
     }

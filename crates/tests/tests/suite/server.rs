@@ -139,6 +139,38 @@ print("ok")
     assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok", "psycopg: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
 }
 
+/// SQLAlchemy (on psycopg) connects — it reads `version()`, the isolation
+/// level, type oids with `to_regtype` inside a SAVEPOINT — and its inspector
+/// lists the schema's tables and their columns with types and nullability
+/// (its catalog queries use LIKE … ESCAPE '/', correlated subqueries inside
+/// CASE and json_build_object).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn sqlalchemys_inspector_lists_tables_and_columns() {
+    let db = TestDb::new(Backend::Local, "server-sqlalchemy");
+    let server = server(&db).await;
+    run(server.engine(), "CREATE TABLE orders (id BIGINT NOT NULL, customer VARCHAR, total DECIMAL(12, 2), placed DATE)").await;
+    run(server.engine(), "CREATE TABLE customers (id INT, name VARCHAR)").await;
+    let script = format!(
+        r#"
+import sqlalchemy as sa
+engine = sa.create_engine("postgresql+psycopg://alice:{password}@127.0.0.1:{port}/blobhouse", connect_args={{"sslmode": "disable"}})
+inspector = sa.inspect(engine)
+assert "public" in inspector.get_schema_names(), inspector.get_schema_names()
+assert inspector.get_table_names() == ["customers", "orders"], inspector.get_table_names()
+assert inspector.has_table("orders") and not inspector.has_table("nope")
+columns = [(c["name"], str(c["type"]), c["nullable"]) for c in inspector.get_columns("orders")]
+assert columns == [("id", "BIGINT", False), ("customer", "TEXT", True), ("total", "NUMERIC", True), ("placed", "DATE", True)], columns
+with engine.connect() as c:
+    assert c.execute(sa.text("SELECT count(*) FROM orders")).scalar() == 0
+print("ok")
+"#,
+        password = PASSWORD.replace(' ', "%20"),
+        port = server.pg_addr().port(),
+    );
+    let out = tokio::task::spawn_blocking(move || Command::new("python3").args(["-c", &script]).output().expect("python3 runs")).await.expect("joined");
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "ok", "SQLAlchemy: {}\n{}", String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn the_server_refuses_to_start_open_or_with_broken_tls() {
     let db = TestDb::new(Backend::Local, "server-refusals");

@@ -354,3 +354,29 @@ async fn a_commit_that_finds_its_own_version_after_a_retried_put_counts_once(b: 
     assert_eq!(lines(&run(&other, "SELECT count(*) FROM t").await), vec!["1"]);
     assert_eq!(other.database().current().version, before + 1, "one commit");
 }
+
+/// Drivers wrap their own queries in SAVEPOINT … RELEASE (psycopg's type
+/// lookups, SQLAlchemy's nested transactions): both are accepted inside a
+/// transaction and change nothing; ROLLBACK TO SAVEPOINT, which would
+/// need a real savepoint, is refused and aborts the transaction.
+#[tokio::test]
+async fn savepoints_are_accepted_and_released_but_never_rolled_back_to() {
+    let db = TestDb::new(Backend::Local, "txn-savepoint");
+    let e = accounts(&db).await;
+    let err = fail(&e, "SAVEPOINT outside").await;
+    assert!(err.contains("inside BEGIN"), "{err}");
+    run(&e, "BEGIN").await;
+    run(&e, "SAVEPOINT s1").await;
+    run(&e, "INSERT INTO acc VALUES (5, 5)").await;
+    run(&e, "RELEASE SAVEPOINT s1").await;
+    run(&e, "COMMIT").await;
+    assert_eq!(scalar(&run(&e, "SELECT count(*) FROM acc").await), "5");
+    run(&e, "BEGIN").await;
+    run(&e, "SAVEPOINT s2").await;
+    run(&e, "INSERT INTO acc VALUES (6, 6)").await;
+    let err = fail(&e, "ROLLBACK TO SAVEPOINT s2").await;
+    assert!(err.contains("ROLLBACK TO SAVEPOINT is not supported"), "{err}");
+    let err = fail(&e, "COMMIT").await;
+    assert!(err.contains("rolled back, not committed"), "{err}");
+    assert_eq!(scalar(&run(&e, "SELECT count(*) FROM acc").await), "5");
+}
