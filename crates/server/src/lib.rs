@@ -175,9 +175,18 @@ impl Server {
                     }
                 };
                 let (handlers, acceptor) = (handlers.clone(), acceptor.clone());
+                let peer = socket.peer_addr().ok();
                 tokio::spawn(async move {
-                    // A connection's protocol errors end that connection only.
-                    let _ = pgwire::tokio::process_socket(socket, acceptor, handlers).await;
+                    // A connection's protocol errors end that connection
+                    // only. So does a panic: pgwire 0.41's decoder panics on
+                    // some malformed messages (a Parse whose fields run
+                    // past its length, found by the fuzz test); that
+                    // connection is dropped and logged, the server goes on.
+                    use futures::FutureExt;
+                    let served = std::panic::AssertUnwindSafe(pgwire::tokio::process_socket(socket, acceptor, handlers)).catch_unwind().await;
+                    if served.is_err() {
+                        tracing::warn!(peer = ?peer, "a malformed PostgreSQL message made the protocol decoder fail; the connection was closed");
+                    }
                     drop(permit);
                 });
             }

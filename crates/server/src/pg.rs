@@ -29,6 +29,7 @@ use pgwire::api::store::PortalStore;
 use pgwire::api::{ClientInfo, ClientPortalStore, ConnectionManager, PgWireServerHandlers, Type};
 use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::copy::{CopyData, CopyDone, CopyFail};
+use pgwire::messages::startup::PasswordMessageFamily;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 use pgwire::types::format::FormatOptions;
 
@@ -116,7 +117,7 @@ impl PgWireServerHandlers for Handlers {
         let mut scram = ScramAuth::new(Arc::new(UserSource(self.users.clone())));
         scram.set_iterations(self.iterations);
         let sasl = SASLAuthStartupHandler::new(self.parameters.clone()).with_scram(scram).with_connection_manager(self.connections.clone());
-        Arc::new(Startup { sasl, require_tls: self.require_tls })
+        Arc::new(Startup { sasl, require_tls: self.require_tls, initial_seen: std::sync::atomic::AtomicBool::new(false) })
     }
 
     fn copy_handler(&self) -> Arc<impl CopyHandler> {
@@ -137,6 +138,21 @@ impl PgWireServerHandlers for Handlers {
 struct Startup {
     sasl: SASLAuthStartupHandler<DefaultServerParameterProvider>,
     require_tls: bool,
+    /// Whether the connection's SASLInitialResponse has come (its first
+    /// password message; later ones are SASL responses).
+    initial_seen: std::sync::atomic::AtomicBool,
+}
+
+/// Whether a SASLInitialResponse body is what PostgreSQL's protocol says:
+/// a mechanism name ending in NUL, then a length (-1, or at most the bytes
+/// that follow) and the data. pgwire 0.41 decodes it without checking and
+/// panics on a short one (found by `server_fuzz`), so it is checked here.
+fn sasl_initial_is_well_formed(body: &[u8]) -> bool {
+    let Some(nul) = body.iter().position(|b| *b == 0) else { return false };
+    let rest = &body[nul + 1..];
+    let Some(length) = rest.get(..4) else { return false };
+    let length = i32::from_be_bytes([length[0], length[1], length[2], length[3]]);
+    length == -1 || usize::try_from(length).is_ok_and(|n| n <= rest.len() - 4)
 }
 
 #[async_trait]
@@ -153,6 +169,12 @@ impl StartupHandler for Startup {
                 "28000".into(),
                 "this server accepts TLS connections only: connect with sslmode=require (or verify-full)".into(),
             ))));
+        }
+        if let PgWireFrontendMessage::PasswordMessageFamily(PasswordMessageFamily::Raw(body)) = &message
+            && !self.initial_seen.swap(true, std::sync::atomic::Ordering::Relaxed)
+            && !sasl_initial_is_well_formed(body)
+        {
+            return Err(PgWireError::UserError(Box::new(ErrorInfo::new("FATAL".into(), "08P01".into(), "malformed SASLInitialResponse message".into()))));
         }
         self.sasl.on_startup(client, message).await
     }
@@ -477,5 +499,14 @@ mod tests {
         assert_eq!(deallocate("DEALLOCATE ALL"), Some(None));
         assert_eq!(deallocate("deallocate prepare \"_pg3_0\";"), Some(Some("_pg3_0".into())));
         assert_eq!(deallocate("SELECT 1"), None);
+    }
+
+    #[test]
+    fn short_sasl_initial_responses_are_refused_before_pgwire_decodes_them() {
+        assert!(sasl_initial_is_well_formed(b"SCRAM-SHA-256\0\0\0\0\x03abc"));
+        assert!(sasl_initial_is_well_formed(b"SCRAM-SHA-256\0\xff\xff\xff\xff"));
+        for bad in [&b""[..], b"SCRAM-SHA-256", b"SCRAM-SHA-256\0\0\0", b"SCRAM-SHA-256\0\0\0\0\x09abc", b"x\0\x80\0\0\0"] {
+            assert!(!sasl_initial_is_well_formed(bad), "{bad:?}");
+        }
     }
 }
