@@ -351,10 +351,12 @@ impl FlightSql {
             (false, _, TableNotExistOption::Create) => Some(format!("CREATE TABLE {quoted} ({})", columns(&schema).map_err(|m| Status::invalid_argument(context(m)))?)),
             (false, _, _) => return Err(Status::not_found(context("the table does not exist (ingest in create or create_append mode to create it)".into()))),
         };
-        let own_transaction = !session.engine.in_transaction();
-        if own_transaction {
+        let own = if session.engine.in_transaction() {
+            None
+        } else {
             session.engine.begin().await.map_err(|e| engine_status(&e))?;
-        }
+            Some(OwnTransaction(Some(session.engine.clone())))
+        };
         let mut statements: Vec<String> = create.into_iter().collect();
         if rows > 0 {
             let path = spool.path().display().to_string().replace('\'', "''");
@@ -365,17 +367,42 @@ impl FlightSql {
             match self.run(session, sql).await {
                 Ok(result) => loaded = changed_rows(&result),
                 Err(status) => {
-                    if own_transaction {
-                        session.engine.rollback().await;
+                    if let Some(own) = own {
+                        own.rollback().await;
                     }
                     return Err(Status::new(status.code(), context(status.message().replace(&spool.path().display().to_string(), "the client's data"))));
                 }
             }
         }
-        if own_transaction {
-            session.engine.commit().await.map_err(|e| engine_status(&e))?;
+        if let Some(own) = own {
+            own.commit().await.map_err(|e| engine_status(&e))?;
         }
         Ok(loaded as i64)
+    }
+}
+
+/// A transaction an ingest began for itself. If the ingest's call is
+/// dropped half-way (the client cancelled or went away), it is rolled back
+/// rather than left open in the session for the client's next statements.
+struct OwnTransaction(Option<Arc<Engine>>);
+
+impl OwnTransaction {
+    async fn commit(mut self) -> Result<(), EngineError> {
+        let engine = self.0.take().expect("an open transaction");
+        engine.commit().await
+    }
+
+    async fn rollback(mut self) {
+        let engine = self.0.take().expect("an open transaction");
+        engine.rollback().await;
+    }
+}
+
+impl Drop for OwnTransaction {
+    fn drop(&mut self) {
+        if let Some(engine) = self.0.take() {
+            tokio::spawn(async move { engine.rollback().await });
+        }
     }
 }
 
