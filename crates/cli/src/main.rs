@@ -2,6 +2,7 @@
 
 mod bench;
 mod demo;
+mod output;
 mod shell;
 mod testbed;
 
@@ -37,7 +38,7 @@ enum Command {
     #[command(after_help = "Examples:\n  blobhouse demo\n  blobhouse demo --sf 0.1 --dir /tmp/bh-demo\n  blobhouse demo --fresh        # reload the data instead of reusing it")]
     Demo(demo::DemoArgs),
     /// Run SQL against a database: an interactive shell, or -c / -f for scripts.
-    #[command(after_help = "Examples:\n  blobhouse sql --db ./mydb\n  blobhouse sql --db ./mydb -c \"CREATE TABLE t AS SELECT 1 AS x; SELECT * FROM t\"\n  blobhouse sql --db s3://bucket/db -f queries.sql\n  blobhouse sql --db ./mydb --memory-limit 4G --spill-dir /mnt/ssd/spill\n\nStatements: SELECT (all of DataFusion's SQL), EXPLAIN [ANALYZE], CREATE TABLE [AS SELECT],\nINSERT INTO … VALUES / SELECT, COPY t FROM 'file.csv|file.parquet' [WITH (FORMAT csv, HEADER true, DELIMITER '|')],\nDROP TABLE, DELETE, UPDATE, BEGIN / COMMIT / ROLLBACK, OPTIMIZE t, COPY (query) TO 'file',\nt AT(VERSION => n | TIMESTAMP => '…' | SNAPSHOT => 'name'), CREATE / DROP SNAPSHOT, SHOW SNAPSHOTS,\nSHOW VERSIONS, RESTORE DATABASE | TABLE t TO …, VACUUM [RETAIN '7 days'] [DRY RUN],\nSHOW TABLES, DESCRIBE t, SET memory_limit = '4G' | 'none', SHOW memory_limit.")]
+    #[command(after_help = "Examples:\n  blobhouse sql --db ./mydb\n  blobhouse sql --db ./mydb -c \"CREATE TABLE t AS SELECT 1 AS x; SELECT * FROM t\"\n  blobhouse sql --db s3://bucket/db -f queries.sql\n  blobhouse sql --db ./mydb --format csv -c \"SELECT * FROM t\" > t.csv\n  blobhouse sql --db ./mydb --memory-limit 4G --spill-dir /mnt/ssd/spill\n\nStatements: SELECT (all of DataFusion's SQL), EXPLAIN [ANALYZE], CREATE TABLE [AS SELECT],\nINSERT INTO … VALUES / SELECT, COPY t FROM 'file.csv|file.parquet' [WITH (FORMAT csv, HEADER true, DELIMITER '|')],\nDROP TABLE, DELETE, UPDATE, BEGIN / COMMIT / ROLLBACK, OPTIMIZE t, COPY (query) TO 'file',\nt AT(VERSION => n | TIMESTAMP => '…' | SNAPSHOT => 'name'), CREATE / DROP SNAPSHOT, SHOW SNAPSHOTS,\nSHOW VERSIONS, RESTORE DATABASE | TABLE t TO …, VACUUM [RETAIN '7 days'] [DRY RUN],\nSHOW TABLES, DESCRIBE t, SET memory_limit = '4G' | 'none', SHOW memory_limit.\n\nShell commands (also in -c and -f scripts): \\d [TABLE], \\dt [PATTERN], \\timing [on|off],\n\\pset format table|csv|json|markdown (or .mode csv), \\q. Ctrl-C cancels a running statement.")]
     Sql(SqlArgs),
     /// Garbage collection: delete what no retained version or snapshot references (VACUUM).
     #[command(after_help = "Keeps every version newer than --retain and every snapshot; deletes the data objects,\nmanifests and deletion vectors only older versions referenced, and expires those versions.\n--dry-run lists each path it would delete and why, and deletes nothing.\n\nExamples:\n  blobhouse gc --db ./mydb --dry-run\n  blobhouse gc --db s3://bucket/db --retain '30 days'\n  blobhouse gc --db ./mydb --retain 0s       # keep only the newest version and snapshots")]
@@ -289,6 +290,9 @@ struct SqlArgs {
     /// Run the statements in this file and exit.
     #[arg(short = 'f', long = "file")]
     file: Option<std::path::PathBuf>,
+    /// How results are printed (in the shell, `\pset format MODE` or `.mode MODE` switches).
+    #[arg(long, value_enum, default_value = "table")]
+    format: output::Format,
 }
 
 #[derive(Args)]
@@ -355,13 +359,14 @@ async fn run(cli: Cli) -> Result<ExitCode> {
         Command::Demo(args) => demo::run(args).await,
         Command::Sql(args) => {
             let engine = open(&args.db).await?;
+            let mut shell = shell::Shell::new(&engine, args.format);
             if let Some(sql) = &args.command {
-                shell::run_script(&engine, sql).await?;
+                shell.run_script(sql).await?;
             } else if let Some(file) = &args.file {
                 let sql = std::fs::read_to_string(file).with_context(|| format!("cannot read {}", file.display()))?;
-                shell::run_script(&engine, &sql).await?;
+                shell.run_script(&sql).await.with_context(|| format!("{}", file.display()))?;
             } else {
-                shell::interactive(&engine, &args.db.db).await?;
+                shell.interactive(&args.db.db).await?;
             }
             Ok(ExitCode::SUCCESS)
         }
@@ -371,7 +376,7 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             let engine = open(&args.db).await?;
             let quoted = |s: &str| s.replace('\'', "");
             let sql = format!("VACUUM RETAIN '{}' GRACE '{}'{}", quoted(&args.retain), quoted(&args.grace), if args.dry_run { " DRY RUN" } else { "" });
-            shell::run_script(&engine, &sql).await?;
+            shell::Shell::new(&engine, output::Format::Table).run_script(&sql).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(cmd) => {

@@ -216,3 +216,84 @@ fn serve_logs_statements_and_serves_metrics_but_never_credentials() {
     assert!(!log.contains(PASSWORD) && !log.contains(WRONG) && !log.contains("Tr0ub4dor"), "a password in the log:\n{log}");
     assert!(!log.to_lowercase().contains("bearer"), "a token in the log:\n{log}");
 }
+
+#[test]
+fn the_shell_prints_each_output_format_and_runs_its_commands_in_scripts() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().to_string_lossy().to_string();
+    ok(blobhouse(&db, &[], &["-c", "CREATE TABLE items (id INT, name VARCHAR, price DECIMAL(12,2)); INSERT INTO items VALUES (1, 'a, \"b\"', 1.5), (2, NULL, -3)"]));
+    let select = "SELECT * FROM items ORDER BY id";
+    assert_eq!(ok(blobhouse(&db, &[], &["--format", "csv", "-c", select])), "id,name,price\n1,\"a, \"\"b\"\"\",1.50\n2,,-3.00\n");
+    let json: serde_json::Value = serde_json::from_str(&ok(blobhouse(&db, &[], &["--format", "json", "-c", select]))).unwrap();
+    assert_eq!(json, serde_json::json!([{"id": 1, "name": "a, \"b\"", "price": 1.50}, {"id": 2, "name": null, "price": -3.00}]));
+    assert_eq!(ok(blobhouse(&db, &[], &["--format", "markdown", "-c", select])), "| id | name | price |\n|---:|---|---:|\n| 1 | a, \"b\" | 1.50 |\n| 2 | NULL | -3.00 |\n");
+
+    // Commands inside a script: \d shows SQL types, \dt takes a pattern, the mode switches mid-script.
+    ok(blobhouse(&db, &[], &["-c", "CREATE TABLE other (x BIGINT)"]));
+    let script = "\\d items\n\\dt i*\n\\d\n.mode json\nSELECT id FROM items\n  WHERE id = 2;\n\\timing off\nSELECT 42 AS answer;\n";
+    let out = blobhouse(&db, &[], &["--format", "csv", "-c", script]);
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let stdout = ok(out);
+    assert_eq!(
+        stdout,
+        "column_name,data_type,is_nullable\nid,INTEGER,YES\nname,VARCHAR,YES\nprice,\"DECIMAL(12,2)\",YES\n\
+         name\nitems\n\
+         name\nitems\nother\n\
+         [{\"id\":2}]\n[{\"answer\":42}]\n"
+    );
+    assert_eq!(stderr.matches(" row").count(), 1, "one summary line, before \\timing off:\n{stderr}");
+
+    // A mistake in a script names its line and stops it.
+    let out = blobhouse(&db, &[], &["-c", "SELECT 1;\n\\pset format yaml\nDROP TABLE items;"]);
+    assert!(!out.status.success());
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(stderr.contains("line 2") && stderr.contains("no output mode 'yaml'"), "{stderr}");
+    let out = blobhouse(&db, &[], &["-c", "SELECT 1;\nSELECT *\n FROM nope;"]);
+    assert!(String::from_utf8_lossy(&out.stderr).contains("statement 2 failed (line 2)"), "{}", String::from_utf8_lossy(&out.stderr));
+    assert!(ok(blobhouse(&db, &[], &["-c", "\\dt"])).contains("items"), "the DROP after the failed line did not run");
+}
+
+/// Ctrl-C in the shell stops the running statement within a second and the
+/// shell goes on to the next one (stdin is a pipe here; at a terminal,
+/// rustyline turns Ctrl-C at the prompt into clearing the line).
+#[test]
+fn ctrl_c_cancels_the_running_statement_and_keeps_the_shell() {
+    use std::io::{BufRead, Write};
+    use std::time::{Duration, Instant};
+    let dir = tempfile::tempdir().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_blobhouse"))
+        .args(["sql", "--db", &dir.path().to_string_lossy()])
+        .stdin(std::process::Stdio::piped())
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stdin = child.stdin.take().unwrap();
+    let stderr = child.stderr.take().unwrap();
+    let (tx, rx) = std::sync::mpsc::channel();
+    std::thread::spawn(move || {
+        for line in std::io::BufReader::new(stderr).lines().map_while(Result::ok) {
+            let _ = tx.send((Instant::now(), line));
+        }
+    });
+    // Hours of work: a trillion rows counted.
+    writeln!(stdin, "SELECT count(*) FROM range(1000000000000);").unwrap();
+    std::thread::sleep(Duration::from_secs(2));
+    let sent = Instant::now();
+    assert!(Command::new("kill").args(["-INT", &child.id().to_string()]).status().unwrap().success());
+    let mut seen = Vec::new();
+    let cancelled = loop {
+        match rx.recv_timeout(Duration::from_secs(30)) {
+            Ok((at, line)) if line.starts_with("cancelled") => break at,
+            Ok((_, line)) => seen.push(line),
+            Err(_) => panic!("no 'cancelled' within 30 s; stderr so far: {seen:?}"),
+        }
+    };
+    let took = cancelled.duration_since(sent);
+    assert!(took < Duration::from_secs(1), "the statement stopped {took:?} after Ctrl-C");
+    writeln!(stdin, "SELECT 40 + 2 AS answer;").unwrap();
+    drop(stdin);
+    let out = child.wait_with_output().unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("| 42 "), "the shell went on after the cancel:\n{stdout}");
+}

@@ -15,6 +15,7 @@
 //! - [`selectivity`]: filter estimates for the optimizer's join choices.
 //! - [`memory`]: the engine's one memory budget, and the process's resident
 //!   set as the kernel reports it.
+//! - [`types`]: column types as SQL names, for DESCRIBE and the shell.
 
 pub mod bloom_join;
 pub mod chunks;
@@ -34,6 +35,7 @@ mod pipeline;
 pub mod source;
 mod session;
 pub mod tiers;
+pub mod types;
 
 pub use chunks::RequestPolicy;
 pub use source::DataSource;
@@ -41,4 +43,4 @@ pub use scan::{BlobScanExec, GET_PRICE_USD, ScanMetrics, collect_scan_metrics};
 pub use scheduler::{Decision, SchedulerOptions};
 pub use memory::MemoryBudget;
 pub use tiers::{CacheOptions, Tiers, parse_cache_size};
-pub use session::{CATALOG, Described, Engine, EngineError, EngineOptions, MemoryUse, QueryResult, SpillOptions, scan_download_options, split_statements};
+pub use session::{CATALOG, Described, Engine, EngineError, EngineOptions, MemoryUse, QueryResult, SpillOptions, scan_download_options, split_complete_statements, split_statements};

@@ -17,7 +17,7 @@ use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
 use datafusion::execution::runtime_env::RuntimeEnvBuilder;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::catalog::{CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList};
-use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, Expr, LogicalPlan, LogicalPlanBuilder, Statement, cast};
+use datafusion::logical_expr::{CreateMemoryTable, DdlStatement, DescribeTable, Expr, LogicalPlan, LogicalPlanBuilder, Statement, cast};
 use datafusion::sql::parser::Statement as DFStatement;
 use futures::{StreamExt, TryStreamExt};
 use roaring::RoaringBitmap;
@@ -929,6 +929,7 @@ impl Engine {
                 self.set_memory_limit(self.options.memory_limit);
                 Ok(empty_result(started))
             }
+            LogicalPlan::DescribeTable(describe) => Ok(describe_result(&describe, started)),
             plan @ LogicalPlan::Statement(Statement::SetVariable(_) | Statement::ResetVariable(_)) => {
                 // Settings are the session's: they outlive the statement.
                 self.ctx.execute_logical_plan(plan).await?.collect().await?;
@@ -1464,11 +1465,11 @@ fn is_show_memory_limit(sql: &str) -> bool {
     words_are(sql, &["show", "memory_limit"])
 }
 
-/// Whether `sql` is exactly these words (any case, a trailing ';' allowed).
 /// What `SHOW TABLES` runs: the database's tables, not the catalogs and
 /// views DataFusion and the server add beside them.
 const SHOW_TABLES: &str = "SELECT table_name AS name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name";
 
+/// Whether `sql` is exactly these words (any case, a trailing ';' allowed).
 fn words_are(sql: &str, expected: &[&str]) -> bool {
     let words: Vec<String> = sql.trim().trim_end_matches(';').split_whitespace().map(str::to_ascii_lowercase).collect();
     words == expected
@@ -1488,6 +1489,19 @@ fn setting_result(name: &str, value: &str, started: Instant) -> QueryResult {
     let schema = Arc::new(Schema::new(vec![Field::new("name", DataType::Utf8, false), Field::new("value", DataType::Utf8, false)]));
     let columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from(vec![name])), Arc::new(StringArray::from(vec![value]))];
     let batch = RecordBatch::try_new(schema.clone(), columns).expect("setting batch");
+    QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) }
+}
+
+/// DESCRIBE's (column_name, data_type, is_nullable), with the types as SQL
+/// names (`INTEGER`, `VARCHAR`) rather than Arrow's (`Int32`, `Utf8View`).
+fn describe_result(describe: &DescribeTable, started: Instant) -> QueryResult {
+    let schema: SchemaRef = Arc::new(describe.output_schema.as_arrow().clone());
+    let fields = describe.schema.fields();
+    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    let types: Vec<String> = fields.iter().map(|f| crate::types::sql_type_name(f.data_type())).collect();
+    let nullable: Vec<&str> = fields.iter().map(|f| if f.is_nullable() { "YES" } else { "NO" }).collect();
+    let columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from(names)), Arc::new(StringArray::from(types)), Arc::new(StringArray::from(nullable))];
+    let batch = RecordBatch::try_new(schema.clone(), columns).expect("DESCRIBE's output schema is three strings");
     QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) }
 }
 
@@ -1552,38 +1566,51 @@ fn empty_result(started: Instant) -> QueryResult {
 }
 
 /// Splits a script into statements at `;`, ignoring semicolons inside quotes
-/// and comments. Empty statements are dropped.
+/// and comments. Empty statements are dropped; a last statement without its
+/// `;` is kept.
 pub fn split_statements(sql: &str) -> Vec<String> {
+    let (mut out, rest) = split_complete_statements(sql);
+    if !rest.trim().is_empty() {
+        out.extend(split_complete_statements(&format!("{rest};")).0);
+    }
+    out
+}
+
+/// The statements of `sql` that its `;`s end, and the text after the last
+/// of them as written: what a shell keeps reading lines into until the
+/// statement is complete (a `;` inside a quote or comment ends nothing).
+pub fn split_complete_statements(sql: &str) -> (Vec<String>, &str) {
     let mut out = Vec::new();
     let mut cur = String::new();
-    let mut chars = sql.chars().peekable();
-    while let Some(c) = chars.next() {
+    let mut rest_from = 0;
+    let mut chars = sql.char_indices().peekable();
+    while let Some((_, c)) = chars.next() {
         match c {
             '\'' | '"' => {
                 cur.push(c);
-                while let Some(d) = chars.next() {
+                while let Some((_, d)) = chars.next() {
                     cur.push(d);
                     if d == c {
-                        if chars.peek() == Some(&c) {
-                            cur.push(chars.next().expect("peeked"));
+                        if chars.peek().map(|p| p.1) == Some(c) {
+                            cur.push(chars.next().expect("peeked").1);
                         } else {
                             break;
                         }
                     }
                 }
             }
-            '-' if chars.peek() == Some(&'-') => {
-                for d in chars.by_ref() {
+            '-' if chars.peek().map(|p| p.1) == Some('-') => {
+                for (_, d) in chars.by_ref() {
                     if d == '\n' {
                         cur.push('\n');
                         break;
                     }
                 }
             }
-            '/' if chars.peek() == Some(&'*') => {
+            '/' if chars.peek().map(|p| p.1) == Some('*') => {
                 chars.next();
                 let mut prev = ' ';
-                for d in chars.by_ref() {
+                for (_, d) in chars.by_ref() {
                     if prev == '*' && d == '/' {
                         break;
                     }
@@ -1596,14 +1623,12 @@ pub fn split_statements(sql: &str) -> Vec<String> {
                     out.push(cur.trim().to_string());
                 }
                 cur.clear();
+                rest_from = chars.peek().map_or(sql.len(), |p| p.0);
             }
             _ => cur.push(c),
         }
     }
-    if !cur.trim().is_empty() {
-        out.push(cur.trim().to_string());
-    }
-    out
+    (out, &sql[rest_from..])
 }
 
 #[cfg(test)]
@@ -1622,5 +1647,16 @@ mod tests {
     fn splits_scripts_outside_quotes_and_comments() {
         let s = split_statements("select ';' as a; -- c;\n select 2 /* ; */;;\n insert into t values ('it''s;')");
         assert_eq!(s, vec!["select ';' as a", "select 2", "insert into t values ('it''s;')"]);
+    }
+
+    #[test]
+    fn keeps_an_unfinished_statement_as_written() {
+        let (done, rest) = super::split_complete_statements("select 1; select 'a;\nb' /* ; */; select /* x;");
+        assert_eq!(done, vec!["select 1", "select 'a;\nb'"]);
+        assert_eq!(rest, " select /* x;");
+        let (done, rest) = super::split_complete_statements("select 'it;");
+        assert!(done.is_empty());
+        assert_eq!(rest, "select 'it;");
+        assert_eq!(super::split_complete_statements("select 2;\n").1, "\n");
     }
 }

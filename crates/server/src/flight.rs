@@ -45,7 +45,7 @@ use arrow_flight::sql::{
 use arrow_flight::{Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket};
 use base64::Engine as _;
 use datafusion::arrow::array::{Array, AsArray, RecordBatch};
-use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef, TimeUnit};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use futures::{Stream, TryStreamExt};
 use prost::Message;
@@ -424,30 +424,14 @@ fn columns(schema: &Schema) -> Result<String, String> {
     Ok(out.join(", "))
 }
 
-/// The SQL type DataFusion maps to `t` (`None`: no table column type).
+/// The SQL type of an ingested column (`None`: a type tables cannot store).
 fn sql_type(t: &DataType) -> Option<String> {
-    Some(match t {
-        DataType::Boolean => "BOOLEAN".into(),
-        DataType::Int8 => "TINYINT".into(),
-        DataType::Int16 => "SMALLINT".into(),
-        DataType::Int32 => "INT".into(),
-        DataType::Int64 => "BIGINT".into(),
-        DataType::UInt8 => "TINYINT UNSIGNED".into(),
-        DataType::UInt16 => "SMALLINT UNSIGNED".into(),
-        DataType::UInt32 => "INT UNSIGNED".into(),
-        DataType::UInt64 => "BIGINT UNSIGNED".into(),
-        DataType::Float32 => "REAL".into(),
-        DataType::Float64 => "DOUBLE".into(),
-        DataType::Decimal128(p, s) => format!("DECIMAL({p}, {s})"),
-        DataType::Utf8 | DataType::LargeUtf8 | DataType::Utf8View => "VARCHAR".into(),
-        DataType::Binary | DataType::LargeBinary | DataType::BinaryView => "BYTEA".into(),
-        DataType::Date32 | DataType::Date64 => "DATE".into(),
-        DataType::Timestamp(TimeUnit::Second, None) => "TIMESTAMP(0)".into(),
-        DataType::Timestamp(TimeUnit::Millisecond, None) => "TIMESTAMP(3)".into(),
-        DataType::Timestamp(TimeUnit::Microsecond, None) => "TIMESTAMP(6)".into(),
-        DataType::Timestamp(TimeUnit::Nanosecond, None) => "TIMESTAMP(9)".into(),
-        _ => return None,
-    })
+    use DataType::*;
+    let storable = matches!(
+        t,
+        Boolean | Int8 | Int16 | Int32 | Int64 | UInt8 | UInt16 | UInt32 | UInt64 | Float32 | Float64 | Decimal128(..) | Utf8 | LargeUtf8 | Utf8View | Binary | LargeBinary | BinaryView | Date32 | Date64 | Timestamp(_, None)
+    );
+    storable.then(|| blobhouse_engine::types::sql_type_name(t))
 }
 
 /// The `authorization: Bearer …` token of a call.
@@ -803,6 +787,7 @@ async fn bound_rows(data: PeekableFlightDataStream) -> Result<Vec<Vec<String>>, 
 #[cfg(test)]
 mod tests {
     use super::*;
+    use datafusion::arrow::datatypes::TimeUnit;
 
     #[test]
     fn ingested_columns_get_sql_types_or_a_clear_refusal() {
@@ -812,7 +797,7 @@ mod tests {
             Field::new("price", DataType::Decimal128(12, 2), true),
             Field::new("at", DataType::Timestamp(TimeUnit::Microsecond, None), true),
         ]);
-        assert_eq!(columns(&schema).unwrap(), r#""id" BIGINT NOT NULL, "Name" VARCHAR, "price" DECIMAL(12, 2), "at" TIMESTAMP(6)"#);
+        assert_eq!(columns(&schema).unwrap(), r#""id" BIGINT NOT NULL, "Name" VARCHAR, "price" DECIMAL(12,2), "at" TIMESTAMP(6)"#);
         let nested = Schema::new(vec![Field::new("tags", DataType::List(Arc::new(Field::new("item", DataType::Utf8, true))), true)]);
         assert!(columns(&nested).unwrap_err().contains("'tags'"));
         assert_eq!(quote("a\"b"), "\"a\"\"b\"");

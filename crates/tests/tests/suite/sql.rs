@@ -26,7 +26,10 @@ async fn ddl_and_dml_round_trip(b: Backend) {
     // The database's tables only, not DataFusion's information_schema views.
     assert!(!tables.contains("columns") && !tables.contains("information_schema"), "{tables}");
     let desc = text(&run(&e, "DESCRIBE t").await);
-    assert!(desc.contains("price") && desc.contains("Decimal128(10, 2)"), "{desc}");
+    // Types as SQL names, as they were written in CREATE TABLE.
+    for row in ["| id          | BIGINT        | NO ", "| name        | VARCHAR       | YES", "| price       | DECIMAL(10,2) | YES"] {
+        assert!(desc.contains(row), "{row} in\n{desc}");
+    }
     run(&e, "DROP TABLE t2").await;
     let err = fail(&e, "SELECT * FROM t2").await;
     assert!(err.contains("t2"), "{err}");
