@@ -1,6 +1,7 @@
 //! The `blobhouse` command: SQL over tables that live in object storage.
 
 mod bench;
+mod config;
 mod demo;
 mod output;
 mod shell;
@@ -10,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, Parser, Subcommand};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use blobhouse_engine::hybrid::{PushdownMode, PushdownOptions};
@@ -53,7 +54,8 @@ enum Command {
     #[command(after_help = "The node reads only the database's data objects, runs only separable plan fragments\n(projection, filter, partial aggregation), and serves only callers that present its token.\nRun it on a machine next to the store (same zone), then point compute processes at it.\n\nExamples:\n  export BLOBHOUSE_NODE_TOKEN=$(openssl rand -hex 16)\n  blobhouse storage-node --db s3://bucket/db --listen 0.0.0.0:50061\n  blobhouse sql --db s3://bucket/db --storage-node http://node:50061 --pushdown auto")]
     StorageNode(StorageNodeArgs),
     /// Serve a database to PostgreSQL clients (psql, psycopg, JDBC) and Arrow Flight SQL clients (ADBC): one engine, a session per connection.
-    #[command(after_help = "Users log in with SCRAM-SHA-256 (PostgreSQL) or a password handshake that gives a token\n(Flight SQL; use TLS off loopback). On 127.0.0.1 a server may run without users (nobody can\nlog in then); on any other address it refuses to start without them.\n\nExamples:\n  BLOBHOUSE_PASSWORD=secret blobhouse serve --db ./mydb --user alice\n  psql \"host=127.0.0.1 port=5432 user=alice dbname=blobhouse\"\n  python3 -c 'import adbc_driver_flightsql.dbapi as f; c = f.connect(\"grpc://127.0.0.1:50051\", db_kwargs={\"username\": \"alice\", \"password\": \"secret\"})'\n  blobhouse hash-password < pw.txt    # prints a hash for a --users-file line  alice:<hash>\n  blobhouse serve --db s3://bucket/db --pg-listen 0.0.0.0:5432 --users-file users.txt \\\n      --tls-cert server.crt --tls-key server.key\n  blobhouse serve --db ./mydb --user alice --metrics-listen 127.0.0.1:9187 --slow-query-ms 500")]
+    #[command(after_help = "Users log in with SCRAM-SHA-256 (PostgreSQL) or a password handshake that gives a token\n(Flight SQL; use TLS off loopback). On 127.0.0.1 a server may run without users (nobody can\nlog in then); on any other address it refuses to start without them.\n\nExamples:\n  BLOBHOUSE_PASSWORD=secret blobhouse serve --db ./mydb --user alice\n  psql \"host=127.0.0.1 port=5432 user=alice dbname=blobhouse\"\n  python3 -c 'import adbc_driver_flightsql.dbapi as f; c = f.connect(\"grpc://127.0.0.1:50051\", db_kwargs={\"username\": \"alice\", \"password\": \"secret\"})'\n  blobhouse hash-password < pw.txt    # prints a hash for a --users-file line  alice:<hash>\n  blobhouse serve --db s3://bucket/db --pg-listen 0.0.0.0:5432 --users-file users.txt \\\n      --tls-cert server.crt --tls-key server.key\n  blobhouse serve --db ./mydb --user alice --metrics-listen 127.0.0.1:9187 --slow-query-ms 500\n  blobhouse serve --config blobhouse.toml --pg-listen 127.0.0.1:5433   # flags win over the file\n\nConfig file (TOML): serve's flags as keys, and users' hashes:\n  db = \"s3://bucket/db\"\n  pg-listen = \"0.0.0.0:5432\"\n  [users]\n  alice = \"scram-sha-256$4096$…\"")]
+    #[command(args_override_self = true)]
     Serve(ServeArgs),
     /// Print a SCRAM-SHA-256 hash of the password read from standard input (for --users-file).
     HashPassword,
@@ -245,6 +247,10 @@ fn parse_listener(text: &str) -> Result<Listener, String> {
 struct ServeArgs {
     #[command(flatten)]
     db: DbArgs,
+    /// Settings from a TOML file: serve's flags as keys (pg-listen = "0.0.0.0:5432") and a
+    /// [users] table of SCRAM hashes. Flags on the command line win over the file.
+    #[arg(long, value_name = "FILE", env = "BLOBHOUSE_CONFIG")]
+    config: Option<std::path::PathBuf>,
     /// Address of the PostgreSQL listener.
     #[arg(long, default_value = "127.0.0.1:5432")]
     pg_listen: std::net::SocketAddr,
@@ -354,7 +360,7 @@ pub fn load_progress() -> (MultiProgress, blobhouse_bench::tpch::Progress) {
     (multi, progress)
 }
 
-async fn run(cli: Cli) -> Result<ExitCode> {
+async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<ExitCode> {
     match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Sql(args) => {
@@ -388,6 +394,10 @@ async fn run(cli: Cli) -> Result<ExitCode> {
             if let Some(name) = &args.user {
                 let password = std::env::var("BLOBHOUSE_PASSWORD").map_err(|_| anyhow::anyhow!("--user {name}: set the password in the environment variable BLOBHOUSE_PASSWORD"))?;
                 users.add_password(name, &password)?;
+            }
+            for (name, hash, line) in &config_users {
+                let file = args.config.as_deref().unwrap_or(std::path::Path::new("the config file"));
+                users.add_hash(name, hash).with_context(|| format!("config file {} line {line}", file.display()))?;
             }
             if let Some(file) = &args.users_file {
                 let text = std::fs::read_to_string(file).with_context(|| format!("cannot read the users file {}", file.display()))?;
@@ -504,13 +514,56 @@ async fn run(cli: Cli) -> Result<ExitCode> {
 }
 
 fn main() -> ExitCode {
-    let cli = Cli::parse();
+    let (argv, config) = match with_serve_config(std::env::args_os().collect()) {
+        Ok(expanded) => expanded,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            return ExitCode::FAILURE;
+        }
+    };
+    let cli = match Cli::try_parse_from(argv) {
+        Ok(cli) => cli,
+        Err(e) => {
+            // A bad value may have come from the file: say where to look.
+            if let Some(path) = config.as_ref().map(|c| &c.path).filter(|_| e.use_stderr()) {
+                eprintln!("note: serve's settings include those of the config file {}", path.display());
+            }
+            e.exit()
+        }
+    };
+    let users = config.map(|c| c.users).unwrap_or_default();
     let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
-    match runtime.block_on(run(cli)) {
+    match runtime.block_on(run(cli, users)) {
         Ok(code) => code,
         Err(e) => {
             eprintln!("error: {e:#}");
             ExitCode::FAILURE
         }
     }
+}
+
+/// `blobhouse serve --config FILE`: the file's settings as flags placed
+/// before the command line's (so that the command line's win), and its
+/// users. Done before parsing, so that a setting required on the command
+/// line (`--db`) may come from the file.
+fn with_serve_config(mut argv: Vec<std::ffi::OsString>) -> Result<(Vec<std::ffi::OsString>, Option<config::ServeConfig>)> {
+    if argv.get(1).is_none_or(|a| a != "serve") {
+        return Ok((argv, None));
+    }
+    let given = argv.iter().enumerate().skip(2).find_map(|(i, a)| {
+        let a = a.to_str()?;
+        match a.strip_prefix("--config") {
+            Some("") => argv.get(i + 1).map(std::path::PathBuf::from),
+            Some(rest) => rest.strip_prefix('=').map(std::path::PathBuf::from),
+            None => None,
+        }
+    });
+    let Some(path) = given.or_else(|| std::env::var_os("BLOBHOUSE_CONFIG").filter(|v| !v.is_empty()).map(std::path::PathBuf::from)) else {
+        return Ok((argv, None));
+    };
+    let serve = Cli::command().find_subcommand("serve").expect("serve is a subcommand").clone();
+    let flags: Vec<(String, bool)> = serve.get_arguments().filter_map(|a| Some((a.get_long()?.to_string(), a.get_action().takes_values()))).collect();
+    let mut config = config::load(&path, &flags)?;
+    argv.splice(2..2, std::mem::take(&mut config.args));
+    Ok((argv, Some(config)))
 }

@@ -297,3 +297,51 @@ fn ctrl_c_cancels_the_running_statement_and_keeps_the_shell() {
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && stdout.contains("| 42 "), "the shell went on after the cancel:\n{stdout}");
 }
+
+/// `serve --config FILE`: the file's settings and users are used, a flag on
+/// the command line wins over the file, and a mistake in the file names it.
+#[test]
+fn serve_reads_its_settings_and_users_from_a_toml_file() {
+    use std::io::{BufRead, BufReader, Write};
+    let dir = tempfile::tempdir().unwrap();
+    let mut hash = Command::new(env!("CARGO_BIN_EXE_blobhouse")).arg("hash-password").stdin(std::process::Stdio::piped()).stdout(std::process::Stdio::piped()).spawn().unwrap();
+    hash.stdin.take().unwrap().write_all(b"from-the-file\n").unwrap();
+    let hash = String::from_utf8(hash.wait_with_output().unwrap().stdout).unwrap();
+    let config = dir.path().join("blobhouse.toml");
+    let db = dir.path().join("db");
+    std::fs::write(&config, format!("# the server\ndb = {:?}\npg_listen = \"127.0.0.1:0\"\nflight-listen = \"off\"\nmax-queries = 2\n\n[users]\nalice = {:?}\n", db.to_string_lossy(), hash.trim())).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_blobhouse"))
+        .args(["serve", "--config", &config.to_string_lossy(), "--flight-listen", "127.0.0.1:0"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let mut log = String::new();
+    let serving = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "serve stopped before serving:\n{log}");
+        log += &line;
+        if let Some(rest) = line.strip_prefix("serving ") {
+            break rest.to_string();
+        }
+    };
+    assert!(serving.starts_with(&*db.to_string_lossy()) && serving.contains("Flight SQL clients on grpc://127.0.0.1:"), "the file's db, the command line's Flight listener: {serving}");
+    assert!(log.contains("max_queries=2"), "{log}");
+    let port = serving.split(" on ").nth(1).unwrap().split([',', ';']).next().unwrap().rsplit(':').next().unwrap().to_string();
+    let psql = |password: &str| {
+        Command::new("psql").arg(format!("host=127.0.0.1 port={port} user=alice dbname=blobhouse sslmode=disable")).args(["-X", "-c", "SELECT 1"]).env("PGPASSWORD", password).output().unwrap()
+    };
+    assert!(psql("from-the-file").status.success(), "the file's user logs in");
+    assert!(!psql("something-else").status.success());
+    child.kill().unwrap();
+    child.wait().unwrap();
+
+    std::fs::write(&config, "pg-listen = \"127.0.0.1:0\"\nmax-querys = 2\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_blobhouse")).args(["serve", "--db", &db.to_string_lossy(), "--config", &config.to_string_lossy()]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("blobhouse.toml: line 2: unknown setting 'max-querys'"), "{stderr}");
+    std::fs::write(&config, "pg-listen = \"localhost-ish\"\n").unwrap();
+    let out = Command::new(env!("CARGO_BIN_EXE_blobhouse")).args(["serve", "--db", &db.to_string_lossy(), "--config", &config.to_string_lossy()]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("localhost-ish") && stderr.contains("config file"), "{stderr}");
+}
