@@ -18,6 +18,12 @@
 //! that is reset per statement, which is what `EXPLAIN ANALYZE`, the shell
 //! and the benchmark report.
 //!
+//! Statements running at once share the budget through a
+//! [`StatementPool`] each (see there): a statement may use memory nobody else
+//! needs, but when the budget is spent, the statement holding more than its
+//! share (the limit divided among the running statements) is refused, not
+//! the ones within theirs — a statement over the limit fails alone.
+//!
 //! The pool bounds what is accounted, not the process: allocator overhead,
 //! small batches between operators and the runtime itself are not in it.
 //! [`process_memory`] reads the kernel's view (resident set and its peak), so
@@ -25,7 +31,7 @@
 
 use std::fmt;
 use std::num::NonZeroUsize;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
 
 use datafusion::common::{DataFusionError, Result};
@@ -105,6 +111,8 @@ pub struct BudgetPool {
     peak: AtomicUsize,
     /// Who gives memory back before a request is refused ([`Reclaim`]).
     reclaimer: OnceLock<Weak<dyn Reclaim>>,
+    /// The statements running now, with what each holds.
+    statements: Mutex<Vec<Weak<StatementShare>>>,
 }
 
 #[derive(Debug, Default)]
@@ -117,7 +125,14 @@ struct PoolState {
 
 impl BudgetPool {
     fn new(limit: Option<usize>) -> Self {
-        BudgetPool { limit: AtomicUsize::new(limit.unwrap_or(usize::MAX)), state: Mutex::default(), used: AtomicUsize::new(0), peak: AtomicUsize::new(0), reclaimer: OnceLock::new() }
+        BudgetPool {
+            limit: AtomicUsize::new(limit.unwrap_or(usize::MAX)),
+            state: Mutex::default(),
+            used: AtomicUsize::new(0),
+            peak: AtomicUsize::new(0),
+            reclaimer: OnceLock::new(),
+            statements: Mutex::default(),
+        }
     }
 
     fn limit(&self) -> Option<usize> {
@@ -329,6 +344,155 @@ impl MemoryBudget {
     pub fn reset_peak(&self) {
         let pool = self.pool.inner();
         pool.peak.store(pool.reserved(), Ordering::Relaxed);
+    }
+
+    /// A pool for one statement's operators: the budget's, with what the
+    /// statement holds kept apart so that it can be told from the others
+    /// when the budget is spent ([`StatementPool`]). The statement counts
+    /// as running while the pool lives.
+    pub fn statement_pool(&self) -> Arc<dyn MemoryPool> {
+        let share = Arc::new(StatementShare::default());
+        let mut statements = self.pool.inner().statements.lock().unwrap_or_else(|p| p.into_inner());
+        statements.retain(|s| s.strong_count() > 0);
+        statements.push(Arc::downgrade(&share));
+        drop(statements);
+        Arc::new(StatementPool { budget: self.pool.clone(), share })
+    }
+}
+
+/// What one running statement holds of the budget.
+#[derive(Debug, Default)]
+struct StatementShare {
+    held: AtomicUsize,
+    /// Over its share when another statement needed the memory: refused
+    /// while it stays over.
+    evicted: AtomicBool,
+}
+
+/// One statement's view of the engine's budget.
+///
+/// Requests go to the budget as they would without it. When the budget
+/// refuses a request of a statement that holds no more than its share —
+/// the limit divided by the statements running — and another statement
+/// holds more than its own, the request is granted all the same and that
+/// other statement is marked: its requests are refused from then on until
+/// it is back within its share. An operator that can spill then spills;
+/// one that cannot fails its statement with an error that says why. So a
+/// statement alone may use the whole limit, several share it, and the one
+/// that takes more than its share when the others need it is the one that
+/// fails. The granted bytes may put the budget over the limit until the
+/// marked statement gives its memory back (at most the shares of the
+/// statements within theirs). DataFusion's pools divide a budget among
+/// operators, not statements, which is why this is ours.
+#[derive(Debug)]
+pub struct StatementPool {
+    budget: Arc<TrackConsumersPool<BudgetPool>>,
+    share: Arc<StatementShare>,
+}
+
+impl StatementPool {
+    /// The limit divided among the running statements, and their number.
+    fn fair_share(&self, limit: usize) -> (usize, usize) {
+        let statements = self.budget.inner().statements.lock().unwrap_or_else(|p| p.into_inner());
+        let running = statements.iter().filter(|s| s.strong_count() > 0).count().max(1);
+        (limit / running, running)
+    }
+
+    /// Marks the statement that holds the most beyond its share, if this
+    /// one (after `additional` more) is within its own: whether the request
+    /// may then be granted over the limit.
+    fn make_room(&self, additional: usize) -> bool {
+        let Some(limit) = self.budget.inner().limit() else { return false };
+        let (share, _) = self.fair_share(limit);
+        if self.share.held.load(Ordering::Relaxed) + additional > share {
+            return false;
+        }
+        let statements = self.budget.inner().statements.lock().unwrap_or_else(|p| p.into_inner());
+        let borrower = statements
+            .iter()
+            .filter_map(Weak::upgrade)
+            .filter(|s| !Arc::ptr_eq(s, &self.share) && s.held.load(Ordering::Relaxed) > share)
+            .max_by_key(|s| s.held.load(Ordering::Relaxed));
+        match borrower {
+            Some(b) => {
+                b.evicted.store(true, Ordering::Relaxed);
+                true
+            }
+            None => false,
+        }
+    }
+}
+
+impl fmt::Display for StatementPool {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        write!(f, "a statement holding {} of the {}", format_bytes(self.share.held.load(Ordering::Relaxed) as u64), self.budget.inner())
+    }
+}
+
+impl MemoryPool for StatementPool {
+    fn name(&self) -> &str {
+        "blobhouse statement"
+    }
+
+    fn register(&self, consumer: &MemoryConsumer) {
+        self.budget.register(consumer)
+    }
+
+    fn unregister(&self, consumer: &MemoryConsumer) {
+        self.budget.unregister(consumer)
+    }
+
+    fn grow(&self, reservation: &MemoryReservation, additional: usize) {
+        self.budget.grow(reservation, additional);
+        self.share.held.fetch_add(additional, Ordering::Relaxed);
+    }
+
+    fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
+        self.budget.shrink(reservation, shrink);
+        self.share.held.fetch_sub(shrink.min(self.share.held.load(Ordering::Relaxed)), Ordering::Relaxed);
+    }
+
+    fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {
+        if self.share.evicted.load(Ordering::Relaxed)
+            && let Some(limit) = self.budget.inner().limit()
+        {
+            let held = self.share.held.load(Ordering::Relaxed);
+            let (share, running) = self.fair_share(limit);
+            if held + additional > share {
+                return Err(DataFusionError::ResourcesExhausted(format!(
+                    "{} asked for {} more, but its statement holds {} and other statements need the memory: with {running} statements running, \
+                     each may hold {} of the memory limit of {}; run it when fewer statements run, \
+                     raise the limit with SET memory_limit = '…' or --memory-limit, or give the query less to hold",
+                    reservation.consumer().name(),
+                    format_bytes(additional as u64),
+                    format_bytes(held as u64),
+                    format_bytes(share as u64),
+                    format_bytes(limit as u64),
+                )));
+            }
+            self.share.evicted.store(false, Ordering::Relaxed);
+        }
+        match self.budget.try_grow(reservation, additional) {
+            Ok(()) => {}
+            Err(e) => {
+                if !self.make_room(additional) {
+                    return Err(e);
+                }
+                // Within its share while another statement is over its own:
+                // granted, and the other is refused until it gives back.
+                self.budget.grow(reservation, additional);
+            }
+        }
+        self.share.held.fetch_add(additional, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn reserved(&self) -> usize {
+        self.budget.reserved()
+    }
+
+    fn memory_limit(&self) -> MemoryLimit {
+        self.budget.memory_limit()
     }
 }
 
@@ -567,6 +731,34 @@ mod tests {
         queue.shrink(100);
         other.shrink(50);
         assert_eq!(budget.reserved(), 700);
+    }
+
+    /// Two statements share a spent budget: the one within its half is
+    /// granted, the one over its half is refused until it is back within
+    /// it; a statement alone may use all of the limit.
+    #[test]
+    fn the_statement_over_its_share_is_refused_not_the_others() {
+        let budget = MemoryBudget::new(Some(1000));
+        let hog_pool = budget.statement_pool();
+        let hog = MemoryConsumer::new("AggregateStream[0]").register(&hog_pool);
+        hog.try_grow(950).unwrap();
+        {
+            let small_pool = budget.statement_pool();
+            let small = MemoryConsumer::new("HashJoinInput[0]").register(&small_pool);
+            // Spent budget, but 200 is within the small one's half: granted.
+            small.try_grow(200).unwrap();
+            assert_eq!(budget.reserved(), 1150, "granted over the limit until the hog gives back");
+            let e = hog.try_grow(10).unwrap_err().to_string();
+            assert!(e.contains("AggregateStream[0]") && e.contains("2 statements running") && e.contains("500 B"), "{e}");
+            // Beyond its own half the small one is refused as usual.
+            assert!(small.try_grow(400).is_err());
+            // Back within its half, the hog may grow again (up to its share).
+            hog.shrink(600);
+            hog.try_grow(10).unwrap();
+        }
+        // Alone again: the whole limit.
+        hog.try_grow(600).unwrap();
+        assert_eq!(budget.reserved(), 960);
     }
 
     #[test]

@@ -836,7 +836,12 @@ impl Engine {
         }
         let catalogs = MemoryCatalogProviderList::new();
         catalogs.register_catalog(default_catalog, Arc::new(catalog));
-        let state = SessionStateBuilder::new_from_existing(self.ctx.state()).with_catalog_list(Arc::new(catalogs)).build();
+        // The statement's operators take from the engine's budget through a
+        // pool of its own, so that one statement over its share of a spent
+        // budget fails rather than the others (memory::StatementPool).
+        let base = self.ctx.state();
+        let runtime = RuntimeEnvBuilder::from_runtime_env(base.runtime_env()).with_memory_pool(self.memory.statement_pool()).build_arc()?;
+        let state = SessionStateBuilder::new_from_existing(base).with_catalog_list(Arc::new(catalogs)).with_runtime_env(runtime).build();
         Ok(SessionContext::new_with_state(state))
     }
 
