@@ -15,6 +15,7 @@ mod copy;
 mod exec;
 mod flight;
 mod functions;
+mod hangup;
 mod metrics;
 mod params;
 mod pg;
@@ -183,9 +184,18 @@ impl Server {
                     // past its length, found by the fuzz test); that
                     // connection is dropped and logged, the server goes on.
                     use futures::FutureExt;
-                    let served = std::panic::AssertUnwindSafe(pgwire::tokio::process_socket(socket, acceptor, handlers)).catch_unwind().await;
-                    if served.is_err() {
-                        tracing::warn!(peer = ?peer, "a malformed PostgreSQL message made the protocol decoder fail; the connection was closed");
+                    use std::os::fd::AsRawFd;
+                    let fd = socket.as_raw_fd();
+                    let served = std::panic::AssertUnwindSafe(pgwire::tokio::process_socket(socket, acceptor, handlers)).catch_unwind();
+                    // A client that hangs up mid-statement stops the
+                    // statement: the connection, and the statement's
+                    // future in it, are dropped (the socket with them, so
+                    // only after the watch on its descriptor has ended).
+                    tokio::select! {
+                        served = served => if served.is_err() {
+                            tracing::warn!(peer = ?peer, "a malformed PostgreSQL message made the protocol decoder fail; the connection was closed");
+                        },
+                        _ = hangup::peer_gone(fd) => tracing::debug!(peer = ?peer, "the client hung up; its connection and any statement it was running were stopped"),
                     }
                     drop(permit);
                 });

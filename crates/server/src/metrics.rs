@@ -139,6 +139,22 @@ impl Metrics {
             metric("blobhouse_gets_in_flight", "gauge", "Requests on the wire now.", &plain(s.in_flight as f64));
             metric("blobhouse_gets_pending", "gauge", "Requests submitted and not yet answered.", &plain(s.pending as f64));
         }
+        // The caching tiers, one label value per tier that is on.
+        let tiers = engine.tiers();
+        let memory_tier = tiers.and_then(|t| t.memory()).map(|m| m.stats());
+        let ssd_tier = tiers.and_then(|t| t.ssd()).map(|s| s.stats());
+        let by_tier = |memory: Option<u64>, ssd: Option<u64>| -> Vec<(String, f64)> {
+            [("memory", memory), ("ssd", ssd)].into_iter().filter_map(|(tier, v)| Some((format!("{{tier=\"{tier}\"}}"), v? as f64))).collect()
+        };
+        if memory_tier.is_some() || ssd_tier.is_some() {
+            let (m, d) = (memory_tier.as_ref(), ssd_tier.as_ref());
+            metric("blobhouse_cache_hits_total", "counter", "Column-chunk reads a cache tier served.", &by_tier(m.map(|m| m.hits), d.map(|d| d.hits)));
+            metric("blobhouse_cache_misses_total", "counter", "Column-chunk reads a cache tier did not hold.", &by_tier(m.map(|m| m.misses), d.map(|d| d.misses)));
+            metric("blobhouse_cache_hit_bytes_total", "counter", "Bytes a cache tier served instead of the store.", &by_tier(m.map(|m| m.hit_bytes), d.map(|d| d.hit_bytes)));
+            metric("blobhouse_cache_evictions_total", "counter", "Segments a cache tier evicted.", &by_tier(m.map(|m| m.evicted), d.map(|d| d.evicted)));
+            metric("blobhouse_cache_used_bytes", "gauge", "Bytes a cache tier holds.", &by_tier(m.map(|m| m.used), d.map(|d| d.used)));
+            metric("blobhouse_cache_capacity_bytes", "gauge", "Bytes a cache tier may hold.", &by_tier(m.map(|m| m.capacity), d.map(|d| d.capacity)));
+        }
         out
     }
 }

@@ -10,7 +10,7 @@ use blobhouse_server::{Server, ServerOptions, TlsFiles};
 
 use crate::common::*;
 use crate::on_both_backends;
-use crate::server::{PASSWORD, alice_on_loopback, cancel_through, server, tpch_answers_through};
+use crate::server::{PASSWORD, Stop, alice_on_loopback, cancel_through, server, stop_through, tpch_answers_through};
 
 on_both_backends!(adbc_runs_queries_transactions_prepared_statements_metadata_and_ingest);
 
@@ -163,6 +163,13 @@ def cancelled(e):
 "#
     );
     cancel_through("adbc", &client).await;
+}
+
+/// An ADBC client killed in the middle of a long query: its HTTP/2
+/// connection ends, and with it the call, the query and its downloads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn an_adbc_client_that_hangs_up_mid_query_stops_it() {
+    stop_through("adbc", ADBC_CLIENT, Stop::HangUp).await;
 }
 
 /// With TLS configured, Flight SQL is served over TLS only: a client that

@@ -240,13 +240,7 @@ async fn tls_is_required_when_configured_and_never_faked() {
 async fn the_22_tpch_answers_through_psycopg_equal_the_reference() {
     use blobhouse_bench::answers::{self, Verdict};
     use blobhouse_bench::tpch;
-    let connect = r#"
-import psycopg
-c = psycopg.connect(host="127.0.0.1", port=PG_PORT, user="alice", password=PASSWORD, dbname="blobhouse", sslmode="disable", autocommit=True)
-def run(q):
-    return c.execute(q).fetchall()
-"#;
-    let server = tpch_answers_through("psycopg", connect).await;
+    let server = tpch_answers_through("psycopg", PSYCOPG_CLIENT).await;
     // psql, unaligned with '|' between cells, as the reference is written.
     let out = psql(&server, PASSWORD, &["-t", "-F", "|", "-c", tpch::query(1)]).await;
     assert!(out.status.success(), "psql Q1: {}", String::from_utf8_lossy(&out.stderr));
@@ -297,18 +291,41 @@ pub(crate) async fn tpch_answers_through(name: &str, client: &str) -> Server {
 async fn a_cancel_request_stops_the_running_query_and_its_downloads() {
     cancel_through(
         "psycopg",
-        r#"
-import psycopg
-c = psycopg.connect(host="127.0.0.1", port=PG_PORT, user="alice", password=PASSWORD, dbname="blobhouse", sslmode="disable", autocommit=True)
-def run(q):
-    return c.execute(q).fetchall()
+        &format!(
+            "{PSYCOPG_CLIENT}{}",
+            r#"
 def cancel():
     (c.cancel_safe if hasattr(c, "cancel_safe") else c.cancel)()
 def cancelled(e):
     return isinstance(e, psycopg.errors.QueryCanceled)
-"#,
+"#
+        ),
     )
     .await;
+}
+
+/// A psycopg connection as alice that defines `run(query)`.
+const PSYCOPG_CLIENT: &str = r#"
+import psycopg
+c = psycopg.connect(host="127.0.0.1", port=PG_PORT, user="alice", password=PASSWORD, dbname="blobhouse", sslmode="disable", autocommit=True)
+def run(q):
+    return c.execute(q).fetchall()
+"#;
+
+/// A psycopg client killed in the middle of a long query: the server
+/// notices the hang-up and stops the query and its downloads.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_client_that_hangs_up_mid_query_stops_it() {
+    stop_through("psycopg", PSYCOPG_CLIENT, Stop::HangUp).await;
+}
+
+/// How a test stops a client's long query.
+#[derive(Clone, Copy, PartialEq, Eq, Debug)]
+pub(crate) enum Stop {
+    /// The client's own cancel (a cancel request, ADBC's cancel).
+    Cancel,
+    /// The client process is killed (SIGKILL): its connection just ends.
+    HangUp,
 }
 
 /// Runs a long query from a Python client, cancels it from another thread
@@ -318,16 +335,23 @@ def cancelled(e):
 /// `PASSWORD`) and defines `run(query)`, `cancel()` and `cancelled(error)`.
 /// The query is long because its data comes through a 32 KB/s link.
 pub(crate) async fn cancel_through(name: &str, client: &str) {
+    stop_through(name, client, Stop::Cancel).await
+}
+
+/// As [`cancel_through`], or with the client killed mid-query
+/// ([`Stop::HangUp`]): the server notices, and the query, its downloads and
+/// its memory stop within a second all the same.
+pub(crate) async fn stop_through(name: &str, client: &str, how: Stop) {
     use blobhouse_bench::tpch;
     use blobhouse_testbed::Toxic;
-    let db = TestDb::new(Backend::Minio, &format!("server-cancel-{name}"));
+    let db = TestDb::new(Backend::Minio, &format!("server-{how:?}-{name}").to_lowercase());
     let loader = db.engine(EngineOptions::default()).await;
     tpch::load_tables(&loader, 0.01, &["lineitem"], std::sync::Arc::new(|_, _, _| {})).await.expect("load lineitem");
     drop(loader);
     // No chunk cache: what the pool holds beyond the footers is the query's.
     let options = EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() };
     let slow = [Toxic::new("slow", "bandwidth", 1.0, serde_json::json!({"rate": 32}))];
-    let engine = crate::tpch::engine_through_proxy(&db, &format!("cancel-{name}"), &slow, options).await;
+    let engine = crate::tpch::engine_through_proxy(&db, &format!("{how:?}-{name}").to_lowercase(), &slow, options).await;
     let server = Server::start(engine, alice_on_loopback()).await.expect("the server starts");
     run(server.engine(), "SELECT count(*) FROM lineitem").await;
     let idle = server.engine().memory().reserved();
@@ -380,6 +404,27 @@ print(run("SELECT 41 + 1")[0][0], flush=True)
     assert!(held > idle, "the long query holds no memory ({held} bytes, {idle} idle): is it running?");
     let during = downloads(&server);
     assert!(during.pending + during.in_flight > 0 && during.loops.received_bytes > 0, "no download under way: {during:?}");
+    if how == Stop::HangUp {
+        let killed = std::time::Instant::now();
+        child.kill().expect("kill the client");
+        let _ = child.wait();
+        // Within a second the server has noticed and stopped the query.
+        let stopped = loop {
+            let d = downloads(&server);
+            if server.engine().memory().reserved() == idle && d.pending == 0 && d.in_flight == 0 {
+                break killed.elapsed();
+            }
+            assert!(killed.elapsed() < std::time::Duration::from_secs(30), "the query of a killed client still runs after 30 s: {d:?}");
+            tokio::time::sleep(std::time::Duration::from_millis(20)).await;
+        };
+        assert!(stopped < std::time::Duration::from_secs(1), "the query ran on for {stopped:?} after its client was killed");
+        let after = downloads(&server);
+        assert!(after.loops.cancelled > during.loops.cancelled, "the downloads were not stopped but finished: {after:?}");
+        tokio::time::sleep(std::time::Duration::from_millis(500)).await;
+        assert_eq!(downloads(&server).loops.received_bytes, after.loops.received_bytes, "bytes still arrive after the hang-up");
+        assert_eq!(run(server.engine(), "SELECT 41 + 1 AS answer").await.rows(), 1, "the server serves on");
+        return;
+    }
     writeln!(stdin, "go").expect("tell the script to cancel");
     let (outcome, answer) = tokio::task::spawn_blocking(move || {
         let mut stdout = stdout;
@@ -403,4 +448,71 @@ print(run("SELECT 41 + 1")[0][0], flush=True)
     assert_eq!(downloads(&server).loops.received_bytes, after.loops.received_bytes, "bytes still arrive after the cancel");
     drop(stdin);
     let _ = child.wait();
+}
+
+/// Under one memory limit, a statement that needs more than the limit fails
+/// alone: its client gets PostgreSQL's out-of-memory error (53200) naming
+/// the limit, while another client's queries, running at the same time,
+/// all succeed with the right answer; the server and the failed client's
+/// connection go on.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_statement_over_the_memory_limit_fails_alone() {
+    use blobhouse_bench::tpch;
+    let db = TestDb::new(Backend::Local, "server-memory");
+    let options = EngineOptions { memory_limit: Some(128 << 20), ..EngineOptions::default() };
+    let engine = db.engine(options).await;
+    tpch::load_tables(&engine, 0.01, &["lineitem"], std::sync::Arc::new(|_, _, _| {})).await.expect("load lineitem");
+    // Warm: the footers and chunks the steady query reads stay cached.
+    run(&engine, "SELECT l_returnflag, l_linestatus, sum(l_quantity) FROM lineitem GROUP BY 1, 2 ORDER BY 1, 2").await;
+    let idle = engine.memory().reserved();
+    let server = Server::start(engine, alice_on_loopback()).await.expect("the server starts");
+    let script = format!(
+        r#"
+import threading, psycopg
+def connect():
+    return psycopg.connect(host="127.0.0.1", port={port}, user="alice", password={password:?}, dbname="blobhouse", sslmode="disable", autocommit=True)
+hog, other = connect(), connect()
+done = threading.Event()
+out = {{"ok": 0, "wrong": [], "failed": []}}
+q = "SELECT l_returnflag, l_linestatus, sum(l_quantity) FROM lineitem GROUP BY 1, 2 ORDER BY 1, 2"
+expected = other.execute(q).fetchall()
+def steady():
+    while not done.is_set():
+        try:
+            got = other.execute(q).fetchall()
+            if got == expected:
+                out["ok"] += 1
+            else:
+                out["wrong"].append(str(got))
+        except Exception as e:
+            out["failed"].append(repr(e))
+t = threading.Thread(target=steady)
+t.start()
+errors = []
+for _ in range(4):
+    try:
+        hog.execute("SELECT cardinality(array_agg(repeat('x', 1000) || value)) FROM range(1000000)").fetchall()
+        errors.append("no error")
+    except psycopg.errors.OutOfMemory as e:
+        errors.append("oom" if "memory limit" in str(e) else "oom without the limit: " + str(e))
+    except Exception as e:
+        errors.append(repr(e))
+done.set()
+t.join()
+print(errors, out["ok"], out["wrong"], out["failed"], hog.execute("SELECT 41 + 1").fetchall()[0][0])
+"#,
+        port = server.pg_addr().port(),
+        password = PASSWORD,
+    );
+    let out = tokio::task::spawn_blocking(move || Command::new("python3").args(["-c", &script]).output().expect("python3 runs")).await.expect("joined");
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+    let printed = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let (errors, rest) = printed.split_once("] ").expect("the script's line");
+    assert_eq!(errors, "['oom', 'oom', 'oom', 'oom'", "each over-limit statement fails with 53200 naming the limit: {printed}");
+    let mut rest = rest.split(' ');
+    let ok: usize = rest.next().and_then(|n| n.parse().ok()).expect("a count");
+    assert!(ok >= 1, "the other client ran nothing alongside: {printed}");
+    assert!(printed.ends_with("[] [] 42"), "the other client's queries all succeeded with the right answer, and the failed client's connection goes on: {printed}");
+    tokio::time::sleep(std::time::Duration::from_millis(200)).await;
+    assert_eq!(server.engine().memory().reserved(), idle, "the failed statements let go of their memory");
 }
