@@ -15,6 +15,7 @@ pub mod crash;
 pub mod dml_bench;
 pub mod hybrid_bench;
 pub mod io_bench;
+pub mod serve_bench;
 pub mod ssb;
 pub mod plot;
 pub mod tpch;

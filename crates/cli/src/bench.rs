@@ -143,6 +143,37 @@ pub enum BenchCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// Many psycopg and ADBC clients on one server against the same TPC-H queries one at a time: throughput, p50/p99, peak RSS.
+    #[command(after_help = "Loads TPC-H at --sf into the testbed's MinIO once (kept for later runs) and serves it from this\nprocess (PostgreSQL wire and Flight SQL on 127.0.0.1, caches off, reads through the profile's\nshaped link). Serial: each query once through psycopg, then once through ADBC. Concurrent:\n--clients clients (psycopg and ADBC alternately) loop over the queries for --duration seconds.\nEvery statement's row count is checked against the serial run. Needs python3 with psycopg and\nadbc-driver-flightsql (scripts/install-test-deps.sh). Build with --profile optimised for figures\nworth comparing. Writes report.txt, serve.csv and serve.png to --out.\n\nExamples:\n  blobhouse bench serve --sf 1 --profile s3 --clients 32 --duration 120\n  blobhouse bench serve --sf 0.1 --profile local --clients 8 --duration 20 --queries 1,3,6")]
+    Serve {
+        /// Scale factor.
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Testbed profile: lan, s3, s3-scaled, throttled; or local (a local directory, no testbed).
+        #[arg(long, default_value = "s3")]
+        profile: String,
+        /// Concurrent clients, alternately psycopg and ADBC.
+        #[arg(long, default_value_t = 32)]
+        clients: usize,
+        /// Seconds the concurrent clients start statements.
+        #[arg(long, default_value_t = 120)]
+        duration: u64,
+        /// Queries to run.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22")]
+        queries: Vec<usize>,
+        /// The server's limit on statements running at once (default: twice the cores, as `serve`).
+        #[arg(long, default_value_t = 0, hide_default_value = true)]
+        max_queries: usize,
+        /// With --profile local: the directory that holds the databases.
+        #[arg(long, default_value = "bench-results/tpch-data")]
+        data_dir: PathBuf,
+        /// Output directory (default bench-results/serve-<profile>-sf<sf>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Testbed state directory.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// TPC-H through the caching tiers: cache off vs memory vs SSD vs both, at several cache sizes, 3 rounds.
     #[command(after_help = "Loads TPC-H at --sf into the testbed's MinIO once (kept for later runs), then runs the\nqueries in --rounds rounds (each in its own random order, the same for every configuration)\nwith the caches off, then with each of --tiers at each of --sizes (percent of the data's\ncolumn chunks; \"both\" gives each tier that size), each a fresh engine with empty caches.\nThe first cached configuration records its scans' segments; LRU, LFU and Belady are\nreplayed on that trace. With a slow SSD (--slow-ssd, default on) two more configurations\nhold all data on a disk made slow: routed by measured speed, and always from the SSD.\nBuild with --profile optimised for figures worth comparing. Writes report.txt, cache.csv,\ntime.png and gets.png to --out.\n\nExamples:\n  blobhouse bench cache --sf 1\n  blobhouse bench cache --sf 5 --tiers both --sizes 50 --no-slow-ssd\n  blobhouse bench cache --sf 0.1 --profile lan --rounds 2 --queries 1,6,14")]
     Cache {
@@ -340,6 +371,31 @@ pub enum BenchCommand {
 
 /// The testbed a benchmark runs on: a running one is reused (re-shaped to the
 /// profile, and left running); otherwise one is started for this run only.
+/// Where a TPC-H benchmark runs and how its data is laid out: the testbed
+/// (none for `--profile local`), the output directory, the profile's
+/// calibrated link, and request and column-chunk sizes for the profile.
+struct TpchSetup {
+    bench: Option<BenchTestbed>,
+    profile_name: &'static str,
+    out: PathBuf,
+    link: Option<f64>,
+    request_kib: u64,
+    chunk_kib: u64,
+}
+
+impl TpchSetup {
+    fn new(bench_name: &str, profile: &str, sf: f64, out: Option<PathBuf>, dir: Option<PathBuf>) -> Result<TpchSetup> {
+        let local = profile == "local";
+        let bench = if local { None } else { Some(BenchTestbed::up(profile, dir)?) };
+        let profile_name = bench.as_ref().map_or("local", |b| b.profile.name());
+        let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/{bench_name}-{profile_name}-sf{sf}")));
+        let link = if local { None } else { calibrated_peak(&PathBuf::from(format!("docs/testbed/{profile_name}/throughput.csv"))).map(|m| m * (1u64 << 20) as f64) };
+        let request_kib: u64 = if profile_name == "s3-scaled" { 1024 } else { 16384 };
+        let chunk_kib = if local { (blobhouse_storage::WriteOptions::default().target_chunk_bytes >> 10) as u64 } else { request_kib * 3 / 4 };
+        Ok(TpchSetup { bench, profile_name, out, link, request_kib, chunk_kib })
+    }
+}
+
 struct BenchTestbed {
     tb: Testbed,
     profile: Profile,
@@ -508,6 +564,32 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             publish(&out, &text, "report.txt,tpch.csv,tpch.png,memory.png,scheduler.png")?;
             anyhow::ensure!(failed.is_empty(), "{} of the queries failed (see the report)", failed.len());
         }
+        BenchCommand::Serve { sf, profile, clients, duration, queries, max_queries, data_dir, out, dir } => {
+            use blobhouse_bench::serve_bench::{self, ServeBenchOptions};
+            anyhow::ensure!(sf > 0.0 && sf.is_finite(), "--sf must be a positive number");
+            anyhow::ensure!(!queries.is_empty() && queries.iter().all(|q| (1..=22).contains(q)), "--queries are TPC-H query numbers, 1 to 22");
+            anyhow::ensure!((1..=1000).contains(&clients), "--clients must be between 1 and 1000");
+            anyhow::ensure!(duration >= 1, "--duration must be at least 1 second");
+            let TpchSetup { bench, profile_name, out, link, request_kib, chunk_kib } = TpchSetup::new("serve", &profile, sf, out, dir)?;
+            let opts = ServeBenchOptions {
+                sf,
+                queries,
+                clients,
+                duration: Duration::from_secs(duration),
+                max_queries,
+                request_bytes: request_kib << 10,
+                chunk_bytes: (chunk_kib << 10) as usize,
+                link,
+                out: out.clone(),
+            };
+            let result = serve_bench::run(&store_of(&bench, data_dir), &opts, &|step| eprintln!("bench serve: {step}")).await;
+            if let Some(b) = bench {
+                b.down()?;
+            }
+            let figures = result.map_err(anyhow::Error::msg)?;
+            publish(&out, &serve_bench::report(profile_name, &opts, &figures), "report.txt,serve.csv,serve.png")?;
+            anyhow::ensure!(figures.errors.is_empty(), "{} statements failed or returned a wrong row count (see the report)", figures.errors.len());
+        }
         BenchCommand::Cache { sf, profile, queries, rounds, seed, tiers, sizes, policy, slow_ssd, no_slow_ssd, ssd_dir, data_dir, memory_limit, out, dir } => {
             use blobhouse_bench::cache_bench::{self, CacheBenchOptions, SlowSsd, Tier};
             anyhow::ensure!(sf > 0.0 && sf.is_finite(), "--sf must be a positive number");
@@ -519,13 +601,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             anyhow::ensure!(slow_ssd.len() == 2 && slow_ssd.iter().all(|v| *v >= 0.0 && v.is_finite()), "--slow-ssd: two non-negative numbers, ms per read and ms per MiB");
             let slow_ssd = (!no_slow_ssd).then(|| SlowSsd { per_read: Duration::from_secs_f64(slow_ssd[0] / 1e3), per_mib: Duration::from_secs_f64(slow_ssd[1] / 1e3) });
             let memory_limit = parse_memory_limit(memory_limit.as_deref())?;
-            let local = profile == "local";
-            let bench = if local { None } else { Some(BenchTestbed::up(&profile, dir)?) };
-            let profile_name = bench.as_ref().map_or("local", |b| b.profile.name());
-            let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/cache-{profile_name}-sf{sf}")));
-            let link = if local { None } else { calibrated_peak(&PathBuf::from(format!("docs/testbed/{profile_name}/throughput.csv"))).map(|m| m * (1u64 << 20) as f64) };
-            let request_kib: u64 = if profile_name == "s3-scaled" { 1024 } else { 16384 };
-            let chunk_kib = if local { (blobhouse_storage::WriteOptions::default().target_chunk_bytes >> 10) as u64 } else { request_kib * 3 / 4 };
+            let TpchSetup { bench, profile_name, out, link, request_kib, chunk_kib } = TpchSetup::new("cache", &profile, sf, out, dir)?;
             let opts = CacheBenchOptions {
                 sf,
                 queries,

@@ -516,3 +516,38 @@ print(errors, out["ok"], out["wrong"], out["failed"], hog.execute("SELECT 41 + 1
     tokio::time::sleep(std::time::Duration::from_millis(200)).await;
     assert_eq!(server.engine().memory().reserved(), idle, "the failed statements let go of their memory");
 }
+
+/// `blobhouse bench serve` in short: both phases run through real psycopg
+/// and ADBC clients, every statement's row count matches the serial run,
+/// and the report, CSV and plot are written.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn bench_serve_runs_both_phases_with_both_drivers() {
+    use blobhouse_bench::serve_bench::{self, ServeBenchOptions};
+    use blobhouse_bench::tpch_bench::BenchStore;
+    let data = tempfile::tempdir().expect("tempdir");
+    let out = tempfile::tempdir().expect("tempdir");
+    let opts = ServeBenchOptions {
+        sf: 0.01,
+        queries: vec![1, 6, 13],
+        clients: 4,
+        duration: std::time::Duration::from_secs(3),
+        max_queries: 2,
+        request_bytes: 16 << 20,
+        chunk_bytes: 12 << 20,
+        link: None,
+        out: out.path().to_path_buf(),
+    };
+    let f = serve_bench::run(&BenchStore::Local(data.path().to_path_buf()), &opts, &|_| {}).await.expect("the benchmark runs");
+    assert!(f.errors.is_empty(), "{:?}", f.errors);
+    assert_eq!(f.serial.records.len(), 3);
+    assert_eq!(f.expected_rows.get(&1), Some(&4), "Q1's four groups");
+    assert!(f.concurrent.records.len() >= 4, "{} statements in 3 s", f.concurrent.records.len());
+    for kind in ["psycopg", "adbc"] {
+        assert!(f.concurrent.records.iter().any(|r| r.kind == kind), "no {kind} statement");
+    }
+    let report = serve_bench::report("local", &opts, &f);
+    assert!(report.contains("statements per minute") && report.contains("errors"), "{report}");
+    for file in ["serve.csv", "serve.png"] {
+        assert!(std::fs::metadata(out.path().join(file)).is_ok_and(|m| m.len() > 0), "{file} written");
+    }
+}
