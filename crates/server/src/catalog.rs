@@ -57,7 +57,7 @@ pub(crate) fn install(engine: &Engine, users: Arc<Users>) -> Result<(), ServerEr
     let ctx = engine.session();
     let catalog = ctx.state().config().options().catalog.default_catalog.clone();
     datafusion_pg_catalog::pg_catalog::setup_pg_catalog(ctx, &catalog, Roles(users)).map_err(|e| ServerError::Catalog(e.to_string()))?;
-    crate::functions::register(ctx);
+    crate::functions::register(ctx, PARAMETERS);
     Ok(())
 }
 
@@ -131,6 +131,108 @@ fn aggregate_scalar_subqueries(statement: &mut datafusion::sql::sqlparser::ast::
                     *e = case;
                 }
             }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
+/// `ARRAY(SELECT e FROM …)` becomes `(SELECT array_agg(e) FROM …)`:
+/// PostgreSQL's array constructor over a subquery (psql's `\du` lists each
+/// role's memberships so), which DataFusion does not have, as the
+/// aggregate it is. No rows give NULL rather than an empty array.
+fn array_subqueries(statement: &mut datafusion::sql::sqlparser::ast::Statement) {
+    use datafusion::sql::sqlparser::ast::{Expr, FunctionArguments, SelectItem, SetExpr, visit_expressions_mut};
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    let _ = visit_expressions_mut(statement, |e| {
+        if let Expr::Function(f) = e
+            && f.name.to_string().eq_ignore_ascii_case("array")
+            && let FunctionArguments::Subquery(query) = &f.args
+        {
+            let mut query = query.clone();
+            if let SetExpr::Select(select) = query.body.as_mut()
+                && select.projection.len() == 1
+                && let SelectItem::UnnamedExpr(item) | SelectItem::ExprWithAlias { expr: item, .. } = &mut select.projection[0]
+                && let Ok(aggregated) = Parser::new(&PostgreSqlDialect {}).try_with_sql(&format!("array_agg({item})")).and_then(|mut p| p.parse_expr())
+            {
+                *item = aggregated;
+                *e = Expr::Subquery(query);
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
+/// `unnest(x.indkey)` becomes `unnest(pg_int_vector(x.indkey))` (also for
+/// `indclass`, `indoption`, `indcollation`, `conkey`, `confkey`), and `generate_subscripts(x.indkey, 1)` the
+/// positions `1 …` of the same array: the catalog holds these column lists
+/// as text, and DataFusion has no `generate_subscripts`. SQLAlchemy's
+/// key, constraint and index reflection asks so.
+fn vector_columns(statement: &mut datafusion::sql::sqlparser::ast::Statement) {
+    use datafusion::sql::sqlparser::ast::{Expr, FunctionArg, FunctionArgExpr, FunctionArguments, visit_expressions_mut};
+    use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
+    use datafusion::sql::sqlparser::parser::Parser;
+    const VECTORS: &[&str] = &["indkey", "indclass", "indoption", "indcollation", "conkey", "confkey"];
+    let vector = |e: &Expr| {
+        let last = match e {
+            Expr::Identifier(i) => Some(&i.value),
+            Expr::CompoundIdentifier(parts) => parts.last().map(|i| &i.value),
+            _ => None,
+        };
+        last.is_some_and(|name| VECTORS.iter().any(|v| name.eq_ignore_ascii_case(v)))
+    };
+    let _ = visit_expressions_mut(statement, |e| {
+        if let Expr::Function(f) = e
+            && let FunctionArguments::List(list) = &f.args
+            && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(first))) = list.args.first()
+            && vector(first)
+        {
+            let name = f.name.to_string().to_ascii_lowercase();
+            let rewritten = match (name.as_str(), list.args.len()) {
+                ("unnest", 1) => Some(format!("unnest(pg_int_vector({first}))")),
+                ("generate_subscripts", 2) => Some(format!("unnest(generate_series(1, CAST(cardinality(pg_int_vector({first})) AS BIGINT)))")),
+                _ => None,
+            };
+            if let Some(Ok(new)) = rewritten.map(|sql| Parser::new(&PostgreSqlDialect {}).try_with_sql(&sql).and_then(|mut p| p.parse_expr())) {
+                *e = new;
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
+}
+
+/// `pg_class.reloptions` (storage options, which blobhouse tables do not
+/// have and datafusion-pg-catalog's `pg_class` lacks) becomes NULL, keeping
+/// its name in a select list. SQLAlchemy's index reflection reads it.
+fn missing_columns(statement: &mut datafusion::sql::sqlparser::ast::Statement) {
+    use datafusion::sql::sqlparser::ast::{Expr, Ident, SelectItem, visit_expressions_mut};
+    use datafusion::sql::sqlparser::ast::VisitMut;
+    let missing = |e: &Expr| match e {
+        Expr::CompoundIdentifier(parts) if parts.len() >= 2 => {
+            let n = parts.len();
+            parts[n - 1].value.eq_ignore_ascii_case("reloptions") && parts[n - 2].value.eq_ignore_ascii_case("pg_class")
+        }
+        _ => false,
+    };
+    // Named in a select list: `NULL AS reloptions`.
+    struct Named<F>(F);
+    impl<F: Fn(&Expr) -> bool> datafusion::sql::sqlparser::ast::VisitorMut for Named<F> {
+        type Break = ();
+        fn post_visit_select(&mut self, select: &mut datafusion::sql::sqlparser::ast::Select) -> std::ops::ControlFlow<()> {
+            for item in &mut select.projection {
+                if let SelectItem::UnnamedExpr(e) = item
+                    && (self.0)(e)
+                {
+                    *item = SelectItem::ExprWithAlias { expr: Expr::Value(datafusion::sql::sqlparser::ast::Value::Null.into()), alias: Ident::new("reloptions") };
+                }
+            }
+            std::ops::ControlFlow::Continue(())
+        }
+    }
+    let _ = statement.visit(&mut Named(missing));
+    let _ = visit_expressions_mut(statement, |e| {
+        if missing(e) {
+            *e = Expr::Value(datafusion::sql::sqlparser::ast::Value::Null.into());
         }
         std::ops::ControlFlow::<()>::Continue(())
     });
@@ -244,6 +346,9 @@ impl Introspection {
         match self.parser.parse(&sql) {
             Ok(mut statements) if statements.len() == 1 => {
                 like_escapes(&mut statements[0]);
+                array_subqueries(&mut statements[0]);
+                vector_columns(&mut statements[0]);
+                missing_columns(&mut statements[0]);
                 aggregate_scalar_subqueries(&mut statements[0]);
                 Cow::Owned(statements[0].to_string())
             }
@@ -274,6 +379,7 @@ const PARAMETERS: &[(&str, &str)] = &[
     ("timezone", "UTC"),
     ("integer_datetimes", "on"),
     ("max_identifier_length", "63"),
+    ("default_table_access_method", "heap"),
 ];
 
 /// `SHOW <parameter>` of one of [`PARAMETERS`], as a query that answers it
@@ -324,5 +430,11 @@ mod tests {
         // SQLAlchemy's LIKE … ESCAPE '/' is translated when it runs.
         let like = i.rewrite("SELECT nspname FROM pg_catalog.pg_namespace WHERE nspname NOT LIKE $1::VARCHAR || '%' ESCAPE '/'");
         assert!(like.contains("pg_like_pattern(") && !like.contains("ESCAPE"), "{like}");
+        // psql's \du: an array of a correlated subquery's rows.
+        let du = i.rewrite("SELECT r.rolname, ARRAY(SELECT b.rolname FROM pg_catalog.pg_auth_members m JOIN pg_catalog.pg_roles b ON (m.roleid = b.oid) WHERE m.member = r.oid) as memberof FROM pg_catalog.pg_roles r");
+        assert!(du.contains("(SELECT array_agg(b.rolname) FROM") && !du.contains("ARRAY("), "{du}");
+        // SQLAlchemy's key reflection: catalog column lists unnested with their positions.
+        let keys = i.rewrite("SELECT unnest(pg_catalog.pg_index.indkey) AS attnum, generate_subscripts(pg_catalog.pg_index.indkey, 1) AS ord FROM pg_catalog.pg_index");
+        assert!(keys.contains("unnest(pg_int_vector(pg_catalog.pg_index.indkey))") && keys.contains("unnest(generate_series(1,") && !keys.contains("generate_subscripts"), "{keys}");
     }
 }

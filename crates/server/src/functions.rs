@@ -1,8 +1,8 @@
 //! PostgreSQL functions that drivers call on connecting or introspecting
 //! and that neither DataFusion nor datafusion-pg-catalog has: what
-//! `version()` says, `to_regtype`, `pg_get_serial_sequence`,
-//! `pg_collation_is_visible`, `json_build_object`, and the pattern
-//! translation behind `LIKE … ESCAPE` (see `catalog`). Each answers for
+//! `version()` says, `current_setting`, `to_regtype`, `pg_get_serial_sequence`, `pg_get_indexdef`,
+//! `pg_collation_is_visible`, `json_build_object`, and the translations
+//! behind `LIKE … ESCAPE` and `unnest(indkey)` (see `catalog`). Each answers for
 //! what blobhouse is — no sequences, one collation — never a fake value a
 //! client would act on.
 
@@ -14,9 +14,10 @@ use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarFunction
 use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
 
-/// Registers every function here on `ctx`.
-pub(crate) fn register(ctx: &SessionContext) {
-    for udf in [version(), to_regtype(), like_pattern(), serial_sequence(), collation_is_visible(), ScalarUDF::new_from_impl(JsonBuildObject::new())] {
+/// Registers every function here on `ctx`; `current_setting` answers
+/// from `parameters` (name, value).
+pub(crate) fn register(ctx: &SessionContext, parameters: &'static [(&'static str, &'static str)]) {
+    for udf in [version(), current_setting(parameters), to_regtype(), like_pattern(), int_vector(), serial_sequence(), index_definition(), collation_is_visible(), ScalarUDF::new_from_impl(JsonBuildObject::new())] {
         ctx.register_udf(udf);
     }
 }
@@ -41,6 +42,37 @@ fn like_pattern() -> ScalarUDF {
         })
     });
     create_udf("pg_like_pattern", vec![DataType::Utf8, DataType::Utf8], DataType::Utf8, Volatility::Immutable, answer)
+}
+
+/// `pg_int_vector(text)`: a number list of the catalog as an array of
+/// BIGINT. PostgreSQL's `pg_index.indkey` (an `int2vector`, "1 2"),
+/// `indclass` (an `oidvector`) and `pg_constraint.conkey` (an `int2[]`) are
+/// text in datafusion-pg-catalog's tables ("1 2", "[1, 2]"); clients
+/// `unnest` them. BIGINT holds both column numbers and oids.
+fn int_vector() -> ScalarUDF {
+    use datafusion::arrow::array::{Int64Builder, ListBuilder};
+    let answer: ScalarFunctionImplementation = Arc::new(|args| {
+        let scalar = args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_)));
+        let arrays = ColumnarValue::values_to_arrays(args)?;
+        let text = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
+        let mut out = ListBuilder::new(Int64Builder::new());
+        for value in text.as_string::<i32>().iter() {
+            match value {
+                None => out.append_null(),
+                Some(v) => {
+                    for part in v.split(|c: char| c == ',' || c.is_whitespace() || "[]{}".contains(c)).filter(|p| !p.is_empty()) {
+                        let n: i64 = part.parse().map_err(|_| datafusion::error::DataFusionError::Execution(format!("pg_int_vector: '{v}' is not a list of numbers")))?;
+                        out.values().append_value(n);
+                    }
+                    out.append(true);
+                }
+            }
+        }
+        let out = out.finish();
+        Ok(if scalar { ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?) } else { ColumnarValue::Array(Arc::new(out)) })
+    });
+    let item = Arc::new(datafusion::arrow::datatypes::Field::new("item", DataType::Int64, true));
+    create_udf("pg_int_vector", vec![DataType::Utf8], DataType::List(item), Volatility::Immutable, answer)
 }
 
 /// A LIKE pattern escaped with `escape` (one character, or none) as one
@@ -103,6 +135,35 @@ fn version() -> ScalarUDF {
 fn serial_sequence() -> ScalarUDF {
     let none: ScalarFunctionImplementation = Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None))));
     create_udf("pg_get_serial_sequence", vec![DataType::Utf8, DataType::Utf8], DataType::Utf8, Volatility::Immutable, none)
+}
+
+/// `current_setting(name)`: a run-time parameter's value, from the same
+/// list `SHOW` answers from; an unknown name is an error, as in
+/// PostgreSQL.
+fn current_setting(parameters: &'static [(&'static str, &'static str)]) -> ScalarUDF {
+    let answer: ScalarFunctionImplementation = Arc::new(move |args| {
+        let arrays = ColumnarValue::values_to_arrays(args)?;
+        let names = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
+        let values = names
+            .as_string::<i32>()
+            .iter()
+            .map(|name| {
+                let Some(name) = name else { return Ok(None) };
+                let lower = name.to_ascii_lowercase();
+                parameters.iter().find(|(n, _)| *n == lower).map(|(_, v)| Some(*v)).ok_or_else(|| datafusion::error::DataFusionError::Execution(format!("unrecognized configuration parameter \"{name}\"")))
+            })
+            .collect::<datafusion::error::Result<StringArray>>()?;
+        Ok(if args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) { ColumnarValue::Scalar(ScalarValue::try_from_array(&values, 0)?) } else { ColumnarValue::Array(Arc::new(values)) })
+    });
+    create_udf("current_setting", vec![DataType::Utf8], DataType::Utf8, Volatility::Stable, answer)
+}
+
+/// `pg_get_indexdef(index, column, pretty)`: an index's definition —
+/// blobhouse tables have no indexes, and the catalog's own PostgreSQL
+/// indexes have no definition here, so always NULL.
+fn index_definition() -> ScalarUDF {
+    let none: ScalarFunctionImplementation = Arc::new(|_| Ok(ColumnarValue::Scalar(ScalarValue::Utf8(None))));
+    create_udf("pg_get_indexdef", vec![DataType::Int64, DataType::Int64, DataType::Boolean], DataType::Utf8, Volatility::Immutable, none)
 }
 
 /// `pg_collation_is_visible(oid)`: every collation is visible (blobhouse

@@ -61,6 +61,7 @@ async fn psql_runs_ddl_dml_transactions_and_queries_in_its_own_session(backend: 
          \\dt\n\
          \\d t\n\
          \\l\n\
+         \\du\n\
          BEGIN;\n\
          DELETE FROM t WHERE id = 1;\n\
          SELECT count(*) AS inside FROM t;\n\
@@ -87,6 +88,7 @@ async fn psql_runs_ddl_dml_transactions_and_queries_in_its_own_session(backend: 
         assert!(lines.contains(&column), "\\d t has no '{column}': {stdout}");
     }
     assert!(lines.iter().any(|l| l.starts_with("blobhouse,")), "\\l: {stdout}");
+    assert!(lines.iter().any(|l| l.starts_with("alice,Superuser")), "\\du lists the server's user: {stdout}");
     // Inside the transaction its own delete shows; the rollback undid it.
     let inside = lines.iter().position(|l| *l == "inside").expect("the count's header");
     assert_eq!(lines[inside + 1], "2", "{stdout}");
@@ -145,7 +147,7 @@ print("ok")
 /// (its catalog queries use LIKE … ESCAPE '/', correlated subqueries inside
 /// CASE and json_build_object).
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-async fn sqlalchemys_inspector_lists_tables_and_columns() {
+async fn sqlalchemys_inspector_lists_tables_and_columns_and_reflects_tables() {
     let db = TestDb::new(Backend::Local, "server-sqlalchemy");
     let server = server(&db).await;
     run(server.engine(), "CREATE TABLE orders (id BIGINT NOT NULL, customer VARCHAR, total DECIMAL(12, 2), placed DATE)").await;
@@ -160,8 +162,17 @@ assert inspector.get_table_names() == ["customers", "orders"], inspector.get_tab
 assert inspector.has_table("orders") and not inspector.has_table("nope")
 columns = [(c["name"], str(c["type"]), c["nullable"]) for c in inspector.get_columns("orders")]
 assert columns == [("id", "BIGINT", False), ("customer", "TEXT", True), ("total", "NUMERIC", True), ("placed", "DATE", True)], columns
+# No keys, constraints or indexes in blobhouse: each reflects as empty, not as an error.
+assert inspector.get_pk_constraint("orders")["constrained_columns"] == []
+assert inspector.get_foreign_keys("orders") == [] and inspector.get_unique_constraints("orders") == []
+assert inspector.get_indexes("orders") == [] and inspector.get_check_constraints("orders") == []
+# A reflected table, used in a query SQLAlchemy builds.
+orders = sa.Table("orders", sa.MetaData(), autoload_with=engine)
+assert [c.name for c in orders.columns] == ["id", "customer", "total", "placed"], orders.columns
+with engine.begin() as c:
+    c.execute(orders.insert().values(id=1, customer="ann", total=12.5, placed="2026-11-23"))
 with engine.connect() as c:
-    assert c.execute(sa.text("SELECT count(*) FROM orders")).scalar() == 0
+    assert c.execute(sa.select(sa.func.count()).select_from(orders).where(orders.c.customer == "ann")).scalar() == 1
 print("ok")
 "#,
         password = PASSWORD.replace(' ', "%20"),
