@@ -323,6 +323,36 @@ def run(q):
     return c.execute(q).fetchall()
 "#;
 
+/// psql's Ctrl-C (SIGINT to psql, which sends a cancel request) stops a
+/// long query within a second, with its downloads and memory; the next
+/// psql statement is served.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_ctrl_c_in_psql_stops_the_running_query_and_its_downloads() {
+    cancel_through(
+        "psql",
+        r#"
+import os, signal, subprocess
+running = []
+def run(q):
+    p = subprocess.Popen(["psql", f"host=127.0.0.1 port={PG_PORT} user=alice dbname=blobhouse sslmode=disable", "-X", "-A", "-t",
+                          "-v", "ON_ERROR_STOP=1", "-v", "VERBOSITY=verbose", "-c", q],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=dict(os.environ, PGPASSWORD=PASSWORD))
+    running.append(p)
+    out, err = p.communicate()
+    running.remove(p)
+    if p.returncode != 0:
+        raise RuntimeError(err)
+    return [line.split("|") for line in out.splitlines()]
+def cancel():
+    for p in list(running):
+        p.send_signal(signal.SIGINT)
+def cancelled(e):
+    return "57014" in str(e)
+"#,
+    )
+    .await;
+}
+
 /// A psycopg client killed in the middle of a long query: the server
 /// notices the hang-up and stops the query and its downloads.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
