@@ -79,6 +79,11 @@ impl<'a> Shell<'a> {
             }
             buffer.push_str(line);
             buffer.push('\n');
+            // Only a line with a ';' can end a statement: a statement of many
+            // lines (a long INSERT … VALUES) is split once, not once a line.
+            if !line.contains(';') {
+                continue;
+            }
             let (complete, rest) = split_complete_statements(&buffer);
             for sql in complete {
                 statement += 1;

@@ -449,7 +449,8 @@ impl MemoryPool for StatementPool {
 
     fn shrink(&self, reservation: &MemoryReservation, shrink: usize) {
         self.budget.shrink(reservation, shrink);
-        self.share.held.fetch_sub(shrink.min(self.share.held.load(Ordering::Relaxed)), Ordering::Relaxed);
+        // A statement frees only what it took; saturating in one step all the same.
+        let _ = self.share.held.fetch_update(Ordering::Relaxed, Ordering::Relaxed, |held| Some(held.saturating_sub(shrink)));
     }
 
     fn try_grow(&self, reservation: &MemoryReservation, additional: usize) -> Result<()> {

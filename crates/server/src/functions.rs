@@ -22,24 +22,26 @@ pub(crate) fn register(ctx: &SessionContext, parameters: &'static [(&'static str
     }
 }
 
+/// `out`, computed row by row from `args`, as a scalar when every argument
+/// was one (a constant folds to a constant) and as an array otherwise.
+fn shaped_like(args: &[ColumnarValue], out: datafusion::arrow::array::ArrayRef) -> datafusion::error::Result<ColumnarValue> {
+    match args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) {
+        true => Ok(ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?)),
+        false => Ok(ColumnarValue::Array(out)),
+    }
+}
+
 /// `pg_like_pattern(pattern, escape)`: `pattern` written with `escape` as
 /// its escape character, rewritten for the backslash (an empty `escape`:
 /// none at all, so every backslash is literal).
 fn like_pattern() -> ScalarUDF {
     let answer: ScalarFunctionImplementation = Arc::new(|args| {
-        let rows = args.iter().find_map(|a| match a {
-            ColumnarValue::Array(a) => Some(a.len()),
-            ColumnarValue::Scalar(_) => None,
-        });
         let arrays = ColumnarValue::values_to_arrays(args)?;
         let [patterns, escapes] = [&arrays[0], &arrays[1]].map(|a| datafusion::arrow::compute::cast(a, &DataType::Utf8));
         let (patterns, escapes) = (patterns?, escapes?);
         let (patterns, escapes) = (patterns.as_string::<i32>(), escapes.as_string::<i32>());
         let out: StringArray = patterns.iter().zip(escapes.iter()).map(|(p, e)| Some(backslash_escaped(p?, e?))).collect();
-        Ok(match rows {
-            Some(_) => ColumnarValue::Array(Arc::new(out)),
-            None => ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?),
-        })
+        shaped_like(args, Arc::new(out))
     });
     create_udf("pg_like_pattern", vec![DataType::Utf8, DataType::Utf8], DataType::Utf8, Volatility::Immutable, answer)
 }
@@ -52,7 +54,6 @@ fn like_pattern() -> ScalarUDF {
 fn int_vector() -> ScalarUDF {
     use datafusion::arrow::array::{Int64Builder, ListBuilder};
     let answer: ScalarFunctionImplementation = Arc::new(|args| {
-        let scalar = args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_)));
         let arrays = ColumnarValue::values_to_arrays(args)?;
         let text = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
         let mut out = ListBuilder::new(Int64Builder::new());
@@ -68,8 +69,7 @@ fn int_vector() -> ScalarUDF {
                 }
             }
         }
-        let out = out.finish();
-        Ok(if scalar { ColumnarValue::Scalar(ScalarValue::try_from_array(&out, 0)?) } else { ColumnarValue::Array(Arc::new(out)) })
+        shaped_like(args, Arc::new(out.finish()))
     });
     let item = Arc::new(datafusion::arrow::datatypes::Field::new("item", DataType::Int64, true));
     create_udf("pg_int_vector", vec![DataType::Utf8], DataType::List(item), Volatility::Immutable, answer)
@@ -153,7 +153,7 @@ fn current_setting(parameters: &'static [(&'static str, &'static str)]) -> Scala
                 parameters.iter().find(|(n, _)| *n == lower).map(|(_, v)| Some(*v)).ok_or_else(|| datafusion::error::DataFusionError::Execution(format!("unrecognized configuration parameter \"{name}\"")))
             })
             .collect::<datafusion::error::Result<StringArray>>()?;
-        Ok(if args.iter().all(|a| matches!(a, ColumnarValue::Scalar(_))) { ColumnarValue::Scalar(ScalarValue::try_from_array(&values, 0)?) } else { ColumnarValue::Array(Arc::new(values)) })
+        shaped_like(args, Arc::new(values))
     });
     create_udf("current_setting", vec![DataType::Utf8], DataType::Utf8, Volatility::Stable, answer)
 }
