@@ -224,7 +224,7 @@ pub enum BenchCommand {
         dir: Option<PathBuf>,
     },
     /// SSB with hybrid pushdown and caching: pull-up, caching-only, pushdown-only and hybrid against cache size and skew; the caching policies.
-    #[command(after_help = "Derives SSB at --sf from TPC-H into the testbed's MinIO once (kept for later runs), starts\na storage node next to the store (on the store side of the link under the bottleneck\nprofile, capped at --node-cpus cores), then runs fresh engines on the same seeded\nstream of generated queries: the first half warms the caches, the second is measured.\nExperiments: against cache size (--sizes, skew --theta), against skew (--thetas, cache\n--fixed-size), and LRU / LFU / Weighted-LFU / Belady on the mixed-selectivity workload\n(--policy-theta). Traffic is what crossed the link (the kernel's counters). Every answer\nis compared with the first configuration's. Writes report.txt, hybrid.csv,\ntime-vs-cache.png, traffic-vs-cache.png and time-vs-skew.png to --out.\n\nExamples:\n  blobhouse testbed up bottleneck && blobhouse bench hybrid\n  blobhouse bench hybrid --sf 0.1 --queries 20 --sizes 25 --thetas 2 --profile local")]
+    #[command(after_help = "Derives SSB at --sf from TPC-H into the testbed's MinIO once (kept for later runs), starts\na storage node next to the store (on the store side of the link under the bottleneck\nprofile, capped at --node-cpus cores), then runs fresh engines on the same seeded\nstream of generated queries: the first half warms the caches, the second is measured.\nExperiments: against cache size (--sizes, skew --theta), against skew (--thetas, cache\n--fixed-size), and LRU / LFU / Weighted-LFU / Belady on the mixed-selectivity workload\n(--policy-theta, caches --policy-sizes). Traffic is what crossed the link (the kernel's counters). Every answer\nis compared with the first configuration's. Writes report.txt, hybrid.csv,\ntime-vs-cache.png, traffic-vs-cache.png, time-vs-skew.png and policies-vs-cache.png to --out.\n\nExamples:\n  blobhouse testbed up bottleneck && blobhouse bench hybrid\n  blobhouse bench hybrid --sf 0.1 --queries 20 --sizes 25 --thetas 2 --profile local")]
     Hybrid {
         /// Scale factor of the TPC-H data SSB is derived from.
         #[arg(long, default_value_t = 1.0)]
@@ -232,8 +232,8 @@ pub enum BenchCommand {
         /// Testbed profile (bottleneck is the one the figures are about), or local (a local directory, no testbed).
         #[arg(long, default_value = "bottleneck")]
         profile: String,
-        /// Generated queries per configuration (half warm-up, half measured).
-        #[arg(long, default_value_t = 40)]
+        /// Generated queries per configuration (half warm-up, half measured: the paper's 50 and 50).
+        #[arg(long, default_value_t = 100)]
         queries: usize,
         /// Seed of the generated queries.
         #[arg(long, default_value_t = 1)]
@@ -247,9 +247,12 @@ pub enum BenchCommand {
         /// Skews of the skew sweep.
         #[arg(long, value_delimiter = ',', default_value = "0,0.5,1,1.5,2,2.5")]
         thetas: Vec<f64>,
-        /// Cache size of the skew sweep and the policy experiment, percent of the data.
+        /// Cache size of the skew sweep, percent of the data.
         #[arg(long, default_value_t = 20.0)]
         fixed_size: f64,
+        /// Cache sizes of the policy experiment, percent of the data.
+        #[arg(long, value_delimiter = ',', default_value = "5,10,15,20")]
+        policy_sizes: Vec<f64>,
         /// Skew of the policy experiment.
         #[arg(long, default_value_t = 0.3)]
         policy_theta: f64,
@@ -628,11 +631,11 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             let wrong: usize = result.configs.iter().chain(&result.routing).map(|c| c.wrong_answers()).sum();
             anyhow::ensure!(wrong == 0, "{wrong} answers were wrong (see the report)");
         }
-        BenchCommand::Hybrid { sf, profile, queries, seed, sizes, theta, thetas, fixed_size, policy_theta, node_cpus, chunk_kib, data_dir, memory_limit, out, dir } => {
+        BenchCommand::Hybrid { sf, profile, queries, seed, sizes, theta, thetas, fixed_size, policy_sizes, policy_theta, node_cpus, chunk_kib, data_dir, memory_limit, out, dir } => {
             use blobhouse_bench::hybrid_bench::{self, HybridBenchOptions, NodeSetup};
             anyhow::ensure!(sf > 0.0 && sf.is_finite(), "--sf must be a positive number");
             anyhow::ensure!(queries >= 2, "--queries must be at least 2 (half warm up, half are measured)");
-            anyhow::ensure!(sizes.iter().chain([&fixed_size]).all(|p| *p > 0.0 && *p <= 1000.0), "--sizes and --fixed-size are percentages of the data, above 0");
+            anyhow::ensure!(sizes.iter().chain(&policy_sizes).chain([&fixed_size]).all(|p| *p > 0.0 && *p <= 1000.0), "--sizes, --policy-sizes and --fixed-size are percentages of the data, above 0");
             anyhow::ensure!(thetas.iter().chain([&theta, &policy_theta]).all(|t| *t >= 0.0 && t.is_finite()), "skews (θ) are finite and at least 0");
             anyhow::ensure!(node_cpus > 0.0 && node_cpus.is_finite(), "--node-cpus must be positive");
             anyhow::ensure!(chunk_kib >= 16, "--chunk-kib must be at least 16");
@@ -654,6 +657,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
                 theta,
                 thetas,
                 fixed_size,
+                policy_sizes,
                 policy_theta,
                 node: NodeSetup::Spawn { exe, cpus: node_cpus },
                 request_bytes: 16 << 20,
@@ -666,7 +670,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             }
             let result = result.map_err(anyhow::Error::msg)?;
             let text = hybrid_bench::report(profile_name, &opts, &result);
-            publish(&out, &text, "report.txt,hybrid.csv,time-vs-cache.png,traffic-vs-cache.png,time-vs-skew.png")?;
+            publish(&out, &text, "report.txt,hybrid.csv,time-vs-cache.png,traffic-vs-cache.png,time-vs-skew.png,policies-vs-cache.png")?;
             anyhow::ensure!(result.wrong() == 0, "{} answers differed between configurations (see the report)", result.wrong());
         }
         BenchCommand::Bank { db, writers, readers, transfers, accounts, out, dir } => {

@@ -15,9 +15,9 @@
 //! values), then splits the row groups:
 //! - every chunk cached or admitted → read here (the scan below reads it);
 //! - otherwise pushed or fetched, by [`PushdownMode`]: `on` pushes all of
-//!   them (FlexPushdownDB's heuristic), `auto` divides them so that both
-//!   paths finish together, by the push and fetch rates measured on
-//!   earlier scans ([`CostModel`]).
+//!   them (FlexPushdownDB's heuristic), `auto` sends each to the path that
+//!   would finish it first ([`push_next`]), by the fetch rate and the push
+//!   rate of this chain's shape measured on earlier scans ([`CostModel`]).
 //!
 //! Pushed row groups travel in tasks of up to `row_groups_per_task` row
 //! groups of one object; each task's output arrives whole or not at all, so
@@ -129,8 +129,8 @@ const RATE_WEIGHT: f64 = 0.5;
 
 /// Push and fetch rates (compressed bytes of row groups handled per
 /// second), measured on the scans that ran; `None` until measured. The
-/// split gives each path a share of the bytes in proportion to its rate,
-/// so that both finish at the same time.
+/// split sends each row group to the path that would finish it first
+/// ([`push_next`]), so that both paths end together.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct CostModel {
     pub push_bytes_per_second: Option<f64>,
@@ -145,14 +145,25 @@ impl CostModel {
         Some(old.map_or(new, |o| o * (1.0 - RATE_WEIGHT) + new * RATE_WEIGHT))
     }
 
-    /// The share of uncached bytes to push: by the rates, half and half
-    /// until both are known (so that both get measured).
-    pub fn push_share(&self) -> f64 {
-        match (self.push_bytes_per_second, self.fetch_bytes_per_second) {
-            (Some(p), Some(f)) => p / (p + f),
-            _ => 0.5,
-        }
-    }
+}
+
+/// Whether the next uncached row group of `bytes` goes to the node, given
+/// the bytes each path already has: to the path that would finish it
+/// first at its measured rate (list scheduling on two machines of known
+/// speed). Until both rates are measured the paths count as equally fast,
+/// so that a scan of two or more row groups measures both.
+///
+/// An earlier rule gave each path a share of the bytes by rate and sent
+/// each row group to the path further behind its share; with the one or
+/// two row groups a selective scan has, that sent every second row group
+/// to be fetched even when the node was many times faster (a fetch of a
+/// row group the node would have filtered to 2 % of its bytes).
+pub fn push_next(pushed: f64, fetched: f64, bytes: f64, push_rate: Option<f64>, fetch_rate: Option<f64>) -> bool {
+    let (p, f) = match (push_rate, fetch_rate) {
+        (Some(p), Some(f)) if p > 0.0 && f > 0.0 => (p, f),
+        _ => (1.0, 1.0),
+    };
+    (pushed + bytes) / p <= (fetched + bytes) / f
 }
 
 /// The engine's link to its storage node, shared by its queries.
@@ -165,17 +176,29 @@ pub struct Pushdown {
     /// probe-side scans (`SET pushdown_bloom`).
     bloom: std::sync::atomic::AtomicBool,
     model: Mutex<CostModel>,
-    /// Measured output ratios by chain shape ([`shape_of`]): a query
-    /// plans afresh each time, so what its earlier runs measured must live
-    /// here, not in the plan, for Weighted-LFU to see it.
-    ratios: Mutex<HashMap<Arc<str>, f64>>,
+    /// What was measured by chain shape ([`shape_of`]): a query plans
+    /// afresh each time, so what its earlier runs measured must live here,
+    /// not in the plan, for the split and Weighted-LFU to see it.
+    shapes: Mutex<HashMap<Arc<str>, ShapeFigures>>,
     warnings: Mutex<Vec<String>>,
     totals: Mutex<PushdownTotals>,
 }
 
-/// How many chain shapes' output ratios an engine remembers; past it, an
+/// How many chain shapes' figures an engine remembers; past it, an
 /// arbitrary one is forgotten (it is re-measured when it runs again).
 const MAX_SHAPES: usize = 4096;
+
+/// What pushing one chain shape measured, smoothed over its runs.
+#[derive(Debug, Clone, Copy, Default)]
+struct ShapeFigures {
+    /// Bytes the node sent back per compressed byte it scanned.
+    output_ratio: Option<f64>,
+    /// Compressed bytes of row groups pushed per second, end to end (the
+    /// node's scan and filter, and its reply crossing the link). A shape
+    /// whose reply is most of what it scanned pushes far slower than one
+    /// the node filters to nothing; one engine-wide rate would blur them.
+    push_bytes_per_second: Option<f64>,
+}
 
 /// A separable chain's shape: its plan text with every digit masked, so
 /// that runs of one query template with other constants (dates,
@@ -237,7 +260,7 @@ impl Pushdown {
             bloom: std::sync::atomic::AtomicBool::new(true),
             options,
             model: Mutex::default(),
-            ratios: Mutex::default(),
+            shapes: Mutex::default(),
             warnings: Mutex::default(),
             totals: Mutex::default(),
         }))
@@ -298,21 +321,35 @@ impl Pushdown {
     /// What the node sent back per byte scanned for chains of `shape`,
     /// smoothed over their runs; `None` until one ran pushed.
     pub fn output_ratio(&self, shape: &str) -> Option<f64> {
-        self.ratios.lock().expect("not poisoned").get(shape).copied()
+        self.shapes.lock().expect("not poisoned").get(shape).and_then(|f| f.output_ratio)
+    }
+
+    /// The push rate of chains of `shape` (the engine-wide one until that
+    /// shape was pushed).
+    pub fn push_rate(&self, shape: &str) -> Option<f64> {
+        let own = self.shapes.lock().expect("not poisoned").get(shape).and_then(|f| f.push_bytes_per_second);
+        own.or(self.model().push_bytes_per_second)
     }
 
     fn observe_ratio(&self, shape: &Arc<str>, ratio: f64) {
         if !ratio.is_finite() || ratio < 0.0 {
             return;
         }
-        let mut ratios = self.ratios.lock().expect("not poisoned");
-        if !ratios.contains_key(shape) && ratios.len() >= MAX_SHAPES {
-            let victim = ratios.keys().next().cloned().expect("the map is full");
-            ratios.remove(&victim);
+        self.update_shape(shape, |f| f.output_ratio = CostModel::blend(f.output_ratio, ratio));
+    }
+
+    fn observe_shape_rate(&self, shape: &Arc<str>, rate: f64) {
+        self.update_shape(shape, |f| f.push_bytes_per_second = CostModel::blend(f.push_bytes_per_second, rate));
+    }
+
+    fn update_shape(&self, shape: &Arc<str>, update: impl FnOnce(&mut ShapeFigures)) {
+        let mut shapes = self.shapes.lock().expect("not poisoned");
+        if !shapes.contains_key(shape) && shapes.len() >= MAX_SHAPES {
+            let victim = shapes.keys().next().cloned().expect("the map is full");
+            shapes.remove(&victim);
         }
-        let blended = CostModel::blend(ratios.get(shape).copied(), ratio).expect("a finite ratio blends");
-        ratios.insert(shape.clone(), blended);
-        debug_assert!(ratios.len() <= MAX_SHAPES);
+        update(shapes.entry(shape.clone()).or_default());
+        debug_assert!(shapes.len() <= MAX_SHAPES);
     }
 
     fn observe(&self, push: Option<f64>, fetch: Option<f64>) {
@@ -493,12 +530,22 @@ pub(crate) struct Probe {
 
 /// What a miss of a segment costs relative to fetching it, when the scan
 /// that reads it can push down (Weighted-LFU's weight, FlexPushdownDB
-/// Equation 1 in relative form): the network part is what the node sends
-/// back per byte scanned (`output_ratio`, half until measured), the scan
-/// and compute part is the node's time per byte relative to fetching one
-/// (`fetch rate / push rate`, when both are measured). Segments of scans
-/// that cannot push weigh 1.
-fn miss_weight(output_ratio: Option<f64>, model: CostModel) -> f64 {
+/// Equation 1 in relative form: pushdown time over fetch time).
+///
+/// Once this chain shape has been pushed and a fetch measured, that is
+/// `fetch rate / push rate of the shape`: the push rate is measured end to
+/// end, so it holds all three of Equation 1's terms (the reply on the
+/// link, the node's scan and its filtering) as they were, not as
+/// constants would model them. Before, the network part is what the node
+/// sends back per byte scanned (`output_ratio`, half until measured) and
+/// the node's part its engine-wide time per byte relative to a fetch.
+/// Clamped to [0.01, 1]. Segments of scans that cannot push weigh 1.
+fn miss_weight(output_ratio: Option<f64>, shape_push_rate: Option<f64>, model: CostModel) -> f64 {
+    if let (Some(f), Some(p)) = (model.fetch_bytes_per_second, shape_push_rate) {
+        if p > 0.0 {
+            return (f / p).clamp(0.01, 1.0);
+        }
+    }
     let network = output_ratio.unwrap_or(0.5);
     let node = match (model.fetch_bytes_per_second, model.push_bytes_per_second) {
         (Some(f), Some(p)) if p > 0.0 => f / p,
@@ -596,11 +643,7 @@ impl HybridExec {
     /// Where each unit goes now, from the tiers' contents and the mode.
     fn routes(&self, mode: PushdownMode) -> Vec<Route> {
         let tiers = self.scan.source().tiers();
-        let share = match mode {
-            PushdownMode::Off => 0.0,
-            PushdownMode::On => 1.0,
-            PushdownMode::Auto => self.pushdown.model().push_share(),
-        };
+        let rates = (self.pushdown.push_rate(&self.shape), self.pushdown.model().fetch_bytes_per_second);
         let (mut pushed, mut fetched) = (0f64, 0f64);
         self.scan
             .units()
@@ -609,9 +652,12 @@ impl HybridExec {
                 if tiers.is_some_and(|t| t.serves(&u.object.display, &u.chunks)) {
                     return Route::Cached;
                 }
-                // Greedy balance: each unit to the path further behind its share.
                 let bytes = u.bytes() as f64;
-                let push = share >= 1.0 || (share > 0.0 && pushed / share <= fetched / (1.0 - share));
+                let push = match mode {
+                    PushdownMode::Off => false,
+                    PushdownMode::On => true,
+                    PushdownMode::Auto => push_next(pushed, fetched, bytes, rates.0, rates.1),
+                };
                 if push {
                     pushed += bytes;
                     Route::Push
@@ -631,7 +677,10 @@ impl HybridExec {
         if let Some(tiers) = self.scan.source().tiers() {
             let weight = match self.pushdown.mode() {
                 PushdownMode::Off => 1.0,
-                _ => miss_weight(self.pushdown.output_ratio(&self.shape), self.pushdown.model()),
+                _ => {
+                    let own = self.pushdown.shapes.lock().expect("not poisoned").get(&self.shape).and_then(|f| f.push_bytes_per_second);
+                    miss_weight(self.pushdown.output_ratio(&self.shape), own, self.pushdown.model())
+                }
             };
             let touches: Vec<Touch> = units
                 .iter()
@@ -694,6 +743,9 @@ impl HybridExec {
             handles.lock().expect("not poisoned").push(tokio::spawn(async move {
                 go.notified().await;
                 let mut driver = driver;
+                // The push rate counts from here: a join polls its probe
+                // side only once its build side ended.
+                driver.started = Instant::now();
                 driver.bloom = bloom_predicate(&probes, &schema);
                 if driver.bloom.is_some() {
                     driver.counters.bloom_filters.add(probes.len());
@@ -793,8 +845,9 @@ impl Driver {
             }
         }
         if all_pushed {
-            let secs = this.started.elapsed().as_secs_f64();
-            this.pushdown.observe(Some(bytes as f64 / secs.max(1e-6)), None);
+            let rate = bytes as f64 / this.started.elapsed().as_secs_f64().max(1e-6);
+            this.pushdown.observe(Some(rate), None);
+            this.pushdown.observe_shape_rate(&this.shape, rate);
             let (sent, scanned) = (this.counters.received_bytes.value(), this.counters.pushed_bytes.value());
             if scanned > 0 {
                 this.pushdown.observe_ratio(&this.shape, sent as f64 / scanned as f64);
@@ -870,7 +923,7 @@ impl DisplayAs for HybridExec {
             count(Route::Cached),
             count(Route::Push),
             count(Route::Fetch),
-            rate(model.push_bytes_per_second),
+            rate(self.pushdown.push_rate(&self.shape)),
             rate(model.fetch_bytes_per_second),
         )?;
         if !self.probes.is_empty() {
@@ -964,14 +1017,17 @@ mod tests {
     #[test]
     fn a_miss_weighs_what_pushing_it_still_costs() {
         let unmeasured = CostModel::default();
-        assert_eq!(miss_weight(None, unmeasured), 0.5);
-        assert_eq!(miss_weight(Some(0.05), unmeasured), 0.05);
+        assert_eq!(miss_weight(None, None, unmeasured), 0.5);
+        assert_eq!(miss_weight(Some(0.05), None, unmeasured), 0.05);
         // A node four times faster than the link: a quarter for its scan.
         let model = CostModel { push_bytes_per_second: Some(400.0), fetch_bytes_per_second: Some(100.0) };
-        assert!((miss_weight(Some(0.05), model) - 0.30).abs() < 1e-12);
+        assert!((miss_weight(Some(0.05), None, model) - 0.30).abs() < 1e-12);
         // Never more than a fetch, never free.
-        assert_eq!(miss_weight(Some(3.0), model), 1.0);
-        assert_eq!(miss_weight(Some(0.0), CostModel { push_bytes_per_second: Some(1e12), fetch_bytes_per_second: Some(1.0) }), 0.01);
+        assert_eq!(miss_weight(Some(3.0), None, model), 1.0);
+        assert_eq!(miss_weight(Some(0.0), None, CostModel { push_bytes_per_second: Some(1e12), fetch_bytes_per_second: Some(1.0) }), 0.01);
+        // Once the shape was pushed: its own end-to-end time against a fetch.
+        assert!((miss_weight(Some(0.05), Some(500.0), model) - 0.2).abs() < 1e-12);
+        assert_eq!(miss_weight(Some(0.05), Some(50.0), model), 1.0);
     }
 
     #[tokio::test]
@@ -1002,14 +1058,38 @@ mod tests {
         for i in 0..MAX_SHAPES + 10 {
             pushdown.observe_ratio(&Arc::from(format!("shape {i}")), 0.5);
         }
-        assert_eq!(pushdown.ratios.lock().expect("not poisoned").len(), MAX_SHAPES);
+        assert_eq!(pushdown.shapes.lock().expect("not poisoned").len(), MAX_SHAPES);
+        // Push rates are kept by shape too, the engine-wide one until then.
+        assert_eq!(pushdown.push_rate(&a), None);
+        pushdown.observe(Some(100.0), None);
+        assert_eq!(pushdown.push_rate(&a), Some(100.0));
+        pushdown.observe_shape_rate(&a, 400.0);
+        assert_eq!(pushdown.push_rate(&a), Some(400.0));
+        assert_eq!(pushdown.push_rate("another shape"), Some(100.0));
     }
 
+    /// Each row group goes to the path that would finish it first.
     #[test]
-    fn the_push_share_follows_the_rates() {
-        assert_eq!(CostModel::default().push_share(), 0.5);
-        let m = CostModel { push_bytes_per_second: Some(300.0), fetch_bytes_per_second: Some(100.0) };
-        assert_eq!(m.push_share(), 0.75);
+    fn the_split_follows_the_rates() {
+        let split = |units: &[f64], p: Option<f64>, f: Option<f64>| -> Vec<bool> {
+            let (mut pushed, mut fetched) = (0.0, 0.0);
+            units
+                .iter()
+                .map(|b| {
+                    let push = push_next(pushed, fetched, *b, p, f);
+                    if push { pushed += b } else { fetched += b }
+                    push
+                })
+                .collect()
+        };
+        // Unmeasured: alternate, so that both paths get measured.
+        assert_eq!(split(&[1.0, 1.0, 1.0, 1.0], None, Some(100.0)), [true, false, true, false]);
+        // A node three times as fast takes three of four equal row groups…
+        assert_eq!(split(&[1.0; 4], Some(300.0), Some(100.0)).iter().filter(|p| **p).count(), 3);
+        // …and both of two: fetching one would end later than pushing both.
+        assert_eq!(split(&[1.0, 1.0], Some(300.0), Some(100.0)), [true, true]);
+        // A node slower than the link fetches most.
+        assert_eq!(split(&[1.0; 4], Some(50.0), Some(100.0)).iter().filter(|p| **p).count(), 1);
         let mut b = CostModel::blend(None, 100.0);
         assert_eq!(b, Some(100.0));
         b = CostModel::blend(b, 200.0);

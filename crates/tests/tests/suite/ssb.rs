@@ -147,6 +147,7 @@ async fn hybrid_benchmark_short_mode() {
         theta: 2.0,
         thetas: vec![0.0, 2.0],
         fixed_size: 20.0,
+        policy_sizes: vec![10.0, 20.0],
         policy_theta: 0.3,
         node: NodeSetup::Running { endpoint: format!("http://{addr}"), token: TOKEN.into(), pid: None },
         request_bytes: 16 << 20,
@@ -155,8 +156,8 @@ async fn hybrid_benchmark_short_mode() {
     };
     let result = hybrid_bench::run(&store, &opts, &|_| {}).await.unwrap();
     assert_eq!(result.wrong(), 0);
-    // 2 flat + 3 per size; 3 per skew; 4 policies.
-    assert_eq!(result.runs.len(), 2 + 3 * 2 + 3 * 2 + 4);
+    // 2 flat + 3 per size; 3 per skew; 4 policies per size.
+    assert_eq!(result.runs.len(), 2 + 3 * 2 + 3 * 2 + 4 * 2);
     let pushdown = result.runs.iter().find(|r| r.mode == Mode::Pushdown).unwrap();
     assert!(pushdown.row_groups_pushed > 0 && pushdown.row_groups_cached == 0, "{pushdown:?}");
     let pull_up = result.runs.iter().find(|r| r.mode == Mode::PullUp).unwrap();
@@ -167,7 +168,7 @@ async fn hybrid_benchmark_short_mode() {
     for needle in ["against cache size", "against skew", "Figure 11", "the better of caching-only", "Weighted-LFU", "belady"] {
         assert!(report.contains(needle), "{needle}: {report}");
     }
-    for png in ["time-vs-cache.png", "traffic-vs-cache.png", "time-vs-skew.png"] {
+    for png in ["time-vs-cache.png", "traffic-vs-cache.png", "time-vs-skew.png", "policies-vs-cache.png"] {
         assert!(std::fs::metadata(opts.out.join(png)).unwrap().len() > 1000, "{png}");
     }
 }
