@@ -9,7 +9,9 @@
 //! Weighted-LFU), else the newcomer stays out. Two rules the paper leaves open:
 //! a query never evicts a segment it reads itself (its bytes are in use),
 //! and a segment larger than the whole tier is never admitted. Admission is
-//! eager and greedy, as in the paper.
+//! eager and greedy, as in the paper. One rule the paper does not need:
+//! segments useful only together (a unit, [`Touch::unit`]) are admitted all
+//! or none.
 
 use std::collections::{HashMap, HashSet};
 
@@ -30,13 +32,28 @@ pub struct Touch {
     pub size: u64,
     /// What a miss costs relative to a plain fetch (1.0; see [`Policy::record`]).
     pub weight: f64,
+    /// Segments of one query with the same unit are useful only together
+    /// (the column chunks of a row group that a hybrid scan reads here only
+    /// when all are cached, and otherwise pushes down whole): the missing
+    /// ones are admitted all or none, valued by their bytes' mean benefit.
+    /// `None`: a segment on its own.
+    pub unit: Option<u64>,
 }
 
 impl Touch {
-    /// A segment of `key.len` bytes, weight 1.
+    /// A segment of `key.len` bytes, weight 1, on its own.
     pub fn of(key: SegmentKey) -> Touch {
-        Touch { size: key.len, key, weight: 1.0 }
+        Touch { size: key.len, key, weight: 1.0, unit: None }
     }
+}
+
+/// What Algorithm 1 considers admitting at once: one segment, or the
+/// missing segments of one unit.
+struct Candidate<'a> {
+    benefit: f64,
+    margin: f64,
+    size: u64,
+    touches: Vec<&'a Touch>,
 }
 
 /// What the framework decided for one query.
@@ -114,37 +131,87 @@ impl BenefitCache {
                 missing.push((self.policy.benefit(&t.key, now), t));
             }
         }
-        missing.sort_by(|a, b| b.0.total_cmp(&a.0).then_with(|| a.1.key.cmp(&b.1.key)));
+        let mut candidates: Vec<Candidate> = Vec::new();
+        let mut of_unit: HashMap<u64, usize> = HashMap::new();
+        for (benefit, t) in missing {
+            let margin = self.policy.admission_margin(t.size, t.weight);
+            match t.unit.and_then(|u| of_unit.get(&u).copied()) {
+                Some(i) => {
+                    // Byte-weighted sums for now, per byte below.
+                    let c = &mut candidates[i];
+                    if c.touches.len() == 1 {
+                        c.benefit *= c.size as f64;
+                        c.margin *= c.size as f64;
+                    }
+                    c.benefit += benefit * t.size as f64;
+                    c.margin += margin * t.size as f64;
+                    c.size += t.size;
+                    c.touches.push(t);
+                }
+                None => {
+                    if let Some(u) = t.unit {
+                        of_unit.insert(u, candidates.len());
+                    }
+                    candidates.push(Candidate { benefit, margin, size: t.size, touches: vec![t] });
+                }
+            }
+        }
+        for c in candidates.iter_mut().filter(|c| c.touches.len() > 1) {
+            c.benefit /= c.size.max(1) as f64;
+            c.margin /= c.size.max(1) as f64;
+        }
+        candidates.sort_by(|a, b| b.benefit.total_cmp(&a.benefit).then_with(|| a.touches[0].key.cmp(&b.touches[0].key)));
         // Victims: cached segments this query does not read, least benefit first.
         let mut victims: Vec<(f64, SegmentKey)> =
             self.cached.keys().filter(|k| !seen.contains(k)).map(|k| (self.policy.benefit(k, now), k.clone())).collect();
         victims.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-        let mut victims = victims.into_iter().peekable();
-        for (benefit, t) in missing {
-            if t.size > self.capacity {
-                decision.rejected.push(t.key.clone());
-                continue;
-            }
-            let margin = self.policy.admission_margin(t.size, t.weight);
-            let admitted = loop {
-                if self.used + t.size <= self.capacity {
-                    break true;
-                }
-                match victims.peek() {
-                    Some((victim_benefit, _)) if *victim_benefit + margin < benefit => {
-                        let (_, victim) = victims.next().expect("peeked");
-                        self.used -= self.cached.remove(&victim).expect("victims are cached");
-                        decision.evicted.push(victim);
+        let mut next_victim = 0;
+        for c in candidates {
+            let admitted = if c.size > self.capacity {
+                false
+            } else if c.touches.len() == 1 {
+                // Algorithm 1: evict while the victim is worth less.
+                loop {
+                    if self.used + c.size <= self.capacity {
+                        break true;
                     }
-                    _ => break false,
+                    match victims.get(next_victim) {
+                        Some((victim_benefit, victim)) if *victim_benefit + c.margin < c.benefit => {
+                            self.used -= self.cached.remove(victim).expect("victims are cached");
+                            decision.evicted.push(victim.clone());
+                            next_victim += 1;
+                        }
+                        _ => break false,
+                    }
                 }
-            };
-            if admitted {
-                self.used += t.size;
-                self.cached.insert(t.key.clone(), t.size);
-                decision.admitted.push(t.key.clone());
             } else {
-                decision.rejected.push(t.key.clone());
+                // A unit: evict only if that makes room for all of it.
+                let (mut end, mut freed) = (next_victim, 0);
+                while self.used - freed + c.size > self.capacity
+                    && let Some((victim_benefit, victim)) = victims.get(end)
+                    && *victim_benefit + c.margin < c.benefit
+                {
+                    freed += self.cached[victim];
+                    end += 1;
+                }
+                let fits = self.used - freed + c.size <= self.capacity;
+                if fits {
+                    for (_, victim) in &victims[next_victim..end] {
+                        self.used -= self.cached.remove(victim).expect("victims are cached");
+                        decision.evicted.push(victim.clone());
+                    }
+                    next_victim = end;
+                }
+                fits
+            };
+            for t in c.touches {
+                if admitted {
+                    self.used += t.size;
+                    self.cached.insert(t.key.clone(), t.size);
+                    decision.admitted.push(t.key.clone());
+                } else {
+                    decision.rejected.push(t.key.clone());
+                }
             }
         }
         self.bound_history();
@@ -306,6 +373,31 @@ mod tests {
         c.on_query(&[touch("dear", 1.0)]);
         c.on_query(&[touch("cheap", 0.3)]);
         assert_eq!(c.on_query(&[touch("cheap", 0.3)]).evicted, vec![k("dear")]);
+    }
+
+    /// The missing segments of one unit are admitted all or none: never a
+    /// part that fits while the rest does not, and victims are evicted only
+    /// when the whole unit then fits.
+    #[test]
+    fn a_unit_is_admitted_whole_or_not_at_all() {
+        let unit = |name: &str, u: u64| Touch { unit: Some(u), ..Touch::of(k(name)) };
+        let mut c = BenefitCache::new(150, Box::new(Lfu::default()));
+        let d = c.on_query(&[unit("a", 1), unit("b", 1)]);
+        assert_eq!((d.admitted.len(), d.rejected.len(), c.used()), (0, 2, 0), "200 bytes never fit in 150");
+        let mut c = BenefitCache::new(250, Box::new(Lfu::default()));
+        c.on_query(&q(&["x", "y"]));
+        c.on_query(&q(&["y"]));
+        // Read once like x: no lead, so nothing is evicted for the unit.
+        let d = c.on_query(&[unit("a", 7), unit("b", 7)]);
+        assert_eq!((d.admitted.len(), d.evicted.len()), (0, 0), "{d:?}");
+        // Read twice, the unit beats x (once) but not y (twice): evicting x
+        // alone leaves 150 bytes free for 200, so nothing moves.
+        let d = c.on_query(&[unit("a", 7), unit("b", 7)]);
+        assert_eq!((d.admitted.len(), d.evicted.len()), (0, 0), "{d:?}");
+        // Read a third time it beats y too: both go, the unit comes whole.
+        let d = c.on_query(&[unit("a", 7), unit("b", 7)]);
+        assert_eq!((d.admitted.len(), d.evicted.len()), (2, 2), "{d:?}");
+        assert!(c.contains(&k("a")) && c.contains(&k("b")) && c.used() == 200);
     }
 
     #[test]

@@ -236,6 +236,16 @@ impl SsdTier {
         inner.stats.used = inner.framework.used();
     }
 
+    /// Gives back the space of `key` if it was admitted but not written
+    /// (a hybrid scan pushed its row group down, so its bytes will not
+    /// come); a written entry stays.
+    pub fn abandon_unwritten(&self, key: &SegmentKey) {
+        let mut inner = self.lock();
+        if !inner.written.contains(key) && inner.framework.remove(key) {
+            inner.stats.used = inner.framework.used();
+        }
+    }
+
     /// A new capacity; the least valuable entries go until the rest fit.
     pub fn set_capacity(&self, capacity: u64) {
         let mut inner = self.lock();
@@ -479,6 +489,24 @@ mod tests {
             assert_eq!(again.read(&key(i)).as_deref(), Some(&payload(i)[..]));
         }
         assert_eq!(again.stats().hits, 3);
+    }
+
+    /// A pushed-down row group's admitted entries give their space back;
+    /// written ones stay.
+    #[test]
+    fn unwritten_admissions_can_be_given_back() {
+        let dir = tempfile::tempdir().unwrap();
+        let tier = SsdTier::open(dir.path(), 1000, Box::new(Lru::default())).unwrap();
+        put(&tier, 0);
+        assert_eq!(tier.plan(&[Touch::of(key(1))]), vec![key(1)]);
+        assert_eq!(tier.stats().used, 200);
+        tier.abandon_unwritten(&key(0));
+        tier.abandon_unwritten(&key(1));
+        assert_eq!(tier.stats().used, 100);
+        assert!(tier.holds(&key(0)) && tier.read(&key(0)).is_some());
+        // The bytes of an abandoned admission are no longer taken.
+        tier.write(&key(1), &payload(1));
+        assert!(!tier.holds(&key(1)));
     }
 
     #[test]

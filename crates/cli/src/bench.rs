@@ -239,7 +239,7 @@ pub enum BenchCommand {
         #[arg(long, default_value_t = 1)]
         seed: u64,
         /// Cache sizes of the size sweep, percent of the data.
-        #[arg(long, value_delimiter = ',', default_value = "5,10,20,40,80")]
+        #[arg(long, value_delimiter = ',', default_value = "2,5,7.5,10,20,40,80")]
         sizes: Vec<f64>,
         /// Zipf skew of the size sweep.
         #[arg(long, default_value_t = 2.0)]
@@ -248,7 +248,7 @@ pub enum BenchCommand {
         #[arg(long, value_delimiter = ',', default_value = "0,0.5,1,1.5,2,2.5")]
         thetas: Vec<f64>,
         /// Cache size of the skew sweep, percent of the data.
-        #[arg(long, default_value_t = 20.0)]
+        #[arg(long, default_value_t = 10.0)]
         fixed_size: f64,
         /// Cache sizes of the policy experiment, percent of the data.
         #[arg(long, value_delimiter = ',', default_value = "5,10,15,20")]

@@ -682,16 +682,24 @@ impl HybridExec {
                     miss_weight(self.pushdown.output_ratio(&self.shape), own, self.pushdown.model())
                 }
             };
+            // A unit is read here only when all its chunks are cached, so
+            // its chunks are admitted together or not at all.
             let touches: Vec<Touch> = units
                 .iter()
-                .flat_map(|u| {
+                .enumerate()
+                .flat_map(|(i, u)| {
                     let object: Arc<str> = Arc::from(u.object.display.as_str());
-                    u.chunks.iter().map(move |r| Touch { weight, ..Touch::of(SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start }) })
+                    u.chunks.iter().map(move |r| Touch { weight, unit: Some(i as u64), ..Touch::of(SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start }) })
                 })
                 .collect();
             tiers.plan_touches(&touches);
         }
         let routes = self.routes(self.pushdown.mode());
+        if let Some(tiers) = self.scan.source().tiers() {
+            for (u, _) in units.iter().zip(&routes).filter(|(_, r)| **r == Route::Push) {
+                tiers.release_unfilled(&u.object.display, &u.chunks);
+            }
+        }
         self.split.decide(routes.iter().map(|r| *r == Route::Push).collect());
         let counters = self.counters();
         for r in &routes {
