@@ -147,23 +147,26 @@ impl CostModel {
 
 }
 
-/// Whether the next uncached row group of `bytes` goes to the node, given
+/// Whether the next row group not wholly cached goes to the node, given
 /// the bytes each path already has: to the path that would finish it
 /// first at its measured rate (list scheduling on two machines of known
-/// speed). Until both rates are measured the paths count as equally fast,
-/// so that a scan of two or more row groups measures both.
+/// speed). Pushing it moves `push_bytes` (the whole row group: the node
+/// reads every chunk); fetching it only `fetch_bytes` (the chunks no tier
+/// holds), so a row group that is mostly cached is fetched. Until both
+/// rates are measured the paths count as equally fast, so that a scan of
+/// two or more row groups measures both.
 ///
 /// An earlier rule gave each path a share of the bytes by rate and sent
 /// each row group to the path further behind its share; with the one or
 /// two row groups a selective scan has, that sent every second row group
 /// to be fetched even when the node was many times faster (a fetch of a
 /// row group the node would have filtered to 2 % of its bytes).
-pub fn push_next(pushed: f64, fetched: f64, bytes: f64, push_rate: Option<f64>, fetch_rate: Option<f64>) -> bool {
+pub fn push_next(pushed: f64, fetched: f64, push_bytes: f64, fetch_bytes: f64, push_rate: Option<f64>, fetch_rate: Option<f64>) -> bool {
     let (p, f) = match (push_rate, fetch_rate) {
         (Some(p), Some(f)) if p > 0.0 && f > 0.0 => (p, f),
         _ => (1.0, 1.0),
     };
-    (pushed + bytes) / p <= (fetched + bytes) / f
+    (pushed + push_bytes) / p <= (fetched + fetch_bytes) / f
 }
 
 /// The engine's link to its storage node, shared by its queries.
@@ -653,16 +656,17 @@ impl HybridExec {
                     return Route::Cached;
                 }
                 let bytes = u.bytes() as f64;
+                let missing = tiers.map_or(bytes, |t| t.missing_bytes(&u.object.display, &u.chunks) as f64);
                 let push = match mode {
                     PushdownMode::Off => false,
                     PushdownMode::On => true,
-                    PushdownMode::Auto => push_next(pushed, fetched, bytes, rates.0, rates.1),
+                    PushdownMode::Auto => push_next(pushed, fetched, bytes, missing, rates.0, rates.1),
                 };
                 if push {
                     pushed += bytes;
                     Route::Push
                 } else {
-                    fetched += bytes;
+                    fetched += missing;
                     Route::Fetch
                 }
             })
@@ -761,12 +765,23 @@ impl HybridExec {
                 driver.run(queue, senders).await
             }));
         }
-        let bytes_of = |route: Route| units.iter().zip(&routes).filter(|(_, r)| **r == route).map(|(u, _)| u.bytes()).sum::<u64>();
+        // A fetched unit may have some chunks cached: only the rest is fetched.
+        let tiers = self.scan.source().tiers();
+        let (mut fetched_bytes, mut cached_bytes) = (0, 0);
+        for (u, r) in units.iter().zip(&routes) {
+            let missing = match r {
+                Route::Cached => 0,
+                Route::Fetch => tiers.map_or(u.bytes(), |t| t.missing_bytes(&u.object.display, &u.chunks)),
+                Route::Push => continue,
+            };
+            fetched_bytes += missing;
+            cached_bytes += u.bytes().saturating_sub(missing);
+        }
         let progress = Arc::new(LocalProgress {
             started: Instant::now(),
             open: std::sync::atomic::AtomicUsize::new(partitions),
-            fetched_bytes: bytes_of(Route::Fetch),
-            cached_bytes: bytes_of(Route::Cached),
+            fetched_bytes,
+            cached_bytes,
             pushdown: self.pushdown.clone(),
         });
         Ok(Run { pushed: receivers, go, tasks: handles, progress })
@@ -1084,7 +1099,7 @@ mod tests {
             units
                 .iter()
                 .map(|b| {
-                    let push = push_next(pushed, fetched, *b, p, f);
+                    let push = push_next(pushed, fetched, *b, *b, p, f);
                     if push { pushed += b } else { fetched += b }
                     push
                 })
@@ -1098,6 +1113,10 @@ mod tests {
         assert_eq!(split(&[1.0, 1.0], Some(300.0), Some(100.0)), [true, true]);
         // A node slower than the link fetches most.
         assert_eq!(split(&[1.0; 4], Some(50.0), Some(100.0)).iter().filter(|p| **p).count(), 1);
+        // A row group mostly cached is fetched (a tenth of it is missing)
+        // although the node is three times as fast on the whole of it.
+        assert!(!push_next(0.0, 0.0, 1.0, 0.1, Some(300.0), Some(100.0)));
+        assert!(push_next(0.0, 0.0, 1.0, 0.5, Some(300.0), Some(100.0)));
         let mut b = CostModel::blend(None, 100.0);
         assert_eq!(b, Some(100.0));
         b = CostModel::blend(b, 200.0);

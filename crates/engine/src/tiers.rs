@@ -307,6 +307,20 @@ impl Tiers {
         self.account();
     }
 
+    /// Bytes of `chunks` of `object` that no tier holds: what reading the
+    /// unit here would still fetch.
+    pub(crate) fn missing_bytes(&self, object: &str, chunks: &[Range<u64>]) -> u64 {
+        let object: Arc<str> = Arc::from(object);
+        chunks
+            .iter()
+            .filter(|r| {
+                let key = SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start };
+                !(self.memory.as_ref().is_some_and(|m| m.holds(&key)) || self.ssd.as_ref().is_some_and(|s| s.holds(&key)))
+            })
+            .map(|r| r.end - r.start)
+            .sum()
+    }
+
     /// Starts recording every scan's segments (what an offline policy such
     /// as Belady needs), dropping what was recorded before.
     pub fn record_trace(&self) {
