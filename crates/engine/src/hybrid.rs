@@ -330,8 +330,12 @@ impl Pushdown {
     /// The push rate of chains of `shape` (the engine-wide one until that
     /// shape was pushed).
     pub fn push_rate(&self, shape: &str) -> Option<f64> {
-        let own = self.shapes.lock().expect("not poisoned").get(shape).and_then(|f| f.push_bytes_per_second);
-        own.or(self.model().push_bytes_per_second)
+        self.shape_push_rate(shape).or(self.model().push_bytes_per_second)
+    }
+
+    /// The push rate measured on chains of `shape` only.
+    fn shape_push_rate(&self, shape: &str) -> Option<f64> {
+        self.shapes.lock().expect("not poisoned").get(shape).and_then(|f| f.push_bytes_per_second)
     }
 
     fn observe_ratio(&self, shape: &Arc<str>, ratio: f64) {
@@ -544,10 +548,10 @@ pub(crate) struct Probe {
 /// the node's part its engine-wide time per byte relative to a fetch.
 /// Clamped to [0.01, 1]. Segments of scans that cannot push weigh 1.
 fn miss_weight(output_ratio: Option<f64>, shape_push_rate: Option<f64>, model: CostModel) -> f64 {
-    if let (Some(f), Some(p)) = (model.fetch_bytes_per_second, shape_push_rate) {
-        if p > 0.0 {
-            return (f / p).clamp(0.01, 1.0);
-        }
+    if let (Some(f), Some(p)) = (model.fetch_bytes_per_second, shape_push_rate)
+        && p > 0.0
+    {
+        return (f / p).clamp(0.01, 1.0);
     }
     let network = output_ratio.unwrap_or(0.5);
     let node = match (model.fetch_bytes_per_second, model.push_bytes_per_second) {
@@ -644,7 +648,8 @@ impl HybridExec {
     }
 
     /// Where each unit goes now, from the tiers' contents and the mode.
-    fn routes(&self, mode: PushdownMode) -> Vec<Route> {
+    /// Also returns, per unit, the bytes of its chunks no tier holds.
+    fn routes(&self, mode: PushdownMode) -> (Vec<Route>, Vec<u64>) {
         let tiers = self.scan.source().tiers();
         let rates = (self.pushdown.push_rate(&self.shape), self.pushdown.model().fetch_bytes_per_second);
         let (mut pushed, mut fetched) = (0f64, 0f64);
@@ -652,25 +657,25 @@ impl HybridExec {
             .units()
             .iter()
             .map(|u| {
-                if tiers.is_some_and(|t| t.serves(&u.object.display, &u.chunks)) {
-                    return Route::Cached;
+                let missing = tiers.map_or(u.bytes(), |t| t.missing_bytes(&u.object.display, &u.chunks));
+                if tiers.is_some() && missing == 0 {
+                    return (Route::Cached, 0);
                 }
                 let bytes = u.bytes() as f64;
-                let missing = tiers.map_or(bytes, |t| t.missing_bytes(&u.object.display, &u.chunks) as f64);
                 let push = match mode {
                     PushdownMode::Off => false,
                     PushdownMode::On => true,
-                    PushdownMode::Auto => push_next(pushed, fetched, bytes, missing, rates.0, rates.1),
+                    PushdownMode::Auto => push_next(pushed, fetched, bytes, missing as f64, rates.0, rates.1),
                 };
                 if push {
                     pushed += bytes;
-                    Route::Push
+                    (Route::Push, missing)
                 } else {
-                    fetched += missing;
-                    Route::Fetch
+                    fetched += missing as f64;
+                    (Route::Fetch, missing)
                 }
             })
-            .collect()
+            .unzip()
     }
 
     /// Tells the tiers of the access, splits the units, starts the pushed
@@ -681,10 +686,7 @@ impl HybridExec {
         if let Some(tiers) = self.scan.source().tiers() {
             let weight = match self.pushdown.mode() {
                 PushdownMode::Off => 1.0,
-                _ => {
-                    let own = self.pushdown.shapes.lock().expect("not poisoned").get(&self.shape).and_then(|f| f.push_bytes_per_second);
-                    miss_weight(self.pushdown.output_ratio(&self.shape), own, self.pushdown.model())
-                }
+                _ => miss_weight(self.pushdown.output_ratio(&self.shape), self.pushdown.shape_push_rate(&self.shape), self.pushdown.model()),
             };
             // A unit is read here only when all its chunks are cached, so
             // its chunks are admitted together or not at all.
@@ -698,7 +700,7 @@ impl HybridExec {
                 .collect();
             tiers.plan_touches(&touches);
         }
-        let routes = self.routes(self.pushdown.mode());
+        let (routes, missing) = self.routes(self.pushdown.mode());
         if let Some(tiers) = self.scan.source().tiers() {
             for (u, _) in units.iter().zip(&routes).filter(|(_, r)| **r == Route::Push) {
                 tiers.release_unfilled(&u.object.display, &u.chunks);
@@ -766,16 +768,12 @@ impl HybridExec {
             }));
         }
         // A fetched unit may have some chunks cached: only the rest is fetched.
-        let tiers = self.scan.source().tiers();
         let (mut fetched_bytes, mut cached_bytes) = (0, 0);
-        for (u, r) in units.iter().zip(&routes) {
-            let missing = match r {
-                Route::Cached => 0,
-                Route::Fetch => tiers.map_or(u.bytes(), |t| t.missing_bytes(&u.object.display, &u.chunks)),
-                Route::Push => continue,
-            };
-            fetched_bytes += missing;
-            cached_bytes += u.bytes().saturating_sub(missing);
+        for ((u, r), missing) in units.iter().zip(&routes).zip(&missing) {
+            if *r != Route::Push {
+                fetched_bytes += missing;
+                cached_bytes += u.bytes().saturating_sub(*missing);
+            }
         }
         let progress = Arc::new(LocalProgress {
             started: Instant::now(),
@@ -934,7 +932,7 @@ impl DisplayAs for HybridExec {
         if t == DisplayFormatType::TreeRender {
             return write!(f, "node={}\nmode={}", self.pushdown.client.endpoint(), mode.name());
         }
-        let routes = self.routes(mode);
+        let (routes, _) = self.routes(mode);
         let count = |r: Route| routes.iter().filter(|x| **x == r).count();
         let model = self.pushdown.model();
         let rate = |r: Option<f64>| r.map_or("not measured".to_string(), |r| format!("{:.1} MiB/s", r / 1048576.0));

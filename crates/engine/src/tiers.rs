@@ -277,16 +277,6 @@ impl Tiers {
         }
     }
 
-    /// Whether every one of `chunks` of `object` (its display name) is in a
-    /// tier or admitted to one: a hybrid scan reads such a unit itself.
-    pub(crate) fn serves(&self, object: &str, chunks: &[Range<u64>]) -> bool {
-        let object: Arc<str> = Arc::from(object);
-        chunks.iter().all(|r| {
-            let key = SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start };
-            self.memory.as_ref().is_some_and(|m| m.holds(&key)) || self.ssd.as_ref().is_some_and(|s| s.holds(&key))
-        })
-    }
-
     /// A hybrid scan pushed down a unit with these `chunks` of `object`:
     /// those the tiers admitted for it will not be fetched, so their space
     /// is given back (chunks already here stay). Without this, a row group
@@ -307,8 +297,9 @@ impl Tiers {
         self.account();
     }
 
-    /// Bytes of `chunks` of `object` that no tier holds: what reading the
-    /// unit here would still fetch.
+    /// Bytes of `chunks` of `object` (its display name) that are neither in
+    /// a tier nor admitted to one: what reading the unit here would still
+    /// fetch (0: a hybrid scan reads the unit itself).
     pub(crate) fn missing_bytes(&self, object: &str, chunks: &[Range<u64>]) -> u64 {
         let object: Arc<str> = Arc::from(object);
         chunks
