@@ -480,6 +480,7 @@ fn fragment(chain: &Arc<dyn ExecutionPlan>, scan: &BlobScanExec, units: &[ScanUn
         row_groups: units.iter().map(|u| u.row_group).collect(),
         columns: projection,
         deleted: first.object.deleted.clone(),
+        selections: units.iter().map(|u| u.selection.clone()).collect(),
     };
     with_leaf(chain, Arc::new(ObjectSliceExec::new(slice, scan.schema())))
 }

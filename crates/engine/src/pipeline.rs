@@ -36,8 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use datafusion::arrow::array::{ArrayRef, BooleanArray, BooleanBufferBuilder, RecordBatch, RecordBatchOptions, UInt64Array};
-use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::{DataFusionError, Result};
@@ -53,6 +52,7 @@ use roaring::RoaringBitmap;
 use tokio::sync::{Notify, mpsc};
 
 use blobhouse_storage::StorageError;
+use blobhouse_storage::rows::{Positions, RowRanges, drop_deleted, row_ids};
 
 use crate::chunks::{FetchedChunks, Span};
 use crate::runtime_filter::{RowFilter, RuntimeFilters};
@@ -657,6 +657,9 @@ impl Consumer {
 
 /// A row group being decoded, a batch at a time; rows that the object's
 /// deletion vector deletes are dropped here, before any filter sees them.
+/// When the page index ruled pages out, only the unit's selected rows are
+/// decoded, and their positions (for row ids and deletes) follow from the
+/// selection ([`blobhouse_storage::rows`]).
 struct Decoding {
     reader: Option<ParquetRecordBatchReader>,
     /// No data column: rows not yet handed on (counted, not decoded).
@@ -665,8 +668,8 @@ struct Decoding {
     /// Per output column: its position in the reader's output (file
     /// order), or `None` for the row ids.
     positions: Vec<Option<usize>>,
-    /// Position in the row group of the next row to decode.
-    next_row: u64,
+    /// Where in the row group the next decoded rows are.
+    rows_at: Positions,
     /// The row group's first row in its object.
     first_row: u64,
     /// The object's ordinal, the upper half of its row ids.
@@ -688,12 +691,13 @@ impl Decoding {
         let mut sorted: Vec<usize> = projection.iter().copied().filter(|&c| c != row_id_column).collect();
         sorted.sort_unstable();
         let positions = projection.iter().map(|c| if *c == row_id_column { None } else { sorted.binary_search(c).ok() }).collect();
+        let selected = unit.selection.clone().unwrap_or_else(|| Arc::new(RowRanges::all(unit.rows)));
         let mut d = Decoding {
             reader: None,
             rows_only: None,
             batch_size,
             positions,
-            next_row: 0,
+            rows_at: Positions::new(selected.clone()),
             first_row: unit.first_row,
             ordinal: object.ordinal,
             deleted: object.deleted.clone(),
@@ -702,18 +706,19 @@ impl Decoding {
             held,
         };
         if sorted.is_empty() {
-            d.rows_only = Some(unit.rows as usize);
+            d.rows_only = Some(selected.selected() as usize);
             return Ok(d);
         }
         let wrap = |e: parquet::errors::ParquetError| DataFusionError::External(Box::new(StorageError::Parquet { location: object.display.clone(), source: e }));
         let mask = ProjectionMask::roots(object.reader.metadata().file_metadata().schema_descr(), sorted.iter().copied());
-        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(a.chunks, object.reader.clone())
+        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(a.chunks, object.reader.clone())
             .with_row_groups(vec![unit.row_group])
             .with_projection(mask)
-            .with_batch_size(batch_size)
-            .build()
-            .map_err(wrap)?;
-        d.reader = Some(reader);
+            .with_batch_size(batch_size);
+        if unit.selection.is_some() {
+            builder = builder.with_row_selection(selected.selection());
+        }
+        d.reader = Some(builder.build().map_err(wrap)?);
         Ok(d)
     }
 
@@ -733,20 +738,19 @@ impl Decoding {
                     let rows = b.num_rows();
                     (Some(b), rows)
                 }
-                Err(e) => return Some(Err(DataFusionError::External(Box::new(StorageError::Corrupt { location: self.location.clone(), reason: e.to_string() })))),
+                Err(e) => return Some(Err(self.corrupt(e.to_string()))),
             },
         };
-        let start = self.first_row + self.next_row;
-        self.next_row += rows as u64;
+        let at = self.rows_at.take(rows);
+        if at.iter().map(|r| r.end - r.start).sum::<u64>() != rows as u64 {
+            return Some(Err(self.corrupt(format!("the decoder returned more rows than the {} selected", self.rows_at.selected()))));
+        }
         let columns: Vec<ArrayRef> = self
             .positions
             .iter()
             .map(|p| match (p, &decoded) {
                 (Some(i), Some(b)) => b.column(*i).clone(),
-                _ => {
-                    let high = u64::from(self.ordinal) << 32;
-                    Arc::new((start..start + rows as u64).map(|r| high | r).collect::<UInt64Array>()) as ArrayRef
-                }
+                _ => Arc::new(row_ids(self.ordinal, self.first_row, &at)) as ArrayRef,
             })
             .collect();
         let opts = RecordBatchOptions::new().with_row_count(Some(rows));
@@ -754,24 +758,11 @@ impl Decoding {
             Ok(b) => b,
             Err(e) => return Some(Err(e.into())),
         };
-        let Some(deleted) = self.deleted.as_ref().filter(|d| d.range_cardinality(start as u32..(start + rows as u64) as u32) > 0) else {
-            return Some(Ok((batch, 0)));
-        };
-        // All true, then the deleted positions cleared: work in proportion
-        // to the deleted rows, not to the batch.
-        let mut bits = BooleanBufferBuilder::new(rows);
-        bits.append_n(rows, true);
-        for r in deleted.range(start as u32..(start + rows as u64) as u32) {
-            bits.set_bit((u64::from(r) - start) as usize, false);
-        }
-        let keep = BooleanArray::new(bits.finish(), None);
-        let kept = keep.true_count();
-        let result = if batch.num_columns() == 0 {
-            RecordBatch::try_new_with_options(schema.clone(), vec![], &RecordBatchOptions::new().with_row_count(Some(kept))).map_err(Into::into)
-        } else {
-            filter_record_batch(&batch, &keep).map_err(Into::into)
-        };
-        Some(result.map(|b| (b, rows - kept)))
+        Some(drop_deleted(batch, self.first_row, &at, self.deleted.as_deref()).map_err(Into::into))
+    }
+
+    fn corrupt(&self, reason: String) -> DataFusionError {
+        DataFusionError::External(Box::new(StorageError::Corrupt { location: self.location.clone(), reason }))
     }
 }
 

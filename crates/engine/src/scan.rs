@@ -27,6 +27,7 @@ use datafusion::logical_expr::utils::conjunction;
 use datafusion::physical_expr::utils::{collect_columns, reassign_expr_columns};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
+use datafusion::datasource::physical_plan::parquet::{PagePruningAccessPlanFilter, ParquetAccessPlan, ParquetFileMetrics, RowGroupAccess};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::execution_plan::apply_expression_roots;
@@ -40,9 +41,11 @@ use datafusion::physical_plan::{
 use datafusion::catalog::Session;
 use object_store::path::Path;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
-use parquet::file::metadata::ParquetMetaDataReader;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
 
+use blobhouse_storage::chunks::FetchedChunks;
 use blobhouse_storage::format::DataObject;
+use blobhouse_storage::rows::RowRanges;
 use blobhouse_storage::{Database, LiveObject, StorageError, TableData};
 use roaring::RoaringBitmap;
 
@@ -77,9 +80,20 @@ impl FooterCache {
         let footer = base64::engine::general_purpose::STANDARD
             .decode(&object.footer)
             .map_err(|e| corrupt(format!("footer is not base64: {e}")))?;
-        let meta = ParquetMetaDataReader::decode_metadata(&footer).map_err(|e| corrupt(format!("footer does not decode: {e}")))?;
+        let mut meta = ParquetMetaDataReader::decode_metadata(&footer).map_err(|e| corrupt(format!("footer does not decode: {e}")))?;
         if meta.num_row_groups() != object.row_groups.len() {
             return Err(corrupt("footer and manifest disagree on the row groups".into()));
+        }
+        if let Some(index) = &object.page_index {
+            // The page index: column indexes (per page min/max) and offset
+            // indexes (per page first row), from the manifest too.
+            let bytes = base64::engine::general_purpose::STANDARD
+                .decode(&index.bytes)
+                .map_err(|e| corrupt(format!("page index is not base64: {e}")))?;
+            let held = FetchedChunks::new(vec![(index.offset, bytes.into())], object.size, location.clone());
+            let mut reader = ParquetMetaDataReader::new_with_metadata(meta).with_page_index_policy(PageIndexPolicy::Required);
+            reader.read_page_indexes_sized(&held, object.size).map_err(|e| corrupt(format!("page index does not decode: {e}")))?;
+            meta = reader.finish().map_err(|e| corrupt(format!("page index does not decode: {e}")))?;
         }
         let meta = ArrowReaderMetadata::try_new(Arc::new(meta), ArrowReaderOptions::new()).map_err(|e| corrupt(e.to_string()))?;
         if self.reservation.try_grow(meta.metadata().memory_size()).is_ok() {
@@ -118,6 +132,9 @@ pub(crate) struct ScanUnit {
     /// Rows of the row group, and its first row's position in the object.
     pub rows: u64,
     pub first_row: u64,
+    /// The rows to decode when the page index ruled some out (`None`: all).
+    /// The chunks are still fetched and cached whole.
+    pub selection: Option<Arc<RowRanges>>,
     /// The column chunks it reads (the caches' segments), in projection order.
     pub chunks: Vec<Range<u64>>,
     /// Their requests to the store when none is cached.
@@ -139,6 +156,9 @@ struct PlanSummary {
     bytes_planned: u64,
     bytes_skipped: u64,
     requests_planned: usize,
+    /// Rows of row groups kept by the zone maps that page-index pruning
+    /// leaves undecoded (whole row groups it prunes included).
+    rows_skipped_by_pages: u64,
 }
 
 /// The scan operator of blobhouse tables.
@@ -285,7 +305,49 @@ impl BlobScanExec {
             }
         }
         // Zone-map pruning; row groups whose rows are all deleted go too.
-        let keep: Vec<bool> = prune(state, &req.table_schema, req.filters, &all).into_iter().zip(&placement).map(|(k, p)| k && p.2 > 0).collect();
+        let mut keep: Vec<bool> = prune(state, &req.table_schema, req.filters, &all).into_iter().zip(&placement).map(|(k, p)| k && p.2 > 0).collect();
+        let mut readers: HashMap<&str, ArrowReaderMetadata> = HashMap::new();
+        for ((object, _), _) in all.iter().zip(&keep).filter(|(_, k)| **k) {
+            if !readers.contains_key(object.path.as_str()) {
+                readers.insert(object.path.as_str(), footers.get(db, object)?);
+            }
+        }
+        // Page-index pruning of the row groups kept: the rows whose pages
+        // may hold matches. A row group none of whose pages may is pruned.
+        let mut selections: Vec<Option<Arc<RowRanges>>> = vec![None; all.len()];
+        let mut summary = PlanSummary { row_groups_total: all.len(), ..Default::default() };
+        if let Some(pages) = PageFilter::new(state, &req.table_schema, req.row_ids, req.filters) {
+            let mut i = 0;
+            while i < all.len() {
+                let object = all[i].0;
+                let end = i + all[i..].iter().take_while(|(o, _)| std::ptr::eq(*o, object)).count();
+                let wanted: Vec<usize> = (i..end).filter(|&j| keep[j]).map(|j| all[j].1).collect();
+                if !wanted.is_empty() {
+                    let access = pages.select(&readers[object.path.as_str()], &wanted);
+                    for j in i..end {
+                        if !keep[j] {
+                            continue;
+                        }
+                        let rows = object.row_groups[all[j].1].rows;
+                        match &access[all[j].1] {
+                            RowGroupAccess::Skip => {
+                                keep[j] = false;
+                                summary.rows_skipped_by_pages += rows;
+                            }
+                            RowGroupAccess::Selection(s) => {
+                                let ranges = RowRanges::from_selection(s, rows);
+                                summary.rows_skipped_by_pages += rows - ranges.selected();
+                                placement[j].2 = ranges.live(placement[j].1, placement[j].0.deleted.as_deref());
+                                keep[j] = placement[j].2 > 0;
+                                selections[j] = Some(Arc::new(ranges));
+                            }
+                            RowGroupAccess::Scan => {}
+                        }
+                    }
+                }
+                i = end;
+            }
+        }
         let any_deleted = req.data.objects.iter().any(|l| l.vector.is_some());
 
         let mut kept: Vec<(&DataObject, usize)> = all.iter().zip(&keep).filter(|(_, k)| **k).map(|(rg, _)| *rg).collect();
@@ -310,13 +372,12 @@ impl BlobScanExec {
             }
         }
         let unit_zone_maps = Arc::new(ZoneMaps::new(&req.table_schema, &projection, &kept));
-        let mut summary = PlanSummary { row_groups_total: all.len(), ..Default::default() };
         let mut units = Vec::new();
         let mut objects: HashMap<&str, Arc<ScanObject>> = HashMap::new();
         let mut rows_planned = 0u64;
         let mut decoded_bytes = vec![0u64; projection.len()];
         let data_columns: Vec<usize> = projection.iter().copied().filter(|&c| c != row_id_column).collect();
-        for (((object, rg), keep), (live, first_row, live_rows)) in all.iter().zip(keep).zip(&placement) {
+        for ((((object, rg), keep), (live, first_row, live_rows)), selection) in all.iter().zip(keep).zip(&placement).zip(selections) {
             let rg_meta = &object.row_groups[*rg];
             let all_bytes: u64 = rg_meta.columns.iter().map(|c| c.length).sum();
             let limit_reached = req.limit.is_some_and(|l| rows_planned >= l as u64);
@@ -336,7 +397,7 @@ impl BlobScanExec {
                         display: db.location().display(&path),
                         path,
                         size: object.size,
-                        reader: footers.get(db, object)?,
+                        reader: readers[object.path.as_str()].clone(),
                         ordinal: live.ordinal,
                         deleted: live.deleted.clone(),
                     });
@@ -352,7 +413,8 @@ impl BlobScanExec {
             }
             let ranges: Vec<Range<u64>> = data_columns.iter().map(|&c| rg_meta.columns[c].range()).collect();
             let spans = if data_columns.is_empty() { Vec::new() } else { req.policy.plan(&ranges) };
-            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, first_row: *first_row, chunks: ranges, spans };
+            let selection = selection.filter(|s| !s.is_all());
+            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, first_row: *first_row, selection, chunks: ranges, spans };
             summary.bytes_planned += unit.bytes();
             summary.bytes_skipped += all_bytes.saturating_sub(unit.bytes());
             summary.requests_planned += unit.spans.iter().map(|s| s.requests.len()).sum::<usize>();
@@ -377,6 +439,7 @@ impl BlobScanExec {
         let metrics = ExecutionPlanMetricsSet::new();
         MetricBuilder::new(&metrics).global_counter("row_groups_pruned").add(summary.row_groups_pruned);
         MetricBuilder::new(&metrics).global_counter("bytes_skipped").add(summary.bytes_skipped as usize);
+        MetricBuilder::new(&metrics).global_counter("rows_skipped_by_page_index").add(summary.rows_skipped_by_pages as usize);
         let counters = ScanCounters::new(&metrics, req.source.download_manager().is_some());
         let pushed_predicate = physical_predicate(state, &schema, req.filters);
         Ok(BlobScanExec {
@@ -556,6 +619,42 @@ fn physical_predicate(state: &dyn Session, schema: &SchemaRef, filters: &[Expr])
     state.create_physical_expr(predicate, &df_schema).ok()
 }
 
+/// Page-index pruning: which rows of a row group may match a scan's
+/// filters, by the min/max of their pages (DataFusion's page filter over
+/// the page index that the manifest carries).
+struct PageFilter {
+    filter: PagePruningAccessPlanFilter,
+    metrics: ExecutionPlanMetricsSet,
+}
+
+impl PageFilter {
+    /// `None` when no filter can prune pages.
+    fn new(state: &dyn Session, table_schema: &SchemaRef, row_ids: bool, filters: &[Expr]) -> Option<PageFilter> {
+        // The files' columns: the table's, without the row ids.
+        let columns = table_schema.fields().len() - usize::from(row_ids);
+        let file_schema = Arc::new(table_schema.project(&(0..columns).collect::<Vec<_>>()).ok()?);
+        let predicate = physical_predicate(state, &file_schema, filters)?;
+        let filter = PagePruningAccessPlanFilter::new(&predicate, file_schema);
+        (filter.filter_number() > 0).then(|| PageFilter { filter, metrics: ExecutionPlanMetricsSet::new() })
+    }
+
+    /// How to read each of the object's row groups, for `row_groups` (the
+    /// others are skipped): all rows, some, or none. All rows when the
+    /// object has no page index.
+    fn select(&self, reader: &ArrowReaderMetadata, row_groups: &[usize]) -> Vec<RowGroupAccess> {
+        let meta = reader.metadata();
+        let mut plan = ParquetAccessPlan::new_none(meta.num_row_groups());
+        for &rg in row_groups {
+            plan.scan(rg);
+        }
+        if meta.column_index().is_none() || meta.offset_index().is_none() {
+            return plan.into_inner();
+        }
+        let file_metrics = ParquetFileMetrics::new(0, "", &self.metrics);
+        self.filter.prune_plan_with_page_index(plan, reader.schema(), meta.file_metadata().schema_descr(), meta, &file_metrics).into_inner()
+    }
+}
+
 /// Which row groups may hold rows matching `filters` (true = read it).
 fn prune(state: &dyn Session, schema: &SchemaRef, filters: &[Expr], all: &[(&DataObject, usize)]) -> Vec<bool> {
     let keep_all = vec![true; all.len()];
@@ -662,6 +761,9 @@ impl DisplayAs for BlobScanExec {
                     self.summary.requests_planned,
                     self.summary.bytes_planned,
                 )?;
+                if self.summary.rows_skipped_by_pages > 0 {
+                    write!(f, ", page_index_skips={} rows", self.summary.rows_skipped_by_pages)?;
+                }
                 if !self.filters.is_empty() {
                     write!(f, ", pruning_filters=[{}]", self.filters.join(", "))?;
                 }
@@ -810,6 +912,7 @@ impl BlobScanExec {
             runtime_skipped_row_groups: get("runtime_filter_row_groups_skipped"),
             runtime_dropped_rows: get("runtime_filter_rows_dropped"),
             rows_deleted: get("rows_deleted"),
+            rows_skipped_by_page_index: self.summary.rows_skipped_by_pages,
             memory_hits: get("cache_memory_hits"),
             memory_bytes: get("cache_memory_bytes"),
             ssd_hits: get("cache_ssd_hits"),
@@ -845,6 +948,9 @@ pub struct ScanMetrics {
     pub runtime_dropped_rows: u64,
     /// Decoded rows dropped because they are deleted.
     pub rows_deleted: u64,
+    /// Rows of row groups kept by the zone maps that the page index left
+    /// undecoded.
+    pub rows_skipped_by_page_index: u64,
     /// Column chunks served by the memory and SSD tiers, and their bytes.
     pub memory_hits: u64,
     pub memory_bytes: u64,
@@ -871,6 +977,7 @@ impl std::ops::AddAssign for ScanMetrics {
         self.runtime_skipped_row_groups += o.runtime_skipped_row_groups;
         self.runtime_dropped_rows += o.runtime_dropped_rows;
         self.rows_deleted += o.rows_deleted;
+        self.rows_skipped_by_page_index += o.rows_skipped_by_page_index;
         self.memory_hits += o.memory_hits;
         self.memory_bytes += o.memory_bytes;
         self.ssd_hits += o.ssd_hits;

@@ -30,6 +30,7 @@ use prost::Message;
 use roaring::RoaringBitmap;
 
 use blobhouse_storage::keys::parse_object_name;
+use blobhouse_storage::rows::RowRanges;
 
 use crate::bloom::{BloomFilter, BloomProbeExpr};
 use crate::slice::{ObjectSlice, ObjectSliceExec, SliceReader};
@@ -67,6 +68,20 @@ struct SliceNode {
     deleted: Vec<u8>,
     #[prost(message, optional, tag = "5")]
     schema: Option<protobuf::Schema>,
+    /// None (all rows of every row group), or one per row group.
+    #[prost(message, repeated, tag = "6")]
+    selections: Vec<SelectionNode>,
+}
+
+/// The rows of one row group to decode (a [`RowRanges`] on the wire).
+#[derive(Clone, PartialEq, prost::Message)]
+struct SelectionNode {
+    /// Rows of the row group.
+    #[prost(uint64, tag = "1")]
+    rows: u64,
+    /// Start and end of each selected range; empty: all rows.
+    #[prost(uint64, repeated, tag = "2")]
+    bounds: Vec<u64>,
 }
 
 /// A [`BloomProbeExpr`] on the wire (its key expressions are its inputs).
@@ -130,11 +145,30 @@ impl PhysicalExtensionCodec for SliceCodec {
             let d = RoaringBitmap::deserialize_from(&node.deleted[..]).map_err(|e| invalid(format!("the slice's deleted rows do not decode: {e}")))?;
             Some(Arc::new(d))
         };
+        if !node.selections.is_empty() && node.selections.len() != node.row_groups.len() {
+            return Err(invalid(format!("the slice has {} row selections for {} row groups", node.selections.len(), node.row_groups.len())));
+        }
+        let selections = node
+            .selections
+            .iter()
+            .zip(&node.row_groups)
+            .map(|(s, rg)| {
+                if s.bounds.is_empty() {
+                    return Ok(None);
+                }
+                if s.bounds.len() % 2 != 0 {
+                    return Err(invalid(format!("the row selection of row group {rg} has an odd number of bounds")));
+                }
+                let ranges = s.bounds.chunks_exact(2).map(|b| b[0]..b[1]).collect();
+                RowRanges::try_new(ranges, s.rows).map(|r| Some(Arc::new(r))).map_err(|e| invalid(format!("the row selection of row group {rg} is malformed: {e}")))
+            })
+            .collect::<Result<Vec<_>>>()?;
         let slice = ObjectSlice {
             object: node.object,
             row_groups: node.row_groups.iter().map(|r| *r as usize).collect(),
             columns: node.columns.iter().map(|c| *c as usize).collect(),
             deleted,
+            selections,
         };
         let exec = ObjectSliceExec::new(slice, Arc::new(schema));
         Ok(Arc::new(match &self.reader {
@@ -171,6 +205,17 @@ impl PhysicalExtensionCodec for SliceCodec {
             columns: slice.columns.iter().map(|c| *c as u32).collect(),
             deleted,
             schema: Some(schema),
+            selections: match slice.selections.iter().any(Option::is_some) {
+                false => Vec::new(),
+                true => slice
+                    .selections
+                    .iter()
+                    .map(|s| match s {
+                        None => SelectionNode { rows: 0, bounds: Vec::new() },
+                        Some(r) => SelectionNode { rows: r.rows(), bounds: r.ranges().iter().flat_map(|r| [r.start, r.end]).collect() },
+                    })
+                    .collect(),
+            },
         }
         .encode(buf)
         .map_err(|e| DataFusionError::External(Box::new(e)))
@@ -283,7 +328,7 @@ mod tests {
         use datafusion::physical_expr::expressions::col;
         use datafusion::physical_plan::filter::FilterExec;
         let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
-        let slice = ObjectSlice { object: blobhouse_storage::keys::object_name(1, "parquet"), row_groups: vec![0], columns: vec![0], deleted: None };
+        let slice = ObjectSlice { object: blobhouse_storage::keys::object_name(1, "parquet"), row_groups: vec![0], columns: vec![0], deleted: None, selections: Vec::new() };
         let leaf = Arc::new(ObjectSliceExec::new(slice, schema.clone()));
         let mut keys: Vec<u64> = (1..100).collect();
         let filter = Arc::new(BloomFilter::from_hashes(&mut keys).unwrap());
@@ -311,5 +356,36 @@ mod tests {
             assert!(e.contains(why), "{e}");
         }
         assert!(SliceCodec::decode_bloom(&ok, &[]).unwrap_err().to_string().contains("1 to 8 key columns"));
+    }
+
+    #[test]
+    fn row_selections_travel_and_malformed_ones_are_refused() {
+        use datafusion::arrow::datatypes::{DataType, Field};
+        let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+        let ctx = datafusion::prelude::SessionContext::new().task_ctx();
+        let codec = SliceCodec::default();
+        let object = blobhouse_storage::keys::object_name(1, "parquet");
+        let selection = Arc::new(RowRanges::try_new(vec![0..100, 4000..5000], 20_000).unwrap());
+        let slice = ObjectSlice { object: object.clone(), row_groups: vec![0, 1], columns: vec![0], deleted: None, selections: vec![Some(selection), None] };
+        let mut buf = Vec::new();
+        codec.try_encode(Arc::new(ObjectSliceExec::new(slice.clone(), schema.clone())), &mut buf, &datafusion_proto::physical_plan::DefaultPhysicalProtoConverter {}).unwrap();
+        let decoded = codec.try_decode(&buf, &[], &ctx, &datafusion_proto::physical_plan::DefaultPhysicalProtoConverter {}).unwrap();
+        assert_eq!(decoded.downcast_ref::<ObjectSliceExec>().unwrap().slice(), &slice);
+
+        let node = |selections: Vec<SelectionNode>| {
+            let schema = protobuf::Schema::try_from(schema.as_ref()).unwrap();
+            SliceNode { object: object.clone(), row_groups: vec![0, 1], columns: vec![0], deleted: vec![], schema: Some(schema), selections }.encode_to_vec()
+        };
+        let all = || SelectionNode { rows: 0, bounds: vec![] };
+        for (bad, why) in [
+            (vec![all()], "1 row selections for 2 row groups"),
+            (vec![SelectionNode { rows: 10, bounds: vec![1, 2, 3] }, all()], "odd number of bounds"),
+            (vec![SelectionNode { rows: 10, bounds: vec![1, 5, 4, 6] }, all()], "overlaps"),
+            (vec![all(), SelectionNode { rows: 10, bounds: vec![5, 11] }], "past the row group's 10 rows"),
+            (vec![SelectionNode { rows: 10, bounds: vec![3, 3] }, all()], "empty"),
+        ] {
+            let e = codec.try_decode(&node(bad), &[], &ctx, &datafusion_proto::physical_plan::DefaultPhysicalProtoConverter {}).unwrap_err().to_string();
+            assert!(e.contains(why), "{e}");
+        }
     }
 }

@@ -15,8 +15,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
 use bytes::Bytes;
-use datafusion::arrow::array::{ArrayRef, BooleanArray, BooleanBufferBuilder};
-use datafusion::arrow::compute::filter_record_batch;
+use datafusion::arrow::array::ArrayRef;
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::arrow::record_batch::{RecordBatch, RecordBatchOptions};
 use datafusion::common::tree_node::TreeNodeRecursion;
@@ -35,6 +34,7 @@ use roaring::RoaringBitmap;
 
 use blobhouse_storage::Location;
 use blobhouse_storage::chunks::FetchedChunks;
+use blobhouse_storage::rows::{Positions, RowRanges, drop_deleted};
 
 /// Rows per decoded batch on the node.
 const BATCH_ROWS: usize = 8192;
@@ -56,6 +56,10 @@ pub struct ObjectSlice {
     pub columns: Vec<usize>,
     /// Row positions in the object that a deletion vector deletes.
     pub deleted: Option<Arc<RoaringBitmap>>,
+    /// Per entry of `row_groups`: the rows to decode when the compute
+    /// side's page index ruled some out (`None`: all). Empty: all rows of
+    /// every row group.
+    pub selections: Vec<Option<Arc<RowRanges>>>,
 }
 
 /// The leaf of a pushed fragment. See the module docs.
@@ -132,10 +136,10 @@ impl ExecutionPlan for ObjectSliceExec {
         };
         let slice = Arc::new(self.slice.clone());
         let schema = self.schema.clone();
-        let batches = futures::stream::iter(self.slice.row_groups.clone())
-            .then(move |rg| {
+        let batches = futures::stream::iter(0..self.slice.row_groups.len())
+            .then(move |i| {
                 let (reader, slice, schema) = (reader.clone(), slice.clone(), schema.clone());
-                async move { reader.read_row_group(&slice, rg, &schema).await }
+                async move { reader.read_row_group(&slice, i, &schema).await }
             })
             .map_ok(|batches| futures::stream::iter(batches.into_iter().map(Ok)))
             .try_flatten();
@@ -222,10 +226,11 @@ impl SliceReader {
         Ok((meta, size))
     }
 
-    /// Decodes row group `rg` of the slice: the projected columns, without
-    /// deleted rows, in `schema`.
-    async fn read_row_group(&self, slice: &ObjectSlice, rg: usize, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
+    /// Decodes the `i`-th row group of the slice: the projected columns of
+    /// its selected rows, without deleted rows, in `schema`.
+    async fn read_row_group(&self, slice: &ObjectSlice, i: usize, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
         let object = slice.object.as_str();
+        let rg = slice.row_groups[i];
         let (meta, size) = self.footer(object).await?;
         let file = meta.metadata();
         if rg >= file.num_row_groups() {
@@ -236,7 +241,14 @@ impl SliceReader {
             return Err(self.error(object, format!("it has {columns} columns, column {c} was asked for")));
         }
         let first_row: u64 = file.row_groups()[..rg].iter().map(|g| g.num_rows() as u64).sum();
-        let rows = file.row_group(rg).num_rows() as usize;
+        let rows = file.row_group(rg).num_rows() as u64;
+        let selection = slice.selections.get(i).cloned().flatten();
+        if let Some(s) = &selection
+            && s.rows() != rows
+        {
+            return Err(self.error(object, format!("row group {rg} has {rows} rows, the slice's row selection is for {}", s.rows())));
+        }
+        let selected = selection.unwrap_or_else(|| Arc::new(RowRanges::all(rows)));
 
         // Fetch the projected column chunks.
         let mut sorted = slice.columns.clone();
@@ -257,8 +269,8 @@ impl SliceReader {
         self.counters.fetch_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
 
         let started = Instant::now();
-        let decoded = self.decode(slice, &meta, size, rg, rows, first_row, &sorted, ranges.iter().map(|r| r.start).zip(fetched).collect(), schema);
-        self.counters.rows_decoded.fetch_add(rows as u64, Ordering::Relaxed);
+        let decoded = self.decode(slice, &meta, size, rg, &selected, first_row, &sorted, ranges.iter().map(|r| r.start).zip(fetched).collect(), schema);
+        self.counters.rows_decoded.fetch_add(selected.selected(), Ordering::Relaxed);
         self.counters.decode_nanos.fetch_add(started.elapsed().as_nanos() as u64, Ordering::Relaxed);
         decoded
     }
@@ -270,7 +282,7 @@ impl SliceReader {
         meta: &ArrowReaderMetadata,
         size: u64,
         rg: usize,
-        rows: usize,
+        selected: &Arc<RowRanges>,
         first_row: u64,
         sorted: &[usize],
         spans: Vec<(u64, Bytes)>,
@@ -278,13 +290,16 @@ impl SliceReader {
     ) -> Result<Vec<RecordBatch>> {
         let object = slice.object.as_str();
         let mut out = Vec::new();
-        let mut start = first_row;
+        let mut rows_at = Positions::new(selected.clone());
         let mut push = |columns: Vec<ArrayRef>, n: usize, out: &mut Vec<RecordBatch>| -> Result<()> {
             let opts = RecordBatchOptions::new().with_row_count(Some(n));
             let batch = RecordBatch::try_new_with_options(schema.clone(), columns, &opts)
                 .map_err(|e| self.error(object, format!("its columns do not match the plan's schema: {e}")))?;
-            let batch = drop_deleted(batch, start, slice.deleted.as_deref()).map_err(|e| self.error(object, e))?;
-            start += n as u64;
+            let at = rows_at.take(n);
+            if at.iter().map(|r| r.end - r.start).sum::<u64>() != n as u64 {
+                return Err(self.error(object, format!("the decoder returned more rows than the {} selected", selected.selected())));
+            }
+            let (batch, _) = drop_deleted(batch, first_row, &at, slice.deleted.as_deref()).map_err(|e| self.error(object, e))?;
             if batch.num_rows() > 0 {
                 out.push(batch);
             }
@@ -292,62 +307,25 @@ impl SliceReader {
         };
         if sorted.is_empty() {
             // Only a row count is wanted (COUNT(*)): nothing to decode.
-            push(vec![], rows, &mut out)?;
+            push(vec![], selected.selected() as usize, &mut out)?;
             return Ok(out);
         }
         let positions: Vec<usize> = slice.columns.iter().map(|c| sorted.binary_search(c).expect("sorted holds every column")).collect();
         let chunks = FetchedChunks::new(spans, size, self.location.display(&self.location.child(object)));
         let mask = ProjectionMask::roots(meta.metadata().file_metadata().schema_descr(), sorted.iter().copied());
-        let reader = ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, meta.clone())
+        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, meta.clone())
             .with_row_groups(vec![rg])
             .with_projection(mask)
-            .with_batch_size(BATCH_ROWS)
-            .build()
-            .map_err(|e| self.error(object, e))?;
+            .with_batch_size(BATCH_ROWS);
+        if !selected.is_all() {
+            builder = builder.with_row_selection(selected.selection());
+        }
+        let reader = builder.build().map_err(|e| self.error(object, e))?;
         for batch in reader {
             let batch = batch.map_err(|e| self.error(object, e))?;
             let n = batch.num_rows();
             push(positions.iter().map(|p| batch.column(*p).clone()).collect(), n, &mut out)?;
         }
         Ok(out)
-    }
-}
-
-/// `batch` holds the object's rows from position `start` on; drops those
-/// `deleted` names.
-fn drop_deleted(batch: RecordBatch, start: u64, deleted: Option<&RoaringBitmap>) -> std::result::Result<RecordBatch, String> {
-    let rows = batch.num_rows() as u64;
-    let Some(deleted) = deleted else { return Ok(batch) };
-    let (lo, hi) = (u32::try_from(start).map_err(|e| e.to_string())?, u32::try_from(start + rows).map_err(|e| e.to_string())?);
-    if deleted.range_cardinality(lo..hi) == 0 {
-        return Ok(batch);
-    }
-    let mut bits = BooleanBufferBuilder::new(rows as usize);
-    bits.append_n(rows as usize, true);
-    for r in deleted.range(lo..hi) {
-        bits.set_bit((r - lo) as usize, false);
-    }
-    let keep = BooleanArray::new(bits.finish(), None);
-    if batch.num_columns() == 0 {
-        let opts = RecordBatchOptions::new().with_row_count(Some(keep.true_count()));
-        return RecordBatch::try_new_with_options(batch.schema(), vec![], &opts).map_err(|e| e.to_string());
-    }
-    filter_record_batch(&batch, &keep).map_err(|e| e.to_string())
-}
-
-#[cfg(test)]
-mod tests {
-    use super::*;
-    use datafusion::arrow::array::Int64Array;
-    use datafusion::arrow::datatypes::{DataType, Field, Schema};
-
-    #[test]
-    fn deleted_rows_are_dropped_by_position_in_the_object() {
-        let schema = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
-        let batch = RecordBatch::try_new(schema, vec![Arc::new(Int64Array::from_iter_values(100..110))]).unwrap();
-        let deleted: RoaringBitmap = [99u32, 100, 105, 110].into_iter().collect();
-        let kept = drop_deleted(batch, 100, Some(&deleted)).unwrap();
-        let x = kept.column(0).as_any().downcast_ref::<Int64Array>().unwrap();
-        assert_eq!(x.values().to_vec(), vec![101, 102, 103, 104, 106, 107, 108, 109]);
     }
 }

@@ -340,8 +340,25 @@ pub struct DataObject {
     /// The Parquet footer (thrift `FileMetaData`), base64: lets a scan decode
     /// pages without GETting the footer from the object.
     pub footer: String,
+    /// The object's page index (per page: row range and min/max), which
+    /// Parquet keeps outside the footer: lets a scan decode only the pages
+    /// whose bounds pass its filters, still without reading the object's
+    /// metadata from the store. `None` for objects written before it was
+    /// kept (format 2 databases of earlier builds): they are decoded whole.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub page_index: Option<PageIndex>,
     /// Row groups, in file order.
     pub row_groups: Vec<RowGroupMeta>,
+}
+
+/// The bytes of a data object's page index (its column indexes and offset
+/// indexes, which Parquet writes together just before the footer).
+#[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct PageIndex {
+    /// Where the bytes start in the object.
+    pub offset: u64,
+    /// The bytes, base64.
+    pub bytes: String,
 }
 
 /// One row group of a data object.

@@ -11,6 +11,8 @@
 //! - [`transaction`]: a snapshot, its changes and its uploads.
 //! - [`gc`]: VACUUM — what no retained version references is deleted.
 //! - [`writer`]: record batches → Parquet data objects with zone maps.
+//! - [`rows`]: which rows of a row group are decoded (page-index row
+//!   selections) and where each decoded row sits in its object.
 //!
 //! Invariant of the whole layer: no object is ever written twice. Every PUT
 //! uses put-if-absent; commits are the creation of the next catalog version.
@@ -24,6 +26,7 @@ pub mod format;
 pub mod gc;
 pub mod keys;
 pub mod location;
+pub mod rows;
 pub mod transaction;
 pub mod versions;
 pub mod writer;
