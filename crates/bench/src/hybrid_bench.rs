@@ -135,6 +135,19 @@ pub struct Run {
     pub cache_byte_hit: f64,
     pub queries: usize,
     pub wrong: usize,
+    /// Each measured query: what it took and how its row groups went.
+    pub per_query: Vec<QueryFigures>,
+}
+
+/// One measured query of a run (queries.csv).
+#[derive(Debug, Clone)]
+pub struct QueryFigures {
+    /// Its position in the generated stream (from 1).
+    pub query: usize,
+    pub seconds: f64,
+    pub pushdown: blobhouse_engine::hybrid::PushdownTotals,
+    pub bytes_fetched: u64,
+    pub rows_skipped_by_page_index: u64,
 }
 
 /// Everything one run measured.
@@ -333,7 +346,7 @@ impl Bench<'_> {
             }
             let r = engine.execute(sql).await.map_err(err(&format!("{name}: query {}", i + 1)))?;
             if i >= warm {
-                measured.add(&r);
+                measured.add(i + 1, &r);
             }
             let rows = result_rows(&r.batches);
             match self.answers.get(sql) {
@@ -379,6 +392,7 @@ struct Measure {
     bytes_fetched: u64,
     hit_bytes: u64,
     elapsed: Duration,
+    per_query: Vec<QueryFigures>,
 }
 
 impl Measure {
@@ -391,10 +405,17 @@ impl Measure {
         }
     }
 
-    fn add(&mut self, r: &blobhouse_engine::QueryResult) {
+    fn add(&mut self, query: usize, r: &blobhouse_engine::QueryResult) {
         self.bytes_fetched += r.scan.bytes_fetched;
         self.hit_bytes += r.scan.memory_bytes + r.scan.ssd_bytes;
         self.elapsed += r.elapsed;
+        self.per_query.push(QueryFigures {
+            query,
+            seconds: r.elapsed.as_secs_f64(),
+            pushdown: r.pushdown.clone(),
+            bytes_fetched: r.scan.bytes_fetched,
+            rows_skipped_by_page_index: r.scan.rows_skipped_by_page_index,
+        });
     }
 
     fn finish(self, engine: &Engine, link: Option<&blobhouse_testbed::Link>, pid: Option<u32>, queries: usize) -> Result<Run, String> {
@@ -427,6 +448,7 @@ impl Measure {
             cache_byte_hit: if read == 0 { 0.0 } else { self.hit_bytes as f64 / read as f64 },
             queries,
             wrong: 0,
+            per_query: self.per_query,
         })
     }
 }
@@ -557,6 +579,31 @@ fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(),
         );
     }
     let path = opts.out.join("hybrid.csv");
+    std::fs::write(&path, csv).map_err(|e| format!("{}: {e}", path.display()))?;
+    let mut csv = String::from("experiment,mode,policy,percent,theta,query,seconds,rg_cached,rg_pushed,rg_fetched,rg_fallback,bytes_fetched,bytes_received,rows_skipped_by_page_index\n");
+    for x in &r.runs {
+        for q in &x.per_query {
+            let p = &q.pushdown;
+            csv += &format!(
+                "{},{},{},{},{},{},{:.4},{},{},{},{},{},{},{}\n",
+                x.experiment,
+                x.mode.name(),
+                x.policy.name(),
+                x.percent,
+                x.theta,
+                q.query,
+                q.seconds,
+                p.row_groups_cached,
+                p.row_groups_pushed,
+                p.row_groups_fetched,
+                p.row_groups_fallback,
+                q.bytes_fetched,
+                p.bytes_received,
+                q.rows_skipped_by_page_index
+            );
+        }
+    }
+    let path = opts.out.join("queries.csv");
     std::fs::write(&path, csv).map_err(|e| format!("{}: {e}", path.display()))?;
     let lfu = PolicyChoice::Online(PolicyKind::Lfu);
     let lru = PolicyChoice::Online(PolicyKind::Lru);

@@ -171,4 +171,12 @@ async fn hybrid_benchmark_short_mode() {
     for png in ["time-vs-cache.png", "traffic-vs-cache.png", "time-vs-skew.png", "policies-vs-cache.png"] {
         assert!(std::fs::metadata(opts.out.join(png)).unwrap().len() > 1000, "{png}");
     }
+    // One line per measured query of every run, adding up to the run's figures.
+    let per_query = std::fs::read_to_string(opts.out.join("queries.csv")).unwrap();
+    assert_eq!(per_query.lines().count(), 1 + result.runs.iter().map(|r| r.queries).sum::<usize>());
+    for run in &result.runs {
+        assert_eq!(run.per_query.len(), run.queries);
+        assert_eq!(run.per_query.iter().map(|q| q.pushdown.row_groups_pushed).sum::<u64>(), run.row_groups_pushed, "{run:?}");
+        assert!((run.per_query.iter().map(|q| q.seconds).sum::<f64>() - run.seconds).abs() < 1e-6, "{run:?}");
+    }
 }
