@@ -158,6 +158,17 @@ pub struct HybridBenchResult {
     pub runs: Vec<Run>,
 }
 
+impl HybridBenchResult {
+    /// The cache sizes of the size experiment, ascending: the swept ones
+    /// and the crossover measured between two of them.
+    pub fn sizes(&self) -> Vec<f64> {
+        let mut sizes: Vec<f64> = self.runs.iter().filter(|r| r.experiment == "size" && r.percent > 0.0).map(|r| r.percent).collect();
+        sizes.sort_by(f64::total_cmp);
+        sizes.dedup();
+        sizes
+    }
+}
+
 /// A started node process, stopped on drop.
 struct NodeProcess(std::process::Child);
 
@@ -258,6 +269,15 @@ pub async fn run(store: &BenchStore<'_>, opts: &HybridBenchOptions, progress: &d
             runs.push(bench.config("size", mode, policy, p, opts.theta, Workload::Skewed, progress).await?);
         }
     }
+    // The crossover lies between two of the sizes: measure there too, so
+    // that the target's ratio is a measurement, not a reading between
+    // points.
+    if let Some((below, above, p)) = crossover(&runs, opts.theta) {
+        progress(&format!("crossover of caching-only and pushdown-only between {below}% and {above}%, at about {p}%: measuring there"));
+        for (mode, policy) in [(Mode::Caching, lru), (Mode::Caching, lfu), (Mode::Hybrid, lfu)] {
+            runs.push(bench.config("size", mode, policy, p, opts.theta, Workload::Skewed, progress).await?);
+        }
+    }
     // Figure 8: against skew.
     for &theta in &opts.thetas {
         for mode in [Mode::Caching, Mode::Pushdown, Mode::Hybrid] {
@@ -276,6 +296,34 @@ pub async fn run(store: &BenchStore<'_>, opts: &HybridBenchOptions, progress: &d
     let result = HybridBenchResult { data_bytes: data, link: link.map(|l| format!("{} ↔ {}", l.host_ip, l.store_ip)), runs };
     write_outputs(opts, &result)?;
     Ok(result)
+}
+
+/// Caching-only's time at `percent` (its better policy there) in `runs`.
+fn caching_seconds(runs: &[Run], percent: f64, theta: f64) -> Option<f64> {
+    runs.iter()
+        .filter(|r| r.experiment == "size" && r.mode == Mode::Caching && (r.percent - percent).abs() < 1e-9 && (r.theta - theta).abs() < 1e-9)
+        .map(|r| r.seconds)
+        .min_by(f64::total_cmp)
+}
+
+/// Where caching-only (falling with the cache size) meets pushdown-only
+/// (flat): the two measured sizes around the meeting point, and the point
+/// by linear interpolation, to 0.1 %. `None` when the curves do not cross
+/// between two sizes or the point is a size already measured.
+fn crossover(runs: &[Run], theta: f64) -> Option<(f64, f64, f64)> {
+    let pushdown = runs.iter().find(|r| r.experiment == "size" && r.mode == Mode::Pushdown)?.seconds;
+    let mut sizes: Vec<f64> = runs.iter().filter(|r| r.experiment == "size" && r.mode == Mode::Caching).map(|r| r.percent).collect();
+    sizes.sort_by(f64::total_cmp);
+    sizes.dedup();
+    for pair in sizes.windows(2) {
+        let (a, b) = (pair[0], pair[1]);
+        let (ca, cb) = (caching_seconds(runs, a, theta)?, caching_seconds(runs, b, theta)?);
+        if ca > pushdown && cb <= pushdown {
+            let p = ((a + (b - a) * (ca - pushdown) / (ca - cb)) * 10.0).round() / 10.0;
+            return (p > a && p < b).then_some((a, b, p));
+        }
+    }
+    None
 }
 
 /// The state shared by a run's configurations.
@@ -512,8 +560,8 @@ pub fn report(profile: &str, opts: &HybridBenchOptions, r: &HybridBenchResult) -
     out += "\nratios (seconds of the measured halves)\n";
     let lfu = Some(PolicyChoice::Online(PolicyKind::Lfu));
     let pushdown = r.find("size", Mode::Pushdown, None, 0.0, opts.theta);
-    let mut best: Option<(f64, f64)> = None;
-    for &p in &opts.sizes {
+    let mut best: Option<(f64, f64, f64)> = None;
+    for p in r.sizes() {
         // Caching-only at its better policy at this size.
         let lru = Some(PolicyChoice::Online(PolicyKind::Lru));
         let caching = [r.find("size", Mode::Caching, lfu, p, opts.theta), r.find("size", Mode::Caching, lru, p, opts.theta)];
@@ -531,12 +579,12 @@ pub fn report(profile: &str, opts: &HybridBenchOptions, r: &HybridBenchResult) -
         );
         // The crossover: where caching-only and pushdown-only are closest.
         let gap = (c.seconds / pd.seconds).ln().abs();
-        if best.is_none_or(|(g, _)| gap < g) {
-            best = Some((gap, p));
+        if best.is_none_or(|(g, _, _)| gap < g) {
+            best = Some((gap, p, speedup));
         }
     }
-    if let Some((_, p)) = best {
-        out += &format!("  crossover of caching-only and pushdown-only: cache {p}% (target there: hybrid ≥ 2.5x the better)\n");
+    if let Some((_, p, speedup)) = best {
+        out += &format!("  crossover of caching-only and pushdown-only: cache {p}%, where hybrid is {speedup:.2}x the better (target ≥ 2.5x)\n");
     }
     for &p in &opts.policy_sizes {
         let policy = |k: PolicyChoice| r.find("policy", Mode::Hybrid, Some(k), p, opts.policy_theta);
@@ -607,13 +655,14 @@ fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(),
     std::fs::write(&path, csv).map_err(|e| format!("{}: {e}", path.display()))?;
     let lfu = PolicyChoice::Online(PolicyKind::Lfu);
     let lru = PolicyChoice::Online(PolicyKind::Lru);
-    let (x0, x1) = (opts.sizes.iter().copied().fold(f64::MAX, f64::min), opts.sizes.iter().copied().fold(0.0, f64::max));
+    let sizes = r.sizes();
+    let (x0, x1) = (sizes.iter().copied().fold(f64::MAX, f64::min), sizes.iter().copied().fold(0.0, f64::max));
     let flat = |mode: Mode, f: &dyn Fn(&Run) -> f64| {
         r.find("size", mode, None, 0.0, opts.theta).map(|run| Series { label: mode.name().into(), points: vec![(x0, f(run)), (x1, f(run))], markers: false })
     };
     let line = |label: &str, mode: Mode, policy: PolicyChoice, f: &dyn Fn(&Run) -> f64| Series {
         label: label.into(),
-        points: opts.sizes.iter().filter_map(|&p| r.find("size", mode, Some(policy), p, opts.theta).map(|run| (p, f(run)))).collect(),
+        points: sizes.iter().filter_map(|&p| r.find("size", mode, Some(policy), p, opts.theta).map(|run| (p, f(run)))).collect(),
         markers: true,
     };
     let size_series = |f: &dyn Fn(&Run) -> f64| -> Vec<Series> {
@@ -651,4 +700,49 @@ fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(),
         plot::line_chart(&opts.out.join("policies-vs-cache.png"), &axes(title, "cache size, % of the data", "seconds"), &series)?;
     }
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn run(mode: Mode, policy: PolicyKind, percent: f64, seconds: f64) -> Run {
+        Run {
+            experiment: "size",
+            mode,
+            policy: PolicyChoice::Online(policy),
+            percent,
+            theta: 2.0,
+            seconds,
+            traffic: 0,
+            bytes_fetched: 0,
+            row_groups_cached: 0,
+            row_groups_pushed: 0,
+            row_groups_fetched: 0,
+            row_groups_fallback: 0,
+            node_cpu_per_query: None,
+            cache_byte_hit: 0.0,
+            queries: 50,
+            wrong: 0,
+            per_query: Vec::new(),
+        }
+    }
+
+    #[test]
+    fn the_crossover_is_found_between_the_sizes_where_caching_overtakes_pushdown() {
+        let mut runs = vec![run(Mode::Pushdown, PolicyKind::Lfu, 0.0, 3.0)];
+        for (p, lru, lfu) in [(5.0, 9.0, 8.0), (7.5, 5.5, 5.0), (10.0, 3.0, 2.0), (20.0, 1.5, 1.4)] {
+            runs.push(run(Mode::Caching, PolicyKind::Lru, p, lru));
+            runs.push(run(Mode::Caching, PolicyKind::Lfu, p, lfu));
+        }
+        // The better caching-only: 5.0 s at 7.5 %, 2.0 s at 10 %; 3.0 s is
+        // two thirds of the way.
+        assert_eq!(crossover(&runs, 2.0), Some((7.5, 10.0, 9.2)));
+        // Pushdown-only faster than caching-only everywhere: no crossing.
+        runs[0].seconds = 1.0;
+        assert_eq!(crossover(&runs, 2.0), None);
+        // Exactly at a measured size: nothing more to measure.
+        runs[0].seconds = 2.0;
+        assert_eq!(crossover(&runs, 2.0), None);
+    }
 }

@@ -233,7 +233,11 @@ impl StorageNode {
 
     /// Serves on `listener` until `shutdown` completes.
     pub async fn serve(self, listener: tokio::net::TcpListener, shutdown: impl Future<Output = ()> + Send + 'static) -> Result<(), String> {
-        let incoming = tonic::transport::server::TcpIncoming::from(listener);
+        // No Nagle: a reply ends in small frames (the last data, the
+        // trailers) that Nagle would hold until the caller's delayed ACK,
+        // adding up to 40 ms to every task (measured: a pushed query whose
+        // node work takes ~8 ms took 48 ms).
+        let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
         tonic::transport::Server::builder()
             .add_service(FlightServiceServer::new(self).max_decoding_message_size(MAX_TICKET_BYTES))
             .serve_with_incoming_shutdown(incoming, shutdown)

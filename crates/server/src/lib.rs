@@ -175,6 +175,10 @@ impl Server {
                         continue;
                     }
                 };
+                // No Nagle (PostgreSQL sets TCP_NODELAY too): a reply's
+                // last small messages would otherwise wait for the
+                // client's delayed ACK.
+                let _ = socket.set_nodelay(true);
                 let (handlers, acceptor) = (handlers.clone(), acceptor.clone());
                 let peer = socket.peer_addr().ok();
                 tokio::spawn(async move {
@@ -258,7 +262,9 @@ async fn serve_flight(addr: SocketAddr, service: flight::FlightSql, tls: Option<
     }
     let listener = TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
     let bound = listener.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
-    let incoming = tonic::transport::server::TcpIncoming::from(listener);
+    // No Nagle, as PostgreSQL does: a reply's last small frames would
+    // otherwise wait for the client's delayed ACK (up to 40 ms).
+    let incoming = tonic::transport::server::TcpIncoming::from(listener).with_nodelay(Some(true));
     let service = FlightServiceServer::new(service).max_decoding_message_size(flight::MAX_MESSAGE_BYTES);
     let task = tokio::spawn(async move {
         if let Err(e) = builder.add_service(service).serve_with_incoming(incoming).await {
