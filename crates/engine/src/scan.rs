@@ -306,14 +306,11 @@ impl BlobScanExec {
         }
         // Zone-map pruning; row groups whose rows are all deleted go too.
         let mut keep: Vec<bool> = prune(state, &req.table_schema, req.filters, &all).into_iter().zip(&placement).map(|(k, p)| k && p.2 > 0).collect();
-        let mut readers: HashMap<&str, ArrowReaderMetadata> = HashMap::new();
-        for ((object, _), _) in all.iter().zip(&keep).filter(|(_, k)| **k) {
-            if !readers.contains_key(object.path.as_str()) {
-                readers.insert(object.path.as_str(), footers.get(db, object)?);
-            }
-        }
         // Page-index pruning of the row groups kept: the rows whose pages
         // may hold matches. A row group none of whose pages may is pruned.
+        // (Footers are decoded here only when some filter can use them: a
+        // LIMIT without filters reads only the objects it reaches.)
+        let mut readers: HashMap<&str, ArrowReaderMetadata> = HashMap::new();
         let mut selections: Vec<Option<Arc<RowRanges>>> = vec![None; all.len()];
         let mut summary = PlanSummary { row_groups_total: all.len(), ..Default::default() };
         if let Some(pages) = PageFilter::new(state, &req.table_schema, req.row_ids, req.filters) {
@@ -323,7 +320,9 @@ impl BlobScanExec {
                 let end = i + all[i..].iter().take_while(|(o, _)| std::ptr::eq(*o, object)).count();
                 let wanted: Vec<usize> = (i..end).filter(|&j| keep[j]).map(|j| all[j].1).collect();
                 if !wanted.is_empty() {
-                    let access = pages.select(&readers[object.path.as_str()], &wanted);
+                    let reader = footers.get(db, object)?;
+                    let access = pages.select(&reader, &wanted);
+                    readers.insert(object.path.as_str(), reader);
                     for j in i..end {
                         if !keep[j] {
                             continue;
@@ -397,7 +396,10 @@ impl BlobScanExec {
                         display: db.location().display(&path),
                         path,
                         size: object.size,
-                        reader: readers[object.path.as_str()].clone(),
+                        reader: match readers.get(object.path.as_str()) {
+                            Some(r) => r.clone(),
+                            None => footers.get(db, object)?,
+                        },
                         ordinal: live.ordinal,
                         deleted: live.deleted.clone(),
                     });
