@@ -248,10 +248,13 @@ pub fn encode_task(fragment: Arc<dyn ExecutionPlan>) -> Result<Vec<u8>> {
 /// scalar subquery's value comes from an operator outside the fragment);
 /// a planner asks this once per query and keeps such chains local.
 pub fn shippable(fragment: Arc<dyn ExecutionPlan>) -> Result<()> {
+    // One context for every check, rather than a session (with its
+    // registry of built-in functions) built at every separable scan of
+    // every query planned with pushdown on.
+    static CONTEXT: std::sync::LazyLock<Arc<TaskContext>> = std::sync::LazyLock::new(|| datafusion::prelude::SessionContext::new().task_ctx());
     let ticket = encode_task(fragment)?;
     let task = Task::decode(&ticket[..]).map_err(|e| DataFusionError::External(Box::new(e)))?;
-    let ctx = datafusion::prelude::SessionContext::new().task_ctx();
-    datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec(&task.fragment, &ctx, &SliceCodec::default()).map(|_| ())
+    datafusion_proto::bytes::physical_plan_from_bytes_with_extension_codec(&task.fragment, &CONTEXT, &SliceCodec::default()).map(|_| ())
 }
 
 /// Checks, on the protobuf and before anything is decoded, that a fragment
