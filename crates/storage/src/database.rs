@@ -436,7 +436,11 @@ impl Database {
             table_version: entry.table_version,
             objects: files.iter().flat_map(|f| f.objects.iter().cloned()).collect(),
         });
-        let size = combined.objects.iter().map(|o| o.footer.len() + o.path.len() + 64 * o.row_groups.len() * o.row_groups.first().map_or(0, |r| r.columns.len())).sum();
+        let size = combined
+            .objects
+            .iter()
+            .map(|o| o.footer.len() + o.page_index.as_ref().map_or(0, |p| p.bytes.len()) + o.path.len() + 64 * o.row_groups.len() * o.row_groups.first().map_or(0, |r| r.columns.len()))
+            .sum();
         self.cache_manifest(&combined_key, &combined, size);
         Ok(combined)
     }
