@@ -139,6 +139,14 @@ pub struct Run {
     pub per_query: Vec<QueryFigures>,
 }
 
+impl Run {
+    /// The CSV columns that name the configuration: experiment, mode,
+    /// policy, cache percent, θ.
+    fn configuration(&self) -> String {
+        format!("{},{},{},{},{}", self.experiment, self.mode.name(), self.policy.name(), self.percent, self.theta)
+    }
+}
+
 /// One measured query of a run (queries.csv).
 #[derive(Debug, Clone)]
 pub struct QueryFigures {
@@ -607,12 +615,8 @@ fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(),
     let mut csv = String::from("experiment,mode,policy,percent,theta,seconds,link_bytes,bytes_fetched,cache_byte_hit,rg_cached,rg_pushed,rg_fetched,rg_fallback,node_cpu_per_query,queries,wrong\n");
     for x in &r.runs {
         csv += &format!(
-            "{},{},{},{},{},{:.4},{},{},{:.4},{},{},{},{},{},{},{}\n",
-            x.experiment,
-            x.mode.name(),
-            x.policy.name(),
-            x.percent,
-            x.theta,
+            "{},{:.4},{},{},{:.4},{},{},{},{},{},{},{}\n",
+            x.configuration(),
             x.seconds,
             x.traffic,
             x.bytes_fetched,
@@ -633,12 +637,8 @@ fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(),
         for q in &x.per_query {
             let p = &q.pushdown;
             csv += &format!(
-                "{},{},{},{},{},{},{:.4},{},{},{},{},{},{},{}\n",
-                x.experiment,
-                x.mode.name(),
-                x.policy.name(),
-                x.percent,
-                x.theta,
+                "{},{},{:.4},{},{},{},{},{},{},{}\n",
+                x.configuration(),
                 q.query,
                 q.seconds,
                 p.row_groups_cached,
