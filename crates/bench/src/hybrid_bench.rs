@@ -156,6 +156,8 @@ pub struct QueryFigures {
     pub pushdown: blobhouse_engine::hybrid::PushdownTotals,
     pub bytes_fetched: u64,
     pub rows_skipped_by_page_index: u64,
+    /// Its text, so that a slow one can be run again by hand.
+    pub sql: String,
 }
 
 /// Everything one run measured.
@@ -402,7 +404,7 @@ impl Bench<'_> {
             }
             let r = engine.execute(sql).await.map_err(err(&format!("{name}: query {}", i + 1)))?;
             if i >= warm {
-                measured.add(i + 1, &r);
+                measured.add(i + 1, sql, &r);
             }
             let rows = result_rows(&r.batches);
             match self.answers.get(sql) {
@@ -461,7 +463,7 @@ impl Measure {
         }
     }
 
-    fn add(&mut self, query: usize, r: &blobhouse_engine::QueryResult) {
+    fn add(&mut self, query: usize, sql: &str, r: &blobhouse_engine::QueryResult) {
         self.bytes_fetched += r.scan.bytes_fetched;
         self.hit_bytes += r.scan.memory_bytes + r.scan.ssd_bytes;
         self.elapsed += r.elapsed;
@@ -471,6 +473,7 @@ impl Measure {
             pushdown: r.pushdown.clone(),
             bytes_fetched: r.scan.bytes_fetched,
             rows_skipped_by_page_index: r.scan.rows_skipped_by_page_index,
+            sql: sql.to_string(),
         });
     }
 
@@ -632,12 +635,12 @@ fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(),
     }
     let path = opts.out.join("hybrid.csv");
     std::fs::write(&path, csv).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut csv = String::from("experiment,mode,policy,percent,theta,query,seconds,rg_cached,rg_pushed,rg_fetched,rg_fallback,bytes_fetched,bytes_received,rows_skipped_by_page_index\n");
+    let mut csv = String::from("experiment,mode,policy,percent,theta,query,seconds,rg_cached,rg_pushed,rg_fetched,rg_fallback,bytes_fetched,bytes_received,rows_skipped_by_page_index,sql\n");
     for x in &r.runs {
         for q in &x.per_query {
             let p = &q.pushdown;
             csv += &format!(
-                "{},{},{:.4},{},{},{},{},{},{},{}\n",
+                "{},{},{:.4},{},{},{},{},{},{},{},\"{}\"\n",
                 x.configuration(),
                 q.query,
                 q.seconds,
@@ -647,7 +650,8 @@ fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(),
                 p.row_groups_fallback,
                 q.bytes_fetched,
                 p.bytes_received,
-                q.rows_skipped_by_page_index
+                q.rows_skipped_by_page_index,
+                q.sql.replace('"', "\"\"")
             );
         }
     }

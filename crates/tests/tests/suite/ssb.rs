@@ -177,6 +177,7 @@ async fn hybrid_benchmark_short_mode() {
     // One line per measured query of every run, adding up to the run's figures.
     let per_query = std::fs::read_to_string(opts.out.join("queries.csv")).unwrap();
     assert_eq!(per_query.lines().count(), 1 + result.runs.iter().map(|r| r.queries).sum::<usize>());
+    assert!(per_query.lines().skip(1).all(|l| l.ends_with("\"") && l.contains(",\"SELECT ")), "each line ends with its query's text: {per_query}");
     for run in &result.runs {
         assert_eq!(run.per_query.len(), run.queries);
         assert_eq!(run.per_query.iter().map(|q| q.pushdown.row_groups_pushed).sum::<u64>(), run.row_groups_pushed, "{run:?}");
