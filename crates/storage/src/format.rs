@@ -384,6 +384,12 @@ pub struct ColumnChunkMeta {
     pub min: Option<String>,
     /// Largest value (an upper bound), same encoding as `min`.
     pub max: Option<String>,
+    /// The inner boundaries of an equi-depth histogram of the chunk's
+    /// values (same encoding as `min`), for the optimizer's row estimates
+    /// ([`crate::histogram`]). `None` for types without a numeric order and
+    /// for objects written before histograms were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub quantiles: Option<Vec<String>>,
 }
 
 impl ColumnChunkMeta {

@@ -24,6 +24,7 @@ pub mod error;
 pub mod failpoint;
 pub mod format;
 pub mod gc;
+pub mod histogram;
 pub mod keys;
 pub mod location;
 pub mod rows;

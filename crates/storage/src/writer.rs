@@ -26,6 +26,7 @@ use tokio::task::JoinSet;
 use crate::database::Database;
 use crate::error::{Result, StorageError};
 use crate::format::{ColumnChunkMeta, DataObject, PageIndex, RowGroupMeta};
+use crate::histogram::Sampler;
 
 /// Knobs of the writer. The defaults suit cloud object stores.
 #[derive(Debug, Clone)]
@@ -76,6 +77,10 @@ pub struct TableWriter {
     uploads: JoinSet<Result<DataObject>>,
     done: Vec<DataObject>,
     rows: u64,
+    /// Samples the row group in progress for its histograms.
+    sampler: Sampler,
+    /// The histograms of the current object's finished row groups.
+    histograms: Vec<Vec<Option<Vec<String>>>>,
 }
 
 impl TableWriter {
@@ -92,7 +97,21 @@ impl TableWriter {
             .set_data_page_row_count_limit(PAGE_ROWS)
             .set_max_row_group_row_count(None)
             .build();
-        TableWriter { db, schema, options, props, current: None, size_ratio: 1.0, bytes_per_row: 0.0, uploads: JoinSet::new(), done: Vec::new(), rows: 0 }
+        let sampler = Sampler::new(schema.fields().iter().map(|f| f.data_type().clone()));
+        TableWriter {
+            db,
+            schema,
+            options,
+            props,
+            current: None,
+            size_ratio: 1.0,
+            bytes_per_row: 0.0,
+            uploads: JoinSet::new(),
+            done: Vec::new(),
+            rows: 0,
+            sampler,
+            histograms: Vec::new(),
+        }
     }
 
     /// Rows written so far.
@@ -135,6 +154,7 @@ impl TableWriter {
         }
         let w = self.current.as_mut().expect("writer just created");
         w.write(slice).map_err(|e| StorageError::Parquet { location: "new data object".into(), source: e })?;
+        self.sampler.add(slice.columns());
         self.rows += slice.num_rows() as u64;
 
         let ncols = self.schema.fields().len().max(1);
@@ -146,6 +166,7 @@ impl TableWriter {
             let estimated = w.in_progress_size().max(1);
             let rows = w.in_progress_rows().max(1);
             w.flush().map_err(|e| StorageError::Parquet { location: "new data object".into(), source: e })?;
+            self.histograms.push(self.sampler.finish_row_group());
             let actual = w.bytes_written() - before;
             // Smooth the correction so one odd row group does not swing it.
             self.size_ratio = 0.5 * self.size_ratio + 0.5 * (actual as f64 / estimated as f64);
@@ -163,9 +184,21 @@ impl TableWriter {
         if writer.in_progress_rows() == 0 && writer.flushed_row_groups().is_empty() {
             return Ok(());
         }
+        if writer.in_progress_rows() > 0 {
+            self.histograms.push(self.sampler.finish_row_group());
+        }
+        let histograms = std::mem::take(&mut self.histograms);
         let buf = writer.into_inner().map_err(|e| StorageError::Parquet { location: "new data object".into(), source: e })?;
         let (key, path) = self.db.new_object("parquet").await?;
-        let object = describe_object(&self.schema, key, &path, &buf)?;
+        let mut object = describe_object(&self.schema, key, &path, &buf)?;
+        // One entry per row group, or none at all (never misattributed).
+        if histograms.len() == object.row_groups.len() {
+            for (rg, columns) in object.row_groups.iter_mut().zip(histograms) {
+                for (chunk, quantiles) in rg.columns.iter_mut().zip(columns) {
+                    chunk.quantiles = quantiles;
+                }
+            }
+        }
         while self.uploads.len() >= MAX_PENDING_UPLOADS {
             self.collect_one().await?;
         }
@@ -321,7 +354,7 @@ fn zone_maps(schema: &SchemaRef, meta: &ParquetMetaData) -> parquet::errors::Res
                 ),
                 None => (None, None, None),
             };
-            columns.push(ColumnChunkMeta { offset: start, length: end.saturating_sub(start), nulls, min, max });
+            columns.push(ColumnChunkMeta { offset: start, length: end.saturating_sub(start), nulls, min, max, quantiles: None });
         }
         out.push(RowGroupMeta { rows: rg.num_rows() as u64, columns });
     }
