@@ -45,6 +45,7 @@ use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
 
 use blobhouse_storage::chunks::FetchedChunks;
 use blobhouse_storage::format::DataObject;
+use blobhouse_storage::histogram::Histogram;
 use blobhouse_storage::rows::RowRanges;
 use blobhouse_storage::{Database, LiveObject, StorageError, TableData};
 use roaring::RoaringBitmap;
@@ -189,6 +190,10 @@ pub struct BlobScanExec {
     /// Per projected column, from the manifest's zone maps of the row
     /// groups read: the optimizer's join and filter estimates.
     column_stats: Vec<ColumnStatistics>,
+    /// Per projected column, the histograms of the row groups read (`None`
+    /// unless every one has one): the optimizer's range estimates
+    /// ([`crate::selectivity`]).
+    histograms: Vec<Option<Arc<[Histogram]>>>,
     /// The zone maps of the projected columns of the units, in plan order:
     /// what runtime filters prune with.
     unit_zone_maps: Arc<ZoneMaps>,
@@ -370,6 +375,7 @@ impl BlobScanExec {
                 c.null_count = c.null_count.to_inexact();
             }
         }
+        let histograms = projection.iter().map(|&c| (c != row_id_column).then(|| column_histograms(req.table_schema.field(c).data_type(), c, &kept)).flatten()).collect();
         let unit_zone_maps = Arc::new(ZoneMaps::new(&req.table_schema, &projection, &kept));
         let mut units = Vec::new();
         let mut objects: HashMap<&str, Arc<ScanObject>> = HashMap::new();
@@ -463,6 +469,7 @@ impl BlobScanExec {
             run: Arc::default(),
             download_cpu: Arc::default(),
             column_stats,
+            histograms,
             unit_zone_maps,
             runtime_filters: None,
             pushed_predicate,
@@ -524,6 +531,7 @@ impl BlobScanExec {
             run: Arc::default(),
             download_cpu: Arc::default(),
             column_stats: self.column_stats.clone(),
+            histograms: self.histograms.clone(),
             unit_zone_maps: self.unit_zone_maps.clone(),
             runtime_filters,
             pushed_predicate: self.pushed_predicate.clone(),
@@ -535,6 +543,12 @@ impl BlobScanExec {
     /// Every unit of the plan, in plan order.
     pub(crate) fn units(&self) -> &[ScanUnit] {
         &self.units
+    }
+
+    /// The histograms of output column `column` over the row groups this
+    /// scan reads, when every one has one.
+    pub(crate) fn histograms(&self, column: usize) -> Option<&[Histogram]> {
+        self.histograms.get(column)?.as_deref()
     }
 
     /// The table column of each output column, when none is the row ids.
@@ -551,6 +565,23 @@ impl BlobScanExec {
     pub(crate) fn source(&self) -> &DataSource {
         &self.source
     }
+}
+
+/// A column's histograms over row groups, one per row group; `None` when
+/// one has none (written before histograms were kept, or of a type without
+/// them) or there are no row groups.
+fn column_histograms(data_type: &DataType, column: usize, row_groups: &[(&DataObject, usize)]) -> Option<Arc<[Histogram]>> {
+    if row_groups.is_empty() || !blobhouse_storage::histogram::supported(data_type) {
+        return None;
+    }
+    row_groups
+        .iter()
+        .map(|(o, rg)| {
+            let rg = &o.row_groups[*rg];
+            let chunk = rg.columns.get(column)?;
+            Histogram::parse(rg.rows, data_type, chunk.min.as_deref(), chunk.quantiles.as_deref(), chunk.max.as_deref())
+        })
+        .collect()
 }
 
 /// A column's statistics over row groups, from their zone maps: the
