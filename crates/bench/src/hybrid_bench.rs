@@ -281,11 +281,18 @@ pub async fn run(store: &BenchStore<'_>, opts: &HybridBenchOptions, progress: &d
     }
     // The crossover lies between two of the sizes: measure there too, so
     // that the target's ratio is a measurement, not a reading between
-    // points.
-    if let Some((below, above, p)) = crossover(&runs, opts.theta) {
+    // points. Caching-only's curve is convex, so a straight line between
+    // two sizes misses: measure again between the closer pair, up to
+    // [`CROSSOVER_STEPS`] times, until caching-only is within a tenth of
+    // pushdown-only.
+    for _ in 0..CROSSOVER_STEPS {
+        let Some((below, above, p)) = crossover(&runs, opts.theta) else { break };
         progress(&format!("crossover of caching-only and pushdown-only between {below}% and {above}%, at about {p}%: measuring there"));
         for (mode, policy) in [(Mode::Caching, lru), (Mode::Caching, lfu), (Mode::Hybrid, lfu)] {
             runs.push(bench.config("size", mode, policy, p, opts.theta, Workload::Skewed, progress).await?);
+        }
+        if close_to_pushdown(&runs, p, opts.theta) {
+            break;
         }
     }
     // Figure 8: against skew.
@@ -334,6 +341,18 @@ fn crossover(runs: &[Run], theta: f64) -> Option<(f64, f64, f64)> {
         }
     }
     None
+}
+
+/// Most measurements spent locating the crossover.
+const CROSSOVER_STEPS: usize = 2;
+
+/// Whether caching-only at `percent` is within a tenth of pushdown-only.
+fn close_to_pushdown(runs: &[Run], percent: f64, theta: f64) -> bool {
+    let pushdown = runs.iter().find(|r| r.experiment == "size" && r.mode == Mode::Pushdown).map(|r| r.seconds);
+    match (caching_seconds(runs, percent, theta), pushdown) {
+        (Some(c), Some(p)) if p > 0.0 => (c / p - 1.0).abs() <= 0.1,
+        _ => true,
+    }
 }
 
 /// The state shared by a run's configurations.
@@ -748,5 +767,13 @@ mod tests {
         // Exactly at a measured size: nothing more to measure.
         runs[0].seconds = 2.0;
         assert_eq!(crossover(&runs, 2.0), None);
+        // A first guess that overshoots (the curve is convex) narrows the
+        // bracket for the next one, which stops once it is close.
+        runs[0].seconds = 3.0;
+        runs.push(run(Mode::Caching, PolicyKind::Lfu, 9.2, 2.2));
+        assert!(!close_to_pushdown(&runs, 9.2, 2.0));
+        assert_eq!(crossover(&runs, 2.0), Some((7.5, 9.2, 8.7)));
+        runs.push(run(Mode::Caching, PolicyKind::Lfu, 8.7, 3.2));
+        assert!(close_to_pushdown(&runs, 8.7, 2.0));
     }
 }
