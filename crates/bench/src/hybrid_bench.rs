@@ -153,6 +153,8 @@ pub struct QueryFigures {
     /// Its position in the generated stream (from 1).
     pub query: usize,
     pub seconds: f64,
+    /// The part of `seconds` spent planning (the same in every mode).
+    pub planning_seconds: f64,
     pub pushdown: blobhouse_engine::hybrid::PushdownTotals,
     pub bytes_fetched: u64,
     pub rows_skipped_by_page_index: u64,
@@ -489,6 +491,7 @@ impl Measure {
         self.per_query.push(QueryFigures {
             query,
             seconds: r.elapsed.as_secs_f64(),
+            planning_seconds: r.planning.as_secs_f64(),
             pushdown: r.pushdown.clone(),
             bytes_fetched: r.scan.bytes_fetched,
             rows_skipped_by_page_index: r.scan.rows_skipped_by_page_index,
@@ -654,15 +657,16 @@ fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(),
     }
     let path = opts.out.join("hybrid.csv");
     std::fs::write(&path, csv).map_err(|e| format!("{}: {e}", path.display()))?;
-    let mut csv = String::from("experiment,mode,policy,percent,theta,query,seconds,rg_cached,rg_pushed,rg_fetched,rg_fallback,bytes_fetched,bytes_received,rows_skipped_by_page_index,sql\n");
+    let mut csv = String::from("experiment,mode,policy,percent,theta,query,seconds,planning_seconds,rg_cached,rg_pushed,rg_fetched,rg_fallback,bytes_fetched,bytes_received,rows_skipped_by_page_index,sql\n");
     for x in &r.runs {
         for q in &x.per_query {
             let p = &q.pushdown;
             csv += &format!(
-                "{},{},{:.4},{},{},{},{},{},{},{},\"{}\"\n",
+                "{},{},{:.4},{:.4},{},{},{},{},{},{},{},\"{}\"\n",
                 x.configuration(),
                 q.query,
                 q.seconds,
+                q.planning_seconds,
                 p.row_groups_cached,
                 p.row_groups_pushed,
                 p.row_groups_fetched,

@@ -233,6 +233,10 @@ pub struct QueryResult {
     pub scan: ScanMetrics,
     /// Wall-clock time of the statement.
     pub elapsed: Duration,
+    /// The part of `elapsed` spent before execution: parsing, logical and
+    /// physical planning (the scans' planning from the manifest included).
+    /// A fixed cost per query that no cache or pushdown removes.
+    pub planning: Duration,
     /// Each scan's table and the object scheduler's decisions in it.
     pub scheduler: Vec<(String, Vec<Decision>)>,
     /// What the statement held in memory and spilled.
@@ -1418,6 +1422,7 @@ fn table_name(r: &datafusion::common::TableReference) -> Result<String, EngineEr
 async fn run_plan(df: DataFrame, started: Instant) -> Result<QueryResult, DataFusionError> {
     let task = Arc::new(df.task_ctx());
     let physical = df.create_physical_plan().await?;
+    let planning = started.elapsed();
     let schema = physical.schema();
     let batches = collect(physical.clone(), task).await?;
     let (spilled_bytes, spills) = spill_totals(&physical);
@@ -1426,6 +1431,7 @@ async fn run_plan(df: DataFrame, started: Instant) -> Result<QueryResult, DataFu
         batches,
         scan: collect_scan_metrics(&physical),
         elapsed: started.elapsed(),
+        planning,
         scheduler: collect_scheduler_timelines(&physical),
         memory: MemoryUse { spilled_bytes, spills, ..MemoryUse::default() },
         pushdown: crate::hybrid::collect_pushdown(&physical),
@@ -1564,6 +1570,7 @@ fn empty_result(started: Instant) -> QueryResult {
         batches: vec![],
         scan: ScanMetrics::default(),
         elapsed: started.elapsed(),
+        planning: started.elapsed(),
         scheduler: Vec::new(),
         memory: MemoryUse::default(),
         pushdown: Default::default(),

@@ -180,6 +180,7 @@ async fn hybrid_benchmark_short_mode() {
     assert!(per_query.lines().skip(1).all(|l| l.ends_with("\"") && l.contains(",\"SELECT ")), "each line ends with its query's text: {per_query}");
     for run in &result.runs {
         assert_eq!(run.per_query.len(), run.queries);
+        assert!(run.per_query.iter().all(|q| q.planning_seconds > 0.0 && q.planning_seconds < q.seconds), "planning is a part of each query's time: {run:?}");
         assert_eq!(run.per_query.iter().map(|q| q.pushdown.row_groups_pushed).sum::<u64>(), run.row_groups_pushed, "{run:?}");
         assert!((run.per_query.iter().map(|q| q.seconds).sum::<f64>() - run.seconds).abs() < 1e-6, "{run:?}");
     }
