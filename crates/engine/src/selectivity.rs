@@ -17,31 +17,30 @@
 //! Only the optimizer's join choices read these numbers; answers never
 //! depend on them.
 
+use std::cmp::Ordering;
 use std::sync::Arc;
 
-use std::cmp::Ordering;
-
 use blobhouse_storage::histogram::{Histogram, fraction, to_number};
+use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::stats::Precision;
 use datafusion::common::{ColumnStatistics, Result, ScalarValue, Statistics};
-use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::intervals::utils::check_support;
 use datafusion::physical_expr::utils::collect_columns;
 use datafusion::physical_expr::{AnalysisContext, PhysicalExpr, analyze};
 use datafusion::physical_plan::ExecutionPlan;
-use datafusion::physical_plan::expressions::{BinaryExpr, Column, InListExpr, IsNotNullExpr, IsNullExpr, LikeExpr, Literal, NotExpr};
 use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
+use datafusion::physical_plan::expressions::{BinaryExpr, Column, InListExpr, IsNotNullExpr, IsNullExpr, LikeExpr, Literal, NotExpr};
 use datafusion::physical_plan::filter::FilterExec;
-use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::joins::{CrossJoinExec, HashJoinExec, NestedLoopJoinExec, SortMergeJoinExec};
+use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::statistics::StatisticsArgs;
-
-use crate::scan::BlobScanExec;
 use datafusion::physical_plan::operator_statistics::{
     DefaultStatisticsProvider, ExtendedStatistics, LimitStatisticsProvider, PassthroughStatisticsProvider,
     ProjectionStatisticsProvider, StatisticsProvider, StatisticsRegistry, StatisticsResult, UnionStatisticsProvider,
 };
+
+use crate::scan::BlobScanExec;
 
 /// An equality with a constant when the column's distinct values are
 /// unknown (PostgreSQL assumes 0.005; TPC-H's filtered string columns have
@@ -210,14 +209,13 @@ impl Estimator<'_> {
         (s.clamp(0.0, 1.0), ranges)
     }
 
-    /// One conjunct's estimate.
+    /// One conjunct's estimate (never an AND: [`Self::estimate`] splits those).
     fn one(&self, predicate: &Arc<dyn PhysicalExpr>) -> f64 {
         let estimate = |e: &Arc<dyn PhysicalExpr>| self.estimate(e).0;
         let columns = &self.input.column_statistics;
         let any = predicate;
         let s = if let Some(binary) = any.downcast_ref::<BinaryExpr>() {
             match binary.op() {
-                Operator::And => estimate(binary.left()) * estimate(binary.right()),
                 Operator::Or => {
                     let (l, r) = (estimate(binary.left()), estimate(binary.right()));
                     l + r - l * r
