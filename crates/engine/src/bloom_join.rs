@@ -102,6 +102,11 @@ impl ExecutionPlan for BloomBuildExec {
         let (keys, slot, end) = (self.keys.clone(), self.slot.clone(), self.slot.clone());
         let rows = MetricBuilder::new(&self.metrics).global_counter("bloom_keys_hashed");
         let hashed = input.map(move |batch| {
+            // The probe gave the filter up (its scan pushes nothing): the
+            // keys need no hashing.
+            if !slot.wanted() {
+                return batch;
+            }
             if let Ok(b) = &batch {
                 let columns: Result<Vec<_>> = keys.iter().map(|k| k.evaluate(b)?.into_array(b.num_rows())).collect();
                 match columns.and_then(|c| hash_rows(&c)) {

@@ -742,7 +742,13 @@ impl HybridExec {
         }
         let handles = Arc::new(Mutex::new(Vec::new()));
         let go = Arc::new(tokio::sync::Notify::new());
-        if !tasks.is_empty() {
+        if tasks.is_empty() {
+            // Nothing is pushed, so no Bloom filter will be asked for: the
+            // join's build side need not hash its keys.
+            for p in &self.probes {
+                p.slot.abandon();
+            }
+        } else {
             let queue: VecDeque<(usize, Vec<usize>)> = tasks.into_iter().enumerate().map(|(i, t)| (i % partitions, t)).collect();
             let driver = Driver {
                 chain: self.input.clone(),

@@ -195,9 +195,16 @@ pub fn hash_rows(columns: &[ArrayRef]) -> Result<Vec<Option<u64>>> {
 }
 
 /// A filter being built from the partitions of a join's build side,
-/// shared with the probes that will use it. It is ready when every
+/// shared with the probe that will use it. It is ready when every
 /// partition has ended; a build side with more than [`MAX_KEYS`] distinct
 /// keys, or one that failed, leaves no filter (probes then run without).
+///
+/// The filter itself (sorting, deduplicating and setting bits) is built on
+/// the first [`BloomSlot::ready`], not when the build side ends: most
+/// joins over cached data push nothing and never ask, and the build side's
+/// end is on the join's critical path. A probe that knows it will not ask
+/// says so with [`BloomSlot::abandon`], and the build side stops hashing
+/// ([`BloomSlot::wanted`]).
 #[derive(Debug)]
 pub struct BloomSlot {
     state: std::sync::Mutex<SlotState>,
@@ -206,6 +213,8 @@ pub struct BloomSlot {
 #[derive(Debug)]
 enum SlotState {
     Building { hashes: Vec<u64>, done: Vec<bool> },
+    /// Every partition ended; the filter is built when first asked for.
+    Complete(Vec<u64>),
     Ready(Option<Arc<BloomFilter>>),
 }
 
@@ -237,21 +246,34 @@ impl BloomSlot {
             *d = true;
         }
         if done.iter().all(|d| *d) {
-            let filter = BloomFilter::from_hashes(hashes).map(Arc::new);
-            *state = SlotState::Ready(filter);
+            *state = SlotState::Complete(std::mem::take(hashes));
         }
     }
 
-    /// No filter from this build side (it failed, or cannot be hashed).
+    /// No filter from this build side: it failed or cannot be hashed, or
+    /// the probe will not ask for one (its scan pushes nothing).
     pub fn abandon(&self) {
         *self.state.lock().expect("not poisoned") = SlotState::Ready(None);
     }
 
-    /// The filter, once every partition ended and if one was built.
+    /// Whether the build side should still hash its keys (no filter is
+    /// ready or abandoned yet).
+    pub fn wanted(&self) -> bool {
+        matches!(&*self.state.lock().expect("not poisoned"), SlotState::Building { .. })
+    }
+
+    /// The filter, once every partition ended and if one can be built
+    /// (built here, on the first call).
     pub fn ready(&self) -> Option<Arc<BloomFilter>> {
-        match &*self.state.lock().expect("not poisoned") {
+        let mut state = self.state.lock().expect("not poisoned");
+        match &mut *state {
             SlotState::Ready(f) => f.clone(),
             SlotState::Building { .. } => None,
+            SlotState::Complete(hashes) => {
+                let filter = BloomFilter::from_hashes(hashes).map(Arc::new);
+                *state = SlotState::Ready(filter.clone());
+                filter
+            }
         }
     }
 }
@@ -389,10 +411,32 @@ mod tests {
         slot.finish(1);
         let f = slot.ready().unwrap();
         assert!(f.contains(1) && f.contains(2));
+        assert!(Arc::ptr_eq(&f, &slot.ready().unwrap()), "built once, then shared");
+        assert!(!slot.wanted(), "a ready slot needs no more hashes");
         let big = BloomSlot::new(1);
         big.add(&(0..2 * MAX_KEYS as u64 + 1).map(Some).collect::<Vec<_>>());
         big.finish(0);
         assert!(big.ready().is_none(), "too many keys: no filter");
+    }
+
+    #[test]
+    fn an_abandoned_slot_stops_hashing_and_never_gives_a_filter() {
+        let slot = BloomSlot::new(2);
+        assert!(slot.wanted());
+        slot.add(&[Some(1)]);
+        slot.abandon();
+        assert!(!slot.wanted(), "the build side stops hashing");
+        // Partitions that were already running still add and end.
+        slot.add(&[Some(2)]);
+        slot.finish(0);
+        slot.finish(1);
+        assert!(slot.ready().is_none(), "a filter missing keys of unhashed batches must never be used");
+        // Ended but not yet asked for: still complete, built on demand.
+        let done = BloomSlot::new(1);
+        done.add(&[Some(7)]);
+        done.finish(0);
+        assert!(!done.wanted());
+        assert!(done.ready().unwrap().contains(7));
     }
 
     #[test]
