@@ -636,6 +636,20 @@ pub fn report(profile: &str, opts: &HybridBenchOptions, r: &HybridBenchResult) -
 }
 
 /// hybrid.csv (every configuration) and the plots.
+/// The files a run with `opts` writes to its output directory, besides
+/// report.txt: a plot needs at least two points on its x axis, so a run
+/// with one skew or one policy size draws no such plot.
+pub fn output_files(opts: &HybridBenchOptions) -> Vec<&'static str> {
+    let mut files = vec!["hybrid.csv", "queries.csv", "time-vs-cache.png", "traffic-vs-cache.png"];
+    if opts.thetas.len() > 1 {
+        files.push("time-vs-skew.png");
+    }
+    if opts.policy_sizes.len() > 1 {
+        files.push("policies-vs-cache.png");
+    }
+    files
+}
+
 fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(), String> {
     let mut csv = String::from("experiment,mode,policy,percent,theta,seconds,link_bytes,bytes_fetched,cache_byte_hit,rg_cached,rg_pushed,rg_fetched,rg_fallback,node_cpu_per_query,queries,wrong\n");
     for x in &r.runs {
@@ -704,7 +718,8 @@ fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(),
     let traffic = |run: &Run| run.traffic as f64 / 1048576.0;
     plot::line_chart(&opts.out.join("time-vs-cache.png"), &axes(format!("SSB SF {}, θ = {}: time of the measured half", opts.sf, opts.theta), "cache size, % of the data", "seconds"), &size_series(&secs))?;
     plot::line_chart(&opts.out.join("traffic-vs-cache.png"), &axes(format!("SSB SF {}, θ = {}: bytes over the link", opts.sf, opts.theta), "cache size, % of the data", "MiB"), &size_series(&traffic))?;
-    if opts.thetas.len() > 1 {
+    let files = output_files(opts);
+    if files.contains(&"time-vs-skew.png") {
         let skew = |mode: Mode| Series {
             label: mode.name().into(),
             points: opts.thetas.iter().filter_map(|&t| r.runs.iter().find(|x| x.experiment == "skew" && x.mode == mode && (x.theta - t).abs() < 1e-9).map(|x| (t, x.seconds))).collect(),
@@ -713,7 +728,7 @@ fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(),
         let series = vec![skew(Mode::Caching), skew(Mode::Pushdown), skew(Mode::Hybrid)];
         plot::line_chart(&opts.out.join("time-vs-skew.png"), &axes(format!("SSB SF {}, cache {}%: time against skew", opts.sf, opts.fixed_size), "Zipf θ", "seconds"), &series)?;
     }
-    if opts.policy_sizes.len() > 1 {
+    if files.contains(&"policies-vs-cache.png") {
         let wlfu = PolicyChoice::Online(PolicyKind::WeightedLfu);
         let series: Vec<Series> = [(lru, "LRU"), (lfu, "LFU"), (wlfu, "Weighted-LFU"), (PolicyChoice::Belady, "Belady")]
             .into_iter()
@@ -732,6 +747,30 @@ fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(),
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_plot_with_one_point_on_its_axis_is_neither_drawn_nor_listed() {
+        let mut opts = HybridBenchOptions {
+            sf: 1.0,
+            chunk_bytes: 1 << 20,
+            queries: 100,
+            seed: 1,
+            sizes: vec![5.0, 10.0],
+            theta: 2.0,
+            thetas: vec![2.0],
+            fixed_size: 10.0,
+            policy_sizes: vec![10.0],
+            policy_theta: 0.3,
+            node: NodeSetup::Running { endpoint: "http://127.0.0.1:1".into(), token: "t".into(), pid: None },
+            request_bytes: 16 << 20,
+            memory_limit: None,
+            out: std::path::PathBuf::from("unused"),
+        };
+        assert_eq!(output_files(&opts), ["hybrid.csv", "queries.csv", "time-vs-cache.png", "traffic-vs-cache.png"]);
+        opts.thetas = vec![0.0, 2.0];
+        opts.policy_sizes = vec![10.0, 20.0];
+        assert!(output_files(&opts).ends_with(&["time-vs-skew.png", "policies-vs-cache.png"]));
+    }
 
     fn run(mode: Mode, policy: PolicyKind, percent: f64, seconds: f64) -> Run {
         Run {

@@ -670,7 +670,8 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             }
             let result = result.map_err(anyhow::Error::msg)?;
             let text = hybrid_bench::report(profile_name, &opts, &result);
-            publish(&out, &text, "report.txt,hybrid.csv,time-vs-cache.png,traffic-vs-cache.png,time-vs-skew.png,policies-vs-cache.png")?;
+            let files = ["report.txt"].into_iter().chain(hybrid_bench::output_files(&opts)).collect::<Vec<_>>().join(",");
+            publish(&out, &text, &files)?;
             anyhow::ensure!(result.wrong() == 0, "{} answers differed between configurations (see the report)", result.wrong());
         }
         BenchCommand::Bank { db, writers, readers, transfers, accounts, out, dir } => {

@@ -171,8 +171,14 @@ async fn hybrid_benchmark_short_mode() {
     for needle in ["against cache size", "against skew", "Figure 11", "the better of caching-only", "Weighted-LFU", "belady"] {
         assert!(report.contains(needle), "{needle}: {report}");
     }
+    // Two skews and two policy sizes: every plot is drawn, and the files
+    // the run says it wrote are there.
+    let files = hybrid_bench::output_files(&opts);
     for png in ["time-vs-cache.png", "traffic-vs-cache.png", "time-vs-skew.png", "policies-vs-cache.png"] {
-        assert!(std::fs::metadata(opts.out.join(png)).unwrap().len() > 1000, "{png}");
+        assert!(files.contains(&png), "{files:?}");
+    }
+    for file in files {
+        assert!(std::fs::metadata(opts.out.join(file)).unwrap().len() > 1000, "{file}");
     }
     // One line per measured query of every run, adding up to the run's figures.
     let per_query = std::fs::read_to_string(opts.out.join("queries.csv")).unwrap();
