@@ -635,7 +635,6 @@ pub fn report(profile: &str, opts: &HybridBenchOptions, r: &HybridBenchResult) -
     out
 }
 
-/// hybrid.csv (every configuration) and the plots.
 /// The files a run with `opts` writes to its output directory, besides
 /// report.txt: a plot needs at least two points on its x axis, so a run
 /// with one skew or one policy size draws no such plot.
@@ -650,6 +649,7 @@ pub fn output_files(opts: &HybridBenchOptions) -> Vec<&'static str> {
     files
 }
 
+/// hybrid.csv (every configuration), queries.csv and the plots.
 fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(), String> {
     let mut csv = String::from("experiment,mode,policy,percent,theta,seconds,link_bytes,bytes_fetched,cache_byte_hit,rg_cached,rg_pushed,rg_fetched,rg_fallback,node_cpu_per_query,queries,wrong\n");
     for x in &r.runs {
