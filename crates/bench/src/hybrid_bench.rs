@@ -66,6 +66,9 @@ pub struct HybridBenchOptions {
     pub policy_sizes: Vec<f64>,
     /// Skew of the policy experiment (low: where Weighted-LFU matters).
     pub policy_theta: f64,
+    /// The memory tier's [`CacheOptions::decoded_max_ratio`] (0: it holds
+    /// every chunk compressed).
+    pub decoded_max_ratio: f64,
     pub node: NodeSetup,
     pub request_bytes: u64,
     pub memory_limit: Option<usize>,
@@ -394,7 +397,7 @@ impl Bench<'_> {
         };
         let cached = matches!(mode, Mode::Caching | Mode::Hybrid) && size > 0;
         let mut options = measured_options(opts.request_bytes, None, true, opts.memory_limit);
-        options.cache = if cached { CacheOptions { memory: Some(size), memory_policy: kind, ..CacheOptions::default() } } else { CacheOptions::off() };
+        options.cache = if cached { CacheOptions { memory: Some(size), memory_policy: kind, decoded_max_ratio: opts.decoded_max_ratio, ..CacheOptions::default() } } else { CacheOptions::off() };
         if let (Some(limit), true) = (options.memory_limit, cached) {
             options.memory_limit = Some(limit + size as usize);
         }
@@ -552,12 +555,16 @@ impl HybridBenchResult {
 pub fn report(profile: &str, opts: &HybridBenchOptions, r: &HybridBenchResult) -> String {
     let mib = 1048576.0;
     let mut out = format!(
-        "SSB SF {} on the {profile} profile{}: {} generated queries per configuration (first half warms up, second half measured), seed {}; data {:.1} MiB of column chunks\n",
+        "SSB SF {} on the {profile} profile{}: {} generated queries per configuration (first half warms up, second half measured), seed {}; data {:.1} MiB of column chunks; memory cache: {}\n",
         opts.sf,
         r.link.as_ref().map_or(String::new(), |l| format!(" (link {l}, {} Mbit/s)", blobhouse_testbed::Link::configured_mbit().unwrap_or_default())),
         opts.queries,
         opts.seed,
-        r.data_bytes as f64 / mib
+        r.data_bytes as f64 / mib,
+        match opts.decoded_max_ratio {
+            0.0 => "compressed chunks".to_string(),
+            ratio => format!("numbers and dates decoded, strings when at most {ratio}x their compressed bytes"),
+        }
     );
     let row = |run: &Run| {
         format!(
@@ -761,6 +768,7 @@ mod tests {
             fixed_size: 10.0,
             policy_sizes: vec![10.0],
             policy_theta: 0.3,
+            decoded_max_ratio: blobhouse_engine::DECODED_MAX_RATIO,
             node: NodeSetup::Running { endpoint: "http://127.0.0.1:1".into(), token: "t".into(), pid: None },
             request_bytes: 16 << 20,
             memory_limit: None,

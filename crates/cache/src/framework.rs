@@ -247,6 +247,37 @@ impl BenefitCache {
         }
     }
 
+    /// Charges cached segment `key` `size` bytes from now on (it was
+    /// admitted at an estimate, and its real size is known). When the
+    /// cache then overflows, the least valuable segments are evicted until
+    /// it fits again — `key` too, when it is the least valuable — and
+    /// returned. Not cached: nothing happens.
+    pub fn resize(&mut self, key: &SegmentKey, size: u64) -> Vec<SegmentKey> {
+        let Some(old) = self.cached.get_mut(key) else { return Vec::new() };
+        self.used = self.used - *old + size;
+        *old = size;
+        if self.used <= self.capacity {
+            return Vec::new();
+        }
+        self.evict_to(self.capacity)
+    }
+
+    /// Evicts the least valuable segments until `used` is at most `bytes`.
+    fn evict_to(&mut self, bytes: u64) -> Vec<SegmentKey> {
+        let now = self.query;
+        let mut by_benefit: Vec<(f64, SegmentKey)> = self.cached.keys().map(|k| (self.policy.benefit(k, now), k.clone())).collect();
+        by_benefit.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
+        let mut evicted = Vec::new();
+        for (_, key) in by_benefit {
+            if self.used <= bytes {
+                break;
+            }
+            self.remove(&key);
+            evicted.push(key);
+        }
+        evicted
+    }
+
     /// Values segments by `policy` from now on. The cached segments stay,
     /// each recorded once with the new policy; other history is dropped.
     pub fn set_policy(&mut self, policy: Box<dyn Policy>) {
@@ -262,21 +293,10 @@ impl BenefitCache {
     /// A new capacity; evicts the least valuable segments until they fit.
     pub fn set_capacity(&mut self, capacity: u64) -> Vec<SegmentKey> {
         self.capacity = capacity;
-        let mut evicted = Vec::new();
         if self.used <= capacity {
-            return evicted;
+            return Vec::new();
         }
-        let now = self.query;
-        let mut by_benefit: Vec<(f64, SegmentKey)> = self.cached.keys().map(|k| (self.policy.benefit(k, now), k.clone())).collect();
-        by_benefit.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
-        for (_, key) in by_benefit {
-            if self.used <= capacity {
-                break;
-            }
-            self.remove(&key);
-            evicted.push(key);
-        }
-        evicted
+        self.evict_to(capacity)
     }
 
     fn bound_history(&mut self) {
@@ -313,6 +333,26 @@ mod tests {
     fn hits(trace: &[Vec<SegmentKey>], capacity: u64, policy: Box<dyn Policy>) -> usize {
         let mut cache = BenefitCache::new(capacity, policy);
         trace.iter().map(|query| cache.on_query(&query.iter().cloned().map(Touch::of).collect::<Vec<_>>()).hits.len()).sum()
+    }
+
+    #[test]
+    fn a_segment_charged_more_than_its_estimate_evicts_the_least_valuable() {
+        let mut c = BenefitCache::new(300, Box::new(Lru::default()));
+        for name in ["a", "b", "c"] {
+            c.on_query(&q(&[name]));
+        }
+        assert_eq!(c.used(), 300);
+        // Smaller than admitted: room, nothing goes.
+        assert!(c.resize(&k("c"), 50).is_empty());
+        assert_eq!(c.used(), 250);
+        // Larger: the least recently used go until it fits.
+        assert_eq!(c.resize(&k("c"), 180), vec![k("a")]);
+        assert_eq!((c.used(), c.contains(&k("b")), c.contains(&k("c"))), (280, true, true));
+        // Larger than the cache, and the least valuable: it goes itself.
+        assert_eq!(c.resize(&k("b"), 400), vec![k("b")]);
+        assert_eq!((c.used(), c.contains(&k("c"))), (180, true));
+        assert!(c.resize(&k("zz"), 10).is_empty(), "not cached: nothing to charge");
+        assert_eq!(c.used(), 180);
     }
 
     #[test]

@@ -31,7 +31,7 @@ pub mod ssd;
 
 pub use framework::{BenefitCache, Decision, Touch};
 pub use key::SegmentKey;
-pub use memory::{Lookup, MemoryStats, MemoryTier};
+pub use memory::{Held, Lookup, MemoryStats, MemoryTier};
 pub use policy::{Belady, Lfu, Lru, Policy, PolicyKind};
 pub use router::{Route, Router, RouterStats};
 pub use ssd::{SsdError, SsdStats, SsdTier};

@@ -6,9 +6,14 @@
 //! the framework admits some of them. Then, row group by row group, it
 //! asks for each segment's bytes ([`MemoryTier::get`]); an admitted segment
 //! it had to download is handed over with [`MemoryTier::fill`] (or given
-//! up with [`MemoryTier::abandon`] when the download failed). The tier holds
-//! the bytes as they came from the store — compressed column chunks — see
-//! docs/cache.md for why.
+//! up with [`MemoryTier::abandon`] when the download failed).
+//!
+//! What the tier keeps for a segment is the caller's choice ([`Held`]):
+//! the bytes as they came from the store (compressed column chunks,
+//! `Bytes`), or the engine's decoded form of them. The framework charges
+//! each entry what it takes in memory; an entry admitted at an estimate is
+//! charged its real size when it arrives ([`MemoryTier::fill`]). See
+//! docs/cache.md for when each form pays.
 
 use std::collections::HashMap;
 use std::sync::Mutex;
@@ -19,11 +24,32 @@ use crate::framework::{BenefitCache, Touch};
 use crate::key::SegmentKey;
 use crate::policy::Policy;
 
+/// What the memory tier keeps for a segment.
+pub trait Held: Clone + Send {
+    /// Bytes it takes in memory: what the tier charges for it.
+    fn memory_size(&self) -> u64;
+
+    /// Whether it can be the whole content of segment `key`: a short read
+    /// must never become a hit.
+    fn is_whole(&self, key: &SegmentKey) -> bool;
+}
+
+/// A segment's bytes as the store returned them.
+impl Held for Bytes {
+    fn memory_size(&self) -> u64 {
+        self.len() as u64
+    }
+
+    fn is_whole(&self, key: &SegmentKey) -> bool {
+        self.len() as u64 == key.len
+    }
+}
+
 /// What a lookup found.
 #[derive(Debug, Clone, PartialEq)]
-pub enum Lookup {
-    /// The bytes, from memory.
-    Hit(Bytes),
+pub enum Lookup<V = Bytes> {
+    /// The segment, from memory.
+    Hit(V),
     /// Not here: fetch it. `fill`: the tier admitted it, so hand the bytes
     /// over with [`MemoryTier::fill`] once they arrive.
     Miss { fill: bool },
@@ -44,27 +70,27 @@ pub struct MemoryStats {
     pub capacity: u64,
 }
 
-struct Inner {
+struct Inner<V> {
     framework: BenefitCache,
-    /// Bytes of the cached segments; `None` while an admitted one is on its way.
-    bytes: HashMap<SegmentKey, Option<Bytes>>,
+    /// The cached segments; `None` while an admitted one is on its way.
+    bytes: HashMap<SegmentKey, Option<V>>,
     stats: MemoryStats,
 }
 
 /// The memory tier. Shared by every scan of an engine; cheap to call from
 /// many tasks (one short critical section per call).
-pub struct MemoryTier {
-    inner: Mutex<Inner>,
+pub struct MemoryTier<V = Bytes> {
+    inner: Mutex<Inner<V>>,
 }
 
-impl MemoryTier {
+impl<V: Held> MemoryTier<V> {
     /// An empty tier of `capacity` bytes valuing segments by `policy`.
-    pub fn new(capacity: u64, policy: Box<dyn Policy>) -> MemoryTier {
+    pub fn new(capacity: u64, policy: Box<dyn Policy>) -> MemoryTier<V> {
         let stats = MemoryStats { capacity, ..Default::default() };
         MemoryTier { inner: Mutex::new(Inner { framework: BenefitCache::new(capacity, policy), bytes: HashMap::new(), stats }) }
     }
 
-    fn lock(&self) -> std::sync::MutexGuard<'_, Inner> {
+    fn lock(&self) -> std::sync::MutexGuard<'_, Inner<V>> {
         // A panic while holding the lock leaves counters, not bytes, half
         // updated: the cache stays usable.
         self.inner.lock().unwrap_or_else(|e| e.into_inner())
@@ -93,8 +119,8 @@ impl MemoryTier {
         self.lock().bytes.contains_key(key)
     }
 
-    /// The bytes of `key`, if here.
-    pub fn get(&self, key: &SegmentKey) -> Lookup {
+    /// The segment `key`, if here.
+    pub fn get(&self, key: &SegmentKey) -> Lookup<V> {
         let mut inner = self.lock();
         let found = inner.bytes.get(key).cloned();
         match found {
@@ -116,17 +142,26 @@ impl MemoryTier {
         }
     }
 
-    /// The bytes of an admitted segment arrived. Ignored unless it is still
-    /// admitted and waiting, and the bytes are exactly the segment's.
-    pub fn fill(&self, key: &SegmentKey, bytes: Bytes) {
-        if bytes.len() as u64 != key.len {
+    /// An admitted segment arrived. Ignored unless it is still admitted
+    /// and waiting, and `value` is the whole segment. It is charged its
+    /// [`Held::memory_size`] from now on: when that is more than it was
+    /// admitted at and the tier overflows, the least valuable segments go
+    /// (this one too, when it is the least valuable).
+    pub fn fill(&self, key: &SegmentKey, value: V) {
+        if !value.is_whole(key) {
             self.abandon(key);
             return;
         }
+        let size = value.memory_size();
         let mut inner = self.lock();
-        if let Some(slot @ None) = inner.bytes.get_mut(key) {
-            *slot = Some(bytes);
+        let Some(slot @ None) = inner.bytes.get_mut(key) else { return };
+        *slot = Some(value);
+        let evicted = inner.framework.resize(key, size);
+        for key in &evicted {
+            inner.bytes.remove(key);
         }
+        inner.stats.evicted += evicted.len() as u64;
+        inner.stats.used = inner.framework.used();
     }
 
     /// An admitted segment's bytes will not come: its space is given back.
@@ -165,6 +200,11 @@ impl MemoryTier {
     /// The policy's name.
     pub fn policy_name(&self) -> &'static str {
         self.lock().framework.policy_name()
+    }
+
+    /// What the tier holds now (not the segments still on their way).
+    pub fn held(&self) -> Vec<V> {
+        self.lock().bytes.values().flatten().cloned().collect()
     }
 
     /// The cached segments (size, benefit, whether the bytes are here), most
@@ -210,6 +250,40 @@ mod tests {
         assert_eq!(tier.stats().used, 4, "the abandoned segment's space is back");
         let s = tier.stats();
         assert_eq!((s.hits, s.hit_bytes), (1, 4));
+    }
+
+    /// A form of a segment larger than its bytes (as the engine's decoded
+    /// chunks are).
+    #[derive(Debug, Clone, PartialEq)]
+    struct Big(u64);
+
+    impl Held for Big {
+        fn memory_size(&self) -> u64 {
+            self.0
+        }
+
+        fn is_whole(&self, _: &SegmentKey) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_fill_is_charged_its_memory_size() {
+        let tier: MemoryTier<Big> = MemoryTier::new(10, Box::new(Lru::default()));
+        tier.plan(&[Touch::of(k("a")), Touch::of(k("b"))]);
+        assert_eq!(tier.stats().used, 8);
+        tier.fill(&k("a"), Big(3));
+        assert_eq!(tier.stats().used, 7);
+        assert_eq!(tier.get(&k("a")), Lookup::Hit(Big(3)));
+        // b arrives at 9 bytes: 12 > 10, so the older a goes.
+        tier.fill(&k("b"), Big(9));
+        let s = tier.stats();
+        assert_eq!((s.used, s.evicted), (9, 1));
+        assert_eq!(tier.get(&k("a")), Lookup::Miss { fill: false });
+        assert_eq!(tier.get(&k("b")), Lookup::Hit(Big(9)));
+        // A second fill of a segment already here changes nothing.
+        tier.fill(&k("b"), Big(1));
+        assert_eq!((tier.stats().used, tier.get(&k("b"))), (9, Lookup::Hit(Big(9))));
     }
 
     #[test]

@@ -256,6 +256,9 @@ pub enum BenchCommand {
         /// Skew of the policy experiment.
         #[arg(long, default_value_t = 0.3)]
         policy_theta: f64,
+        /// The memory cache holds numbers and dates decoded, and strings when their arrays take at most RATIO times their compressed bytes (0: every chunk compressed).
+        #[arg(long, value_name = "RATIO", default_value_t = blobhouse_engine::DECODED_MAX_RATIO)]
+        cache_decoded_ratio: f64,
         /// CPU cores the storage node may use (bottleneck profile).
         #[arg(long, default_value_t = 1.0)]
         node_cpus: f64,
@@ -631,7 +634,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             let wrong: usize = result.configs.iter().chain(&result.routing).map(|c| c.wrong_answers()).sum();
             anyhow::ensure!(wrong == 0, "{wrong} answers were wrong (see the report)");
         }
-        BenchCommand::Hybrid { sf, profile, queries, seed, sizes, theta, thetas, fixed_size, policy_sizes, policy_theta, node_cpus, chunk_kib, data_dir, memory_limit, out, dir } => {
+        BenchCommand::Hybrid { sf, profile, queries, seed, sizes, theta, thetas, fixed_size, policy_sizes, policy_theta, cache_decoded_ratio, node_cpus, chunk_kib, data_dir, memory_limit, out, dir } => {
             use blobhouse_bench::hybrid_bench::{self, HybridBenchOptions, NodeSetup};
             anyhow::ensure!(sf > 0.0 && sf.is_finite(), "--sf must be a positive number");
             anyhow::ensure!(queries >= 2, "--queries must be at least 2 (half warm up, half are measured)");
@@ -639,6 +642,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             anyhow::ensure!(thetas.iter().chain([&theta, &policy_theta]).all(|t| *t >= 0.0 && t.is_finite()), "skews (θ) are finite and at least 0");
             anyhow::ensure!(node_cpus > 0.0 && node_cpus.is_finite(), "--node-cpus must be positive");
             anyhow::ensure!(chunk_kib >= 16, "--chunk-kib must be at least 16");
+            anyhow::ensure!(cache_decoded_ratio >= 0.0 && cache_decoded_ratio.is_finite(), "--cache-decoded-ratio is a ratio of sizes, 0 or more (0: always compressed)");
             let memory_limit = parse_memory_limit(memory_limit.as_deref())?;
             let local = profile == "local";
             let bench = if local { None } else { Some(BenchTestbed::up(&profile, dir)?) };
@@ -659,6 +663,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
                 fixed_size,
                 policy_sizes,
                 policy_theta,
+                decoded_max_ratio: cache_decoded_ratio,
                 node: NodeSetup::Spawn { exe, cpus: node_cpus },
                 request_bytes: 16 << 20,
                 memory_limit,

@@ -118,6 +118,11 @@ pub struct EngineArgs {
     /// Size of the in-memory cache of column chunks, within the memory limit (default: a quarter of it; 0: off).
     #[arg(long, value_name = "SIZE", env = "BLOBHOUSE_CACHE_MEMORY")]
     cache_memory: Option<String>,
+    /// The in-memory cache holds column chunks decoded (Arrow arrays: no decompression or decoding on a hit):
+    /// numbers and dates always, strings when their arrays take at most RATIO times their compressed bytes
+    /// (default 5; 0: every chunk compressed, the least memory).
+    #[arg(long, value_name = "RATIO")]
+    cache_decoded_ratio: Option<f64>,
     /// Directory of the SSD cache of column chunks (default: no SSD cache). Kept across restarts; processes running at once get separate slots in it.
     #[arg(long, value_name = "DIR", env = "BLOBHOUSE_CACHE_DIR")]
     cache_dir: Option<std::path::PathBuf>,
@@ -150,6 +155,12 @@ impl EngineArgs {
         }
         if let Some(size) = &self.cache_memory {
             options.cache.memory = Some(blobhouse_engine::parse_cache_size(size).map_err(|e| anyhow::anyhow!("--cache-memory: {e}"))?);
+        }
+        if let Some(ratio) = self.cache_decoded_ratio {
+            if !(ratio.is_finite() && ratio >= 0.0) {
+                anyhow::bail!("--cache-decoded-ratio {ratio}: give a ratio of sizes, 0 or more (0: always compressed)");
+            }
+            options.cache.decoded_max_ratio = ratio;
         }
         if let Some(dir) = &self.cache_dir {
             options.cache.ssd_dir = Some(dir.clone());

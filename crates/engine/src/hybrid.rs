@@ -55,7 +55,7 @@ use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, Exe
 use futures::StreamExt;
 use tokio::sync::mpsc;
 
-use blobhouse_cache::{SegmentKey, Touch};
+use blobhouse_cache::Touch;
 use blobhouse_pushdown::{BloomProbeExpr, BloomSlot, NodeClient, ObjectSlice, ObjectSliceExec, PushdownError};
 
 use crate::scan::{BlobScanExec, ScanUnit, Split};
@@ -691,13 +691,10 @@ impl HybridExec {
             };
             // A unit is read here only when all its chunks are cached, so
             // its chunks are admitted together or not at all.
-            let touches: Vec<Touch> = units
+            let touches: Vec<(Touch, crate::tiers::DecodedSize)> = units
                 .iter()
                 .enumerate()
-                .flat_map(|(i, u)| {
-                    let object: Arc<str> = Arc::from(u.object.display.as_str());
-                    u.chunks.iter().map(move |r| Touch { weight, unit: Some(i as u64), ..Touch::of(SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start }) })
-                })
+                .flat_map(|(i, u)| u.segments().map(move |(key, decoded)| (Touch { weight, unit: Some(i as u64), ..Touch::of(key) }, decoded)))
                 .collect();
             tiers.plan_touches(&touches);
         }

@@ -42,5 +42,5 @@ pub use source::DataSource;
 pub use scan::{BlobScanExec, GET_PRICE_USD, ScanMetrics, collect_scan_metrics};
 pub use scheduler::{Decision, SchedulerOptions};
 pub use memory::MemoryBudget;
-pub use tiers::{CacheOptions, Tiers, parse_cache_size};
+pub use tiers::{CacheOptions, CachedChunk, DECODED_MAX_RATIO, DecodedSize, Tiers, parse_cache_size};
 pub use session::{CATALOG, Described, Engine, EngineError, EngineOptions, MemoryUse, QueryResult, SpillOptions, scan_download_options, split_complete_statements, split_statements};

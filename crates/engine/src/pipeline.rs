@@ -36,7 +36,7 @@ use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use bytes::{Bytes, BytesMut};
-use datafusion::arrow::array::{ArrayRef, RecordBatch, RecordBatchOptions};
+use datafusion::arrow::array::{Array, ArrayRef, MutableArrayData, RecordBatch, RecordBatchOptions, make_array};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::common::{DataFusionError, Result};
@@ -59,6 +59,7 @@ use crate::runtime_filter::{RowFilter, RuntimeFilters};
 use crate::scan::{ScanUnit, ZoneMaps};
 use crate::scheduler::{Controller, Decision, EpochStats, SchedulerOptions};
 use crate::source::DataSource;
+use crate::tiers::DecodedFills;
 
 /// Counters of a scan, shared by its runs (global metrics of the plan node).
 #[derive(Debug, Clone)]
@@ -149,8 +150,20 @@ impl ScanCounters {
 /// A downloaded row group waiting for a partition.
 struct Arrived {
     unit: ScanUnit,
-    chunks: FetchedChunks,
+    data: UnitData,
     at: Instant,
+}
+
+/// A unit's column chunks as they came.
+struct UnitData {
+    /// Those in Parquet form, for the decoder.
+    compressed: FetchedChunks,
+    /// (index in the unit's chunks, array) of those the memory tier held
+    /// decoded.
+    decoded: Vec<(usize, ArrayRef)>,
+    /// Those the memory tier waits for decoded (their bytes are among
+    /// `compressed`).
+    fills: Option<DecodedFills>,
 }
 
 /// What the fetcher and the partitions share.
@@ -280,13 +293,7 @@ impl Pipeline {
         });
         if let Some(tiers) = source.tiers().filter(|_| !tiers_planned) {
             // The scan's access, for the tiers' policies (one scan = one access).
-            let keys: Vec<blobhouse_cache::SegmentKey> = units
-                .iter()
-                .flat_map(|u| {
-                    let object: Arc<str> = Arc::from(u.object.display.as_str());
-                    u.chunks.iter().map(move |r| blobhouse_cache::SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start })
-                })
-                .collect();
+            let keys: Vec<(blobhouse_cache::SegmentKey, crate::tiers::DecodedSize)> = units.iter().flat_map(ScanUnit::segments).collect();
             tiers.plan(&keys);
         }
         let (tx, rx) = mpsc::unbounded_channel();
@@ -381,7 +388,7 @@ async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource, shared: Ar
                 shared.in_flight.fetch_sub(unit.bytes(), Ordering::Relaxed);
                 counters.fetch_time.add_duration(took);
                 match result {
-                    Ok((chunks, from_store)) => {
+                    Ok((data, from_store)) => {
                         let bytes = unit.bytes();
                         fetched += from_store;
                         last_arrival = Instant::now();
@@ -394,7 +401,7 @@ async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource, shared: Ar
                         }
                         shared.ready_bytes.fetch_add(bytes, Ordering::Relaxed);
                         shared.ready_units.fetch_add(1, Ordering::Relaxed);
-                        if tx.send(Ok(Arrived { unit, chunks, at: last_arrival })).is_err() {
+                        if tx.send(Ok(Arrived { unit, data, at: last_arrival })).is_err() {
                             break; // every partition is gone
                         }
                     }
@@ -467,13 +474,16 @@ impl Skipper {
 
 /// A unit's column chunks: from the caching tiers where they have them,
 /// else from the store. Also returns the bytes that came from the store.
-async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> Result<(FetchedChunks, u64)> {
+async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> Result<(UnitData, u64)> {
+    let compressed = |chunks| FetchedChunks::new(chunks, unit.object.size, unit.object.display.clone());
     let Some(tiers) = source.tiers() else {
         let spans = fetch_spans(source, unit, &unit.spans, m).await?;
         let from_store = spans.iter().map(|(_, b)| b.len() as u64).sum();
-        return Ok((FetchedChunks::new(spans, unit.object.size, unit.object.display.clone()), from_store));
+        return Ok((UnitData { compressed: compressed(spans), decoded: Vec::new(), fills: None }, from_store));
     };
-    let mut served = tiers.lookup(&unit.object.display, &unit.chunks).await;
+    let mut served = tiers.lookup(unit.segments().collect()).await;
+    // From here, admitted chunks that are not handed over are given back.
+    let mut fills = DecodedFills::new(tiers.clone(), std::mem::take(&mut served.to_decode));
     m.memory_hits.add(served.memory_hits);
     m.memory_bytes.add(served.memory_bytes as usize);
     m.ssd_hits.add(served.ssd_hits);
@@ -500,6 +510,9 @@ async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> R
         let mut for_tiers = Vec::with_capacity(served.missing.len());
         for missing in std::mem::take(&mut served.missing) {
             use parquet::file::reader::ChunkReader;
+            if missing.decode {
+                fills.push(missing.index, missing.key.clone());
+            }
             let range = &missing.range;
             let bytes = fetched.get_bytes(range.start, (range.end - range.start) as usize)?;
             from_store += bytes.len() as u64;
@@ -511,7 +524,8 @@ async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> R
     } else {
         m.gets_avoided.add(planned);
     }
-    Ok((FetchedChunks::new(served.chunks, unit.object.size, unit.object.display.clone()), from_store))
+    let fills = (!fills.is_empty()).then_some(fills);
+    Ok((UnitData { compressed: compressed(served.chunks), decoded: served.decoded, fills }, from_store))
 }
 
 /// Issues the range requests of `spans` (of `unit`'s object) concurrently
@@ -659,15 +673,16 @@ impl Consumer {
 /// deletion vector deletes are dropped here, before any filter sees them.
 /// When the page index ruled pages out, only the unit's selected rows are
 /// decoded, and their positions (for row ids and deletes) follow from the
-/// selection ([`blobhouse_storage::rows`]).
+/// selection ([`blobhouse_storage::rows`]). Columns the memory tier holds
+/// decoded are not decoded at all: each batch copies its rows out of them.
 struct Decoding {
+    /// The columns in Parquet form; `None` when no column is.
     reader: Option<ParquetRecordBatchReader>,
-    /// No data column: rows not yet handed on (counted, not decoded).
-    rows_only: Option<usize>,
+    /// Without a reader: selected rows not yet handed on.
+    rows_left: usize,
     batch_size: usize,
-    /// Per output column: its position in the reader's output (file
-    /// order), or `None` for the row ids.
-    positions: Vec<Option<usize>>,
+    /// Where each output column comes from.
+    columns: Vec<Column>,
     /// Where in the row group the next decoded rows are.
     rows_at: Positions,
     /// The row group's first row in its object.
@@ -681,59 +696,108 @@ struct Decoding {
     held: usize,
 }
 
+/// Where an output column of a [`Decoding`] comes from.
+enum Column {
+    /// The reader's output column at this position (file order).
+    Reader(usize),
+    /// A whole chunk, decoded: every row of the row group.
+    Decoded(ArrayRef),
+    /// The row ids.
+    RowIds,
+}
+
 impl Decoding {
     fn new(a: Arrived, projection: &[usize], row_id_column: usize, batch_size: usize) -> Result<Decoding> {
-        let unit = a.unit;
+        let Arrived { unit, data: chunks, .. } = a;
         let object = &unit.object;
         let bytes_per_row = if unit.rows == 0 { 0.0 } else { unit.bytes() as f64 / unit.rows as f64 };
         let held = unit.bytes() as usize;
-        // The Parquet reader returns columns in file order; map them back.
-        let mut sorted: Vec<usize> = projection.iter().copied().filter(|&c| c != row_id_column).collect();
-        sorted.sort_unstable();
-        let positions = projection.iter().map(|c| if *c == row_id_column { None } else { sorted.binary_search(c).ok() }).collect();
+        let wrap = |e: parquet::errors::ParquetError| DataFusionError::External(Box::new(StorageError::Parquet { location: object.display.clone(), source: e }));
+        let corrupt = |reason: String| DataFusionError::External(Box::new(StorageError::Corrupt { location: object.display.clone(), reason }));
+        // The unit's chunks are its data columns, in projection order.
+        let data: Vec<usize> = projection.iter().copied().filter(|&c| c != row_id_column).collect();
+        if data.len() != unit.chunks.len() {
+            return Err(DataFusionError::Internal(format!("a scan of {} reads {} columns from {} chunks", object.display, data.len(), unit.chunks.len())));
+        }
+        let mut arrays: Vec<Option<ArrayRef>> = vec![None; data.len()];
+        for (i, array) in chunks.decoded {
+            arrays[i] = Some(array);
+        }
+        let reader = |columns: &[usize], rows: Option<&RowRanges>, batch: usize| {
+            let mask = ProjectionMask::roots(object.reader.metadata().file_metadata().schema_descr(), columns.iter().copied());
+            let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(chunks.compressed.clone(), object.reader.clone())
+                .with_row_groups(vec![unit.row_group])
+                .with_projection(mask)
+                .with_batch_size(batch);
+            if let Some(rows) = rows {
+                builder = builder.with_row_selection(rows.selection());
+            }
+            builder.build().map_err(wrap)
+        };
+        // Chunks the memory tier waits for decoded: every row, once, then
+        // read like the chunks it held.
+        if let Some(mut fills) = chunks.fills {
+            let mut to_decode: Vec<(usize, usize)> = fills.indexes().map(|i| (data[i], i)).collect();
+            to_decode.sort_unstable();
+            let columns: Vec<usize> = to_decode.iter().map(|(c, _)| *c).collect();
+            let batches = reader(&columns, None, (unit.rows as usize).max(1))?.collect::<Result<Vec<RecordBatch>, _>>().map_err(|e| corrupt(e.to_string()))?;
+            for (position, (_, i)) in to_decode.iter().enumerate() {
+                let parts: Vec<&dyn Array> = batches.iter().map(|b| b.column(position).as_ref()).collect();
+                let array = match parts.as_slice() {
+                    [one] => make_array(one.to_data()),
+                    _ => datafusion::arrow::compute::concat(&parts)?,
+                };
+                fills.fill(*i, array.clone(), unit.rows);
+                arrays[*i] = Some(array);
+            }
+        }
         let selected = unit.selection.clone().unwrap_or_else(|| Arc::new(RowRanges::all(unit.rows)));
-        let mut d = Decoding {
-            reader: None,
-            rows_only: None,
+        // The rest in Parquet form; the reader returns them in file order.
+        let mut parquet: Vec<usize> = data.iter().zip(&arrays).filter(|(_, a)| a.is_none()).map(|(c, _)| *c).collect();
+        parquet.sort_unstable();
+        let mut decoded = data.iter().copied().zip(arrays);
+        let columns = projection
+            .iter()
+            .map(|c| match *c == row_id_column {
+                true => Column::RowIds,
+                false => match decoded.find(|(d, _)| d == c).and_then(|(_, a)| a) {
+                    Some(array) => Column::Decoded(array),
+                    None => Column::Reader(parquet.binary_search(c).expect("an undecoded data column")),
+                },
+            })
+            .collect();
+        let reader = match parquet.is_empty() {
+            true => None,
+            false => Some(reader(&parquet, unit.selection.as_deref(), batch_size)?),
+        };
+        Ok(Decoding {
+            reader,
+            rows_left: selected.selected() as usize,
             batch_size,
-            positions,
-            rows_at: Positions::new(selected.clone()),
+            columns,
+            rows_at: Positions::new(selected),
             first_row: unit.first_row,
             ordinal: object.ordinal,
             deleted: object.deleted.clone(),
             location: object.display.clone(),
             bytes_per_row,
             held,
-        };
-        if sorted.is_empty() {
-            d.rows_only = Some(selected.selected() as usize);
-            return Ok(d);
-        }
-        let wrap = |e: parquet::errors::ParquetError| DataFusionError::External(Box::new(StorageError::Parquet { location: object.display.clone(), source: e }));
-        let mask = ProjectionMask::roots(object.reader.metadata().file_metadata().schema_descr(), sorted.iter().copied());
-        let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(a.chunks, object.reader.clone())
-            .with_row_groups(vec![unit.row_group])
-            .with_projection(mask)
-            .with_batch_size(batch_size);
-        if unit.selection.is_some() {
-            builder = builder.with_row_selection(selected.selection());
-        }
-        d.reader = Some(builder.build().map_err(wrap)?);
-        Ok(d)
+        })
     }
 
     /// The next batch, without deleted rows, and how many rows were deleted.
     fn next_batch(&mut self, schema: &SchemaRef) -> Option<Result<(RecordBatch, usize)>> {
-        let (decoded, rows) = match self.rows_only.as_mut() {
-            Some(0) => return None,
-            Some(left) => {
-                // COUNT(*) and friends: no bytes needed, the rows are counted
-                // (in one batch unless row ids are wanted).
-                let rows = if self.positions.is_empty() { *left } else { (*left).min(self.batch_size) };
-                *left -= rows;
+        let (decoded, rows) = match self.reader.as_mut() {
+            None if self.rows_left == 0 => return None,
+            None => {
+                // Every column decoded already, or none wanted (COUNT(*)
+                // and friends: the rows are counted, in one batch unless
+                // columns are wanted).
+                let rows = if self.columns.is_empty() { self.rows_left } else { self.rows_left.min(self.batch_size) };
+                self.rows_left -= rows;
                 (None, rows)
             }
-            None => match self.reader.as_mut()?.next()? {
+            Some(reader) => match reader.next()? {
                 Ok(b) => {
                     let rows = b.num_rows();
                     (Some(b), rows)
@@ -745,14 +809,20 @@ impl Decoding {
         if at.iter().map(|r| r.end - r.start).sum::<u64>() != rows as u64 {
             return Some(Err(self.corrupt(format!("the decoder returned more rows than the {} selected", self.rows_at.selected()))));
         }
-        let columns: Vec<ArrayRef> = self
-            .positions
+        let columns: Result<Vec<ArrayRef>, _> = self
+            .columns
             .iter()
-            .map(|p| match (p, &decoded) {
-                (Some(i), Some(b)) => b.column(*i).clone(),
-                _ => Arc::new(row_ids(self.ordinal, self.first_row, &at)) as ArrayRef,
+            .map(|c| match (c, &decoded) {
+                (Column::Reader(i), Some(b)) => Ok(b.column(*i).clone()),
+                (Column::Reader(_), None) => unreachable!("reader columns only with a reader"),
+                (Column::Decoded(array), _) => copy_rows(array, &at),
+                (Column::RowIds, _) => Ok(Arc::new(row_ids(self.ordinal, self.first_row, &at)) as ArrayRef),
             })
             .collect();
+        let columns = match columns {
+            Ok(c) => c,
+            Err(e) => return Some(Err(e.into())),
+        };
         let opts = RecordBatchOptions::new().with_row_count(Some(rows));
         let batch = match RecordBatch::try_new_with_options(schema.clone(), columns, &opts) {
             Ok(b) => b,
@@ -764,6 +834,19 @@ impl Decoding {
     fn corrupt(&self, reason: String) -> DataFusionError {
         DataFusionError::External(Box::new(StorageError::Corrupt { location: self.location.clone(), reason }))
     }
+}
+
+/// The rows `at` of a whole decoded chunk, copied into an array of their
+/// own. Copied, not sliced: a slice would keep (and, in the operators'
+/// memory accounting, count) the whole chunk's buffers for each batch.
+fn copy_rows(array: &ArrayRef, at: &[std::ops::Range<u64>]) -> Result<ArrayRef, datafusion::arrow::error::ArrowError> {
+    let data = array.to_data();
+    let rows = at.iter().map(|r| (r.end - r.start) as usize).sum();
+    let mut out = MutableArrayData::new(vec![&data], false, rows);
+    for r in at {
+        out.try_extend(0, r.start as usize, r.end as usize)?;
+    }
+    Ok(make_array(out.freeze()))
 }
 
 /// The CPU time the download manager's loop threads spent while a scan

@@ -52,6 +52,7 @@ use roaring::RoaringBitmap;
 
 use crate::chunks::{RequestPolicy, Span};
 use crate::pipeline::{CpuSpan, Pipeline, ScanCounters, ScanToRun};
+use crate::tiers::DecodedSize;
 use crate::runtime_filter::{RuntimeFilters, is_runtime_filter};
 use crate::scheduler::{Decision, SchedulerOptions};
 use crate::source::DataSource;
@@ -140,12 +141,23 @@ pub(crate) struct ScanUnit {
     pub chunks: Vec<Range<u64>>,
     /// Their requests to the store when none is cached.
     pub spans: Vec<Span>,
+    /// Per chunk, an estimate of its whole Arrow array's memory (every row
+    /// of the row group): what the memory tier is charged to hold it
+    /// decoded, until the array is there to be measured.
+    pub decoded: Vec<DecodedSize>,
 }
 
 impl ScanUnit {
     /// Bytes of the unit's requests.
     pub fn bytes(&self) -> u64 {
         self.spans.iter().map(|s| s.range.end - s.range.start).sum()
+    }
+
+    /// The unit's column chunks as the caches name them, each with its
+    /// decoded-size estimate.
+    pub fn segments(&self) -> impl Iterator<Item = (blobhouse_cache::SegmentKey, DecodedSize)> + '_ {
+        let object: Arc<str> = Arc::from(self.object.display.as_str());
+        self.chunks.iter().zip(&self.decoded).map(move |(r, d)| (blobhouse_cache::SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start }, *d))
     }
 }
 
@@ -420,9 +432,16 @@ impl BlobScanExec {
                 };
             }
             let ranges: Vec<Range<u64>> = data_columns.iter().map(|&c| rg_meta.columns[c].range()).collect();
+            let decoded = data_columns
+                .iter()
+                .map(|&c| {
+                    let data_type = req.table_schema.field(c).data_type();
+                    DecodedSize { bytes: decoded_size(data_type, rg_meta.rows, uncompressed_size(&scan_object.reader, *rg, c)), fixed_width: data_type.primitive_width().is_some() }
+                })
+                .collect();
             let spans = if data_columns.is_empty() { Vec::new() } else { req.policy.plan(&ranges) };
             let selection = selection.filter(|s| !s.is_all());
-            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, first_row: *first_row, selection, chunks: ranges, spans };
+            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, first_row: *first_row, selection, chunks: ranges, spans, decoded };
             summary.bytes_planned += unit.bytes();
             summary.bytes_skipped += all_bytes.saturating_sub(unit.bytes());
             summary.requests_planned += unit.spans.iter().map(|s| s.requests.len()).sum::<usize>();

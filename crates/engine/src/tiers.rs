@@ -7,6 +7,21 @@
 //! that is never rewritten, so a hit is the same bytes a GET would return;
 //! a tier that fails (a damaged SSD entry, a write error) is a miss, never
 //! an error of the query.
+//!
+//! The memory tier holds a chunk in one of two forms ([`CachedChunk`]):
+//! compressed, as fetched, or decoded into the Arrow array a scan would
+//! make of it. Decoded, a hit costs no decompression and no Parquet
+//! decoding — the larger part of a cached query's CPU (docs/notes/
+//! 2026-11-24-hybrid-bound.md) and the form FlexPushdownDB's cache keeps
+//! (§5) — but takes more memory: a fixed width per value for numbers and
+//! dates (2–20× their compressed bytes, 1000× for a sorted column), and
+//! ten times and more the compressed bytes for dictionary-encoded strings.
+//! So fixed-width columns are held decoded and variable-width ones only
+//! when their arrays are small enough ([`CacheOptions::decoded_max_ratio`]).
+//! A decoded
+//! chunk is made by the scan that admitted it, from the bytes it fetched,
+//! on the partition that reads them ([`DecodedFills`]); the SSD tier keeps
+//! compressed chunks.
 
 use std::ops::Range;
 use std::path::PathBuf;
@@ -14,9 +29,10 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
+use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 
-use blobhouse_cache::{Lookup, MemoryTier, PolicyKind, Route, Router, RouterStats, SegmentKey, SsdTier, Touch};
+use blobhouse_cache::{Held, Lookup, MemoryTier, PolicyKind, Route, Router, RouterStats, SegmentKey, SsdTier, Touch};
 
 use crate::chunks::{RequestPolicy, Span};
 use crate::memory::Reclaim;
@@ -47,11 +63,69 @@ pub struct CacheOptions {
     /// store (default). Off: always the SSD — the baseline the routing is
     /// measured against.
     pub route_by_speed: bool,
+    /// The memory tier holds a column chunk decoded (as an Arrow array)
+    /// when its values have a fixed width (numbers, dates: 4–16 bytes a
+    /// value), or when its array is estimated to take at most this many
+    /// times its compressed bytes; else compressed. 0: every chunk
+    /// compressed.
+    pub decoded_max_ratio: f64,
+}
+
+/// [`CacheOptions::decoded_max_ratio`] by default: it leaves out the
+/// dictionary-encoded strings of SSB and TPC-H (flags, modes, names, whose
+/// arrays are 10–140× their compressed bytes) and takes in free text,
+/// whose arrays are 2–5× (docs/cache.md, "The memory tier").
+pub const DECODED_MAX_RATIO: f64 = 5.0;
+
+/// What a column chunk takes decoded, as planning estimates it from the
+/// Parquet metadata.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct DecodedSize {
+    /// Bytes of the whole chunk's array.
+    pub bytes: u64,
+    /// Its values have a fixed width.
+    pub fixed_width: bool,
 }
 
 impl Default for CacheOptions {
     fn default() -> Self {
-        CacheOptions { memory: None, memory_policy: PolicyKind::default(), ssd_dir: None, ssd_capacity: 10 << 30, ssd_read_delay: std::time::Duration::ZERO, ssd_read_mib_delay: std::time::Duration::ZERO, route_by_speed: true }
+        CacheOptions {
+            memory: None,
+            memory_policy: PolicyKind::default(),
+            ssd_dir: None,
+            ssd_capacity: 10 << 30,
+            ssd_read_delay: std::time::Duration::ZERO,
+            ssd_read_mib_delay: std::time::Duration::ZERO,
+            route_by_speed: true,
+            decoded_max_ratio: DECODED_MAX_RATIO,
+        }
+    }
+}
+
+/// A column chunk as the memory tier holds it.
+#[derive(Debug, Clone)]
+pub enum CachedChunk {
+    /// The bytes as fetched.
+    Compressed(Bytes),
+    /// The whole chunk decoded: one array, a value per row of the row group.
+    Decoded(ArrayRef),
+}
+
+impl Held for CachedChunk {
+    fn memory_size(&self) -> u64 {
+        match self {
+            CachedChunk::Compressed(b) => b.len() as u64,
+            CachedChunk::Decoded(a) => a.get_array_memory_size() as u64,
+        }
+    }
+
+    /// A decoded chunk's rows were checked against its row group when it
+    /// was made ([`DecodedFills::fill`]).
+    fn is_whole(&self, key: &SegmentKey) -> bool {
+        match self {
+            CachedChunk::Compressed(b) => b.is_whole(key),
+            CachedChunk::Decoded(_) => true,
+        }
     }
 }
 
@@ -78,7 +152,9 @@ impl CacheOptions {
 
 /// The tiers of one engine, shared by all its scans.
 pub struct Tiers {
-    memory: Option<MemoryTier>,
+    memory: Option<MemoryTier<CachedChunk>>,
+    /// See [`CacheOptions::decoded_max_ratio`].
+    decoded_max_ratio: f64,
     ssd: Option<Arc<SsdTier>>,
     /// The memory tier's bytes in the engine's budget, and their number
     /// readable without the lock (for the pool, see [`Reclaim`]).
@@ -130,8 +206,13 @@ pub struct TierRow {
 /// Where one unit's chunks came from.
 #[derive(Debug, Default)]
 pub(crate) struct Served {
-    /// (offset in the object, bytes) of every chunk.
+    /// (offset in the object, bytes) of every chunk served compressed.
     pub chunks: Vec<(u64, Bytes)>,
+    /// (index in the unit's chunks, array) of every chunk served decoded.
+    pub decoded: Vec<(usize, ArrayRef)>,
+    /// Chunks the memory tier admitted decoded and the SSD served: the
+    /// scan decodes them and hands them over ([`DecodedFills`]).
+    pub to_decode: Vec<(usize, SegmentKey)>,
     pub memory_hits: usize,
     pub memory_bytes: u64,
     pub ssd_hits: usize,
@@ -145,10 +226,14 @@ pub(crate) struct Served {
 /// A chunk to fetch from the store.
 #[derive(Debug, Clone)]
 pub(crate) struct Missing {
+    /// Its index in the unit's chunks.
+    pub index: usize,
     pub range: Range<u64>,
     pub key: SegmentKey,
     /// The memory tier admitted it and waits for its bytes.
     pub fill_memory: bool,
+    /// … in decoded form: the scan decodes it and fills the tier.
+    pub decode: bool,
     /// The SSD tier holds it already (the router chose the store): no write.
     pub on_ssd: bool,
 }
@@ -159,6 +244,7 @@ impl Tiers {
     pub fn new(options: &CacheOptions, memory_limit: Option<usize>, pool: &Arc<dyn MemoryPool>, policy: RequestPolicy) -> Option<Arc<Tiers>> {
         let memory_bytes = options.memory_bytes(memory_limit);
         let memory = (memory_bytes > 0).then(|| MemoryTier::new(memory_bytes, options.memory_policy.build()));
+        assert!(options.decoded_max_ratio >= 0.0, "decoded_max_ratio is a ratio of sizes");
         let mut warnings = Vec::new();
         let ssd = options.ssd_dir.as_ref().and_then(|dir| match SsdTier::open(dir, options.ssd_capacity, PolicyKind::Lru.build()) {
             Ok(t) => Some(Arc::new(t)),
@@ -174,6 +260,7 @@ impl Tiers {
         let configured = (memory_bytes, options.memory_policy);
         Some(Arc::new(Tiers {
             memory,
+            decoded_max_ratio: options.decoded_max_ratio,
             ssd,
             reservation,
             held: AtomicUsize::new(0),
@@ -190,7 +277,7 @@ impl Tiers {
     }
 
     /// The memory tier, if any.
-    pub fn memory(&self) -> Option<&MemoryTier> {
+    pub fn memory(&self) -> Option<&MemoryTier<CachedChunk>> {
         self.memory.as_ref()
     }
 
@@ -221,7 +308,8 @@ impl Tiers {
         let mut rows = Vec::new();
         if let Some(m) = &self.memory {
             let s = m.stats();
-            let note = format!("admitted {}, rejected {}", s.admitted, s.rejected);
+            let decoded = self.decoded_segments();
+            let note = format!("admitted {}, rejected {}; {} held decoded ({:.1} MiB)", s.admitted, s.rejected, decoded.0, decoded.1 as f64 / 1048576.0);
             rows.push(TierRow { tier: "memory", policy: m.policy_name(), segments: m.contents().len() as u64, bytes: s.used, capacity: s.capacity, hits: s.hits, misses: s.misses, served: s.hit_bytes, evicted: s.evicted, note });
         }
         if let Some(d) = &self.ssd {
@@ -244,6 +332,12 @@ impl Tiers {
         rows
     }
 
+    /// Segments the memory tier holds decoded, and the bytes they take.
+    pub fn decoded_segments(&self) -> (usize, u64) {
+        let held = self.memory.as_ref().map(|m| m.held()).unwrap_or_default();
+        held.iter().filter(|c| matches!(c, CachedChunk::Decoded(_))).fold((0, 0), |(n, b), c| (n + 1, b + c.memory_size()))
+    }
+
     /// Warnings since the last call: each said once.
     pub fn take_warnings(&self) -> Vec<String> {
         let mut out = std::mem::take(&mut *self.warnings.lock().expect("not poisoned"));
@@ -253,27 +347,37 @@ impl Tiers {
         out
     }
 
-    /// A scan will read `chunks` of the objects named: each tier updates
-    /// its policy and admits what it decides (FlexPushdownDB's Algorithm 1,
-    /// one scan = one access).
-    pub fn plan(&self, chunks: &[SegmentKey]) {
-        let touched: Vec<Touch> = chunks.iter().cloned().map(Touch::of).collect();
+    /// A scan will read `chunks` of the objects named, each with the
+    /// estimate of its decoded size: each tier updates its policy and
+    /// admits what it decides (FlexPushdownDB's Algorithm 1, one scan = one
+    /// access).
+    pub fn plan(&self, chunks: &[(SegmentKey, DecodedSize)]) {
+        let touched: Vec<(Touch, DecodedSize)> = chunks.iter().map(|(k, d)| (Touch::of(k.clone()), *d)).collect();
         self.plan_touches(&touched);
+    }
+
+    /// Whether the memory tier holds a chunk of `len` compressed bytes,
+    /// `decoded` as an array, decoded.
+    fn holds_decoded(&self, len: u64, decoded: DecodedSize) -> bool {
+        self.decoded_max_ratio > 0.0 && (decoded.fixed_width || decoded.bytes as f64 <= self.decoded_max_ratio * len as f64)
     }
 
     /// [`Tiers::plan`] with each segment's weight: what a miss of it costs
     /// (a hybrid scan weighs segments by the pushdown work they save, which
-    /// Weighted-LFU values).
-    pub fn plan_touches(&self, touched: &[Touch]) {
+    /// Weighted-LFU values). The touches' sizes are the compressed bytes;
+    /// the memory tier is told the size of the form it would hold.
+    pub fn plan_touches(&self, touched: &[(Touch, DecodedSize)]) {
         if let Some(trace) = self.trace.lock().expect("not poisoned").as_mut() {
-            trace.push(touched.iter().map(|t| t.key.clone()).collect());
+            trace.push(touched.iter().map(|(t, _)| t.key.clone()).collect());
         }
         if let Some(m) = &self.memory {
-            m.plan(touched);
+            let sized: Vec<Touch> = touched.iter().map(|(t, d)| Touch { size: if self.holds_decoded(t.size, *d) { d.bytes } else { t.size }, ..t.clone() }).collect();
+            m.plan(&sized);
             self.account();
         }
         if let Some(s) = &self.ssd {
-            s.plan(touched);
+            let touched: Vec<Touch> = touched.iter().map(|(t, _)| t.clone()).collect();
+            s.plan(&touched);
         }
     }
 
@@ -367,26 +471,29 @@ impl Tiers {
         self.held.store(r.size(), Ordering::Relaxed);
     }
 
-    /// Looks `chunks` of `object` up in memory, then on SSD (on a blocking
-    /// thread) unless the router finds the store faster for it now; what
-    /// neither serves is listed as missing.
-    pub(crate) async fn lookup(self: &Arc<Self>, object: &str, chunks: &[Range<u64>]) -> Served {
-        let object: Arc<str> = Arc::from(object);
+    /// Looks a unit's `chunks` (with their decoded-size estimates) up in
+    /// memory, then on SSD (on a blocking thread) unless the router finds
+    /// the store faster for it now; what neither serves is listed as
+    /// missing.
+    pub(crate) async fn lookup(self: &Arc<Self>, chunks: Vec<(SegmentKey, DecodedSize)>) -> Served {
         let mut served = Served::default();
         let mut not_in_memory = Vec::new();
-        for r in chunks {
-            let key = SegmentKey { object: object.clone(), start: r.start, len: r.end - r.start };
+        for (index, (key, decoded)) in chunks.into_iter().enumerate() {
             let fill_memory = match self.memory.as_ref().map(|m| m.get(&key)) {
-                Some(Lookup::Hit(bytes)) => {
+                Some(Lookup::Hit(chunk)) => {
                     served.memory_hits += 1;
-                    served.memory_bytes += bytes.len() as u64;
-                    served.chunks.push((r.start, bytes));
+                    served.memory_bytes += key.len;
+                    match chunk {
+                        CachedChunk::Compressed(bytes) => served.chunks.push((key.start, bytes)),
+                        CachedChunk::Decoded(array) => served.decoded.push((index, array)),
+                    }
                     continue;
                 }
                 Some(Lookup::Miss { fill }) => fill,
                 None => false,
             };
-            not_in_memory.push(Missing { range: r.clone(), key, fill_memory, on_ssd: false });
+            let decode = fill_memory && self.holds_decoded(key.len, decoded);
+            not_in_memory.push(Missing { index, range: key.range(), key, fill_memory, decode, on_ssd: false });
         }
         let Some(ssd) = self.ssd.clone() else {
             served.missing = not_in_memory;
@@ -433,14 +540,19 @@ impl Tiers {
                 Some(bytes) => {
                     served.ssd_hits += 1;
                     served.ssd_bytes += bytes.len() as u64;
-                    if m.fill_memory && let Some(mem) = &self.memory {
-                        mem.fill(&m.key, bytes.clone());
+                    if m.decode {
+                        served.to_decode.push((m.index, m.key.clone()));
+                    } else if m.fill_memory
+                        && let Some(mem) = &self.memory
+                    {
+                        mem.fill(&m.key, CachedChunk::Compressed(bytes.clone()));
                     }
                     served.chunks.push((m.range.start, bytes));
                 }
                 None => served.missing.push(m),
             }
         }
+        self.account();
         served
     }
 
@@ -476,15 +588,17 @@ impl Tiers {
     }
 
     /// Chunks fetched from the store: to the memory tier when it waits for
-    /// them, and written to the SSD tier in the background when it admitted
-    /// them (read-through, filled asynchronously).
+    /// them compressed (those it waits for decoded are the scan's to
+    /// decode), and written to the SSD tier in the background when it
+    /// admitted them (read-through, filled asynchronously).
     pub(crate) fn fetched(&self, chunks: &[(Missing, Bytes)]) {
         if let Some(mem) = &self.memory {
             for (m, bytes) in chunks {
-                if m.fill_memory {
-                    mem.fill(&m.key, bytes.clone());
+                if m.fill_memory && !m.decode {
+                    mem.fill(&m.key, CachedChunk::Compressed(bytes.clone()));
                 }
             }
+            self.account();
         }
         if let Some(ssd) = &self.ssd {
             let ssd = ssd.clone();
@@ -497,6 +611,24 @@ impl Tiers {
         }
     }
 
+    /// Decoded chunks a scan made for the memory tier.
+    fn fill_decoded(&self, key: &SegmentKey, array: ArrayRef) {
+        if let Some(mem) = &self.memory {
+            mem.fill(key, CachedChunk::Decoded(array));
+            self.account();
+        }
+    }
+
+    /// Admitted chunks that will not come: their space is given back.
+    fn abandon(&self, keys: impl Iterator<Item = SegmentKey>) {
+        if let Some(mem) = &self.memory {
+            for key in keys {
+                mem.abandon(&key);
+            }
+            self.account();
+        }
+    }
+
     /// Chunks whose download failed: the memory tier stops waiting for them.
     pub(crate) fn failed(&self, missing: &[Missing]) {
         if let Some(mem) = &self.memory {
@@ -506,6 +638,58 @@ impl Tiers {
                 }
             }
             self.account();
+        }
+    }
+}
+
+/// Chunks of one unit the memory tier admitted decoded, which the scan
+/// decodes from the bytes it fetched and hands over. Dropped with some
+/// still pending (the query ended first, or decoding failed), their space
+/// is given back, so an admitted chunk never holds the tier's memory for
+/// bytes that will not come.
+#[derive(Debug)]
+pub(crate) struct DecodedFills {
+    tiers: Arc<Tiers>,
+    /// (index in the unit's chunks, key) of those not yet handed over.
+    pending: Vec<(usize, SegmentKey)>,
+}
+
+impl DecodedFills {
+    pub(crate) fn new(tiers: Arc<Tiers>, pending: Vec<(usize, SegmentKey)>) -> DecodedFills {
+        DecodedFills { tiers, pending }
+    }
+
+    /// Chunk `index` of the unit, `key`, is to decode too.
+    pub(crate) fn push(&mut self, index: usize, key: SegmentKey) {
+        self.pending.push((index, key));
+    }
+
+    pub(crate) fn is_empty(&self) -> bool {
+        self.pending.is_empty()
+    }
+
+    /// The indexes (in the unit's chunks) still to decode.
+    pub(crate) fn indexes(&self) -> impl Iterator<Item = usize> + '_ {
+        self.pending.iter().map(|(i, _)| *i)
+    }
+
+    /// Chunk `index`, decoded into `array` of `rows` values (every row of
+    /// its row group), goes to the memory tier. Any other length is a
+    /// decoder fault and is not kept.
+    pub(crate) fn fill(&mut self, index: usize, array: ArrayRef, rows: u64) {
+        let Some(at) = self.pending.iter().position(|(i, _)| *i == index) else { return };
+        let (_, key) = self.pending.swap_remove(at);
+        match array.len() as u64 == rows {
+            true => self.tiers.fill_decoded(&key, array),
+            false => self.tiers.abandon(std::iter::once(key)),
+        }
+    }
+}
+
+impl Drop for DecodedFills {
+    fn drop(&mut self) {
+        if !self.pending.is_empty() {
+            self.tiers.abandon(self.pending.drain(..).map(|(_, k)| k));
         }
     }
 }

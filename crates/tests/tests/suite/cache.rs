@@ -389,7 +389,60 @@ async fn a_full_cache_disk_degrades_to_the_store(b: Backend) {
     assert!(runs[2]["gets"].as_u64().unwrap() > 0, "what could not be cached is read from the store: {runs:?}");
 }
 
+/// The memory tier's two forms of a chunk give the same answers: every
+/// chunk compressed, every chunk decoded, and the default (numbers decoded,
+/// strings compressed) — on a query whose page-index selection starts in
+/// the middle of a row group, on full scans, with row ids, and around a
+/// DELETE and an UPDATE whose rows the decoded chunks still hold. The
+/// second round of each query is served from the tier, in its form.
+async fn decoded_and_compressed_chunks_give_the_same_answers(b: Backend) {
+    let queries = [
+        "SELECT count(*), sum(l_quantity), sum(l_extendedprice), min(l_shipdate), max(l_comment) FROM lineitem WHERE l_orderkey BETWEEN 20000 AND 20500",
+        "SELECT l_returnflag, l_linestatus, count(*), sum(l_discount), avg(l_tax) FROM lineitem GROUP BY 1, 2 ORDER BY 1, 2",
+        "SELECT l_orderkey, l_linenumber, l_shipmode FROM lineitem WHERE l_orderkey > 59000 ORDER BY 1, 2",
+        "SELECT count(*), sum(o_totalprice), max(o_orderdate) FROM orders WHERE o_orderkey < 3000 OR o_orderkey > 50000",
+    ];
+    let configs = [("compressed", 0.0), ("decoded", 1e9), ("default", blobhouse_engine::DECODED_MAX_RATIO)];
+    let mut answers: Vec<(&str, Vec<Vec<String>>)> = Vec::new();
+    for (name, ratio) in configs {
+        let db = loaded(b, &format!("cache-decoded-{name}")).await;
+        let e = db.engine(with_cache(CacheOptions { memory: Some(64 << 20), decoded_max_ratio: ratio, ..CacheOptions::default() })).await;
+        let mut got = Vec::new();
+        let round = async |e: &Engine, got: &mut Vec<Vec<String>>| {
+            for q in queries {
+                let cold = lines(&run(e, q).await);
+                let warm = run(e, q).await;
+                assert!(warm.scan.memory_hits > 0 && warm.scan.get_requests == 0, "{name}: {q} was not served from memory: {:?}", warm.scan);
+                assert_eq!(lines(&warm), cold, "{name}: {q}");
+                got.push(cold);
+            }
+        };
+        round(&e, &mut got).await;
+        run(&e, "DELETE FROM lineitem WHERE l_orderkey BETWEEN 20100 AND 20200 OR l_orderkey > 59500").await;
+        run(&e, "UPDATE orders SET o_totalprice = o_totalprice + 1 WHERE o_orderkey < 1000").await;
+        round(&e, &mut got).await;
+        let tiers = e.tiers().unwrap();
+        let (decoded, decoded_bytes) = tiers.decoded_segments();
+        let stats = tiers.memory().unwrap().stats();
+        let segments = tiers.memory().unwrap().held().len();
+        assert!(stats.used <= stats.capacity && stats.evicted == 0, "{name}: {stats:?}");
+        match name {
+            "compressed" => assert_eq!(decoded, 0, "{name}"),
+            "decoded" => assert_eq!(decoded, segments, "{name}: every chunk is held decoded"),
+            _ => assert!(decoded > 0 && decoded < segments, "{name}: {decoded} of {segments} chunks decoded"),
+        }
+        assert!(decoded_bytes <= stats.used, "{name}: decoded chunks are charged what they take");
+        let note = text(&run(&e, "SHOW CACHE").await);
+        assert!(note.contains(&format!("{decoded} held decoded")), "{note}");
+        answers.push((name, got));
+    }
+    for (name, got) in &answers[1..] {
+        assert_eq!(got, &answers[0].1, "{name} against compressed");
+    }
+}
+
 crate::on_both_backends!(
+    decoded_and_compressed_chunks_give_the_same_answers,
     a_full_cache_disk_degrades_to_the_store,
     a_repeated_query_is_served_from_memory,
     a_later_engine_reads_the_ssd_entries_of_an_earlier_one,

@@ -149,6 +149,7 @@ async fn hybrid_benchmark_short_mode() {
         fixed_size: 20.0,
         policy_sizes: vec![10.0, 20.0],
         policy_theta: 0.3,
+        decoded_max_ratio: blobhouse_engine::DECODED_MAX_RATIO,
         node: NodeSetup::Running { endpoint: format!("http://{addr}"), token: TOKEN.into(), pid: None },
         request_bytes: 16 << 20,
         memory_limit: None,
