@@ -742,10 +742,9 @@ impl Decoding {
             let columns: Vec<usize> = to_decode.iter().map(|(c, _)| *c).collect();
             let batches = reader(&columns, None, (unit.rows as usize).max(1))?.collect::<Result<Vec<RecordBatch>, _>>().map_err(|e| corrupt(e.to_string()))?;
             for (position, (_, i)) in to_decode.iter().enumerate() {
-                let parts: Vec<&dyn Array> = batches.iter().map(|b| b.column(position).as_ref()).collect();
-                let array = match parts.as_slice() {
-                    [one] => make_array(one.to_data()),
-                    _ => datafusion::arrow::compute::concat(&parts)?,
+                let array = match batches.as_slice() {
+                    [one] => one.column(position).clone(),
+                    _ => datafusion::arrow::compute::concat(&batches.iter().map(|b| b.column(position).as_ref()).collect::<Vec<&dyn Array>>())?,
                 };
                 fills.fill(*i, array.clone(), unit.rows);
                 arrays[*i] = Some(array);
@@ -755,14 +754,15 @@ impl Decoding {
         // The rest in Parquet form; the reader returns them in file order.
         let mut parquet: Vec<usize> = data.iter().zip(&arrays).filter(|(_, a)| a.is_none()).map(|(c, _)| *c).collect();
         parquet.sort_unstable();
-        let mut decoded = data.iter().copied().zip(arrays);
+        // `arrays` follows the data columns, which follow the projection.
+        let mut arrays = arrays.into_iter();
         let columns = projection
             .iter()
             .map(|c| match *c == row_id_column {
                 true => Column::RowIds,
-                false => match decoded.find(|(d, _)| d == c).and_then(|(_, a)| a) {
+                false => match arrays.next().flatten() {
                     Some(array) => Column::Decoded(array),
-                    None => Column::Reader(parquet.binary_search(c).expect("an undecoded data column")),
+                    None => Column::Reader(parquet.binary_search(c).expect("an undecoded data column is read")),
                 },
             })
             .collect();

@@ -552,7 +552,6 @@ impl Tiers {
                 None => served.missing.push(m),
             }
         }
-        self.account();
         served
     }
 
