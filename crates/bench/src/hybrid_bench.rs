@@ -42,9 +42,46 @@ pub enum NodeSetup {
     Running { endpoint: String, token: String, pid: Option<u32> },
 }
 
+/// Which of the benchmark's experiments a run makes: each figure can be
+/// reproduced on its own, in minutes rather than the whole run's quarter
+/// hour.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Experiments {
+    /// Against cache size, with pull-up and pushdown-only (Figures 6/7),
+    /// and the crossover.
+    pub size: bool,
+    /// Against skew (Figure 8).
+    pub skew: bool,
+    /// The policies on the mixed-selectivity workload (Figure 11).
+    pub policy: bool,
+}
+
+impl Experiments {
+    /// All three.
+    pub const ALL: Experiments = Experiments { size: true, skew: true, policy: true };
+
+    /// A comma-separated list of `size`, `skew` and `policy` (any case).
+    pub fn parse(list: &str) -> Result<Experiments, String> {
+        let mut e = Experiments { size: false, skew: false, policy: false };
+        for word in list.split(',').map(str::trim).filter(|w| !w.is_empty()) {
+            match word.to_ascii_lowercase().as_str() {
+                "size" => e.size = true,
+                "skew" => e.skew = true,
+                "policy" => e.policy = true,
+                other => return Err(format!("unknown experiment '{other}': the experiments are size, skew and policy")),
+            }
+        }
+        if e == (Experiments { size: false, skew: false, policy: false }) {
+            return Err("no experiment named: give one or more of size, skew and policy".into());
+        }
+        Ok(e)
+    }
+}
+
 /// What to run.
 #[derive(Debug, Clone)]
 pub struct HybridBenchOptions {
+    pub experiments: Experiments,
     pub sf: f64,
     /// Target compressed size of a column chunk when loading.
     pub chunk_bytes: usize,
@@ -276,7 +313,37 @@ pub async fn run(store: &BenchStore<'_>, opts: &HybridBenchOptions, progress: &d
     let mut runs = Vec::new();
     let lfu = PolicyChoice::Online(PolicyKind::Lfu);
     let lru = PolicyChoice::Online(PolicyKind::Lru);
-    // Figures 6/7: against cache size.
+    if opts.experiments.size {
+        size_sweep(&mut bench, &mut runs, progress).await?;
+    }
+    // Figure 8: against skew.
+    if opts.experiments.skew {
+        for &theta in &opts.thetas {
+            for mode in [Mode::Caching, Mode::Pushdown, Mode::Hybrid] {
+                let p = if mode == Mode::Pushdown { 0.0 } else { opts.fixed_size };
+                runs.push(bench.config("skew", mode, lfu, p, theta, Workload::Skewed, progress).await?);
+            }
+        }
+    }
+    // Figure 11: the policies on the mixed-selectivity workload.
+    let wlfu = PolicyChoice::Online(PolicyKind::WeightedLfu);
+    for &p in opts.policy_sizes.iter().filter(|_| opts.experiments.policy) {
+        // LFU before Belady: Belady replays the trace LFU's run records.
+        for policy in [lru, lfu, wlfu, PolicyChoice::Belady] {
+            runs.push(bench.config("policy", Mode::Hybrid, policy, p, opts.policy_theta, Workload::MixedSelectivity, progress).await?);
+        }
+    }
+    let result = HybridBenchResult { data_bytes: data, link: link.map(|l| format!("{} ↔ {}", l.host_ip, l.store_ip)), runs };
+    write_outputs(opts, &result)?;
+    Ok(result)
+}
+
+/// Figures 6/7: pull-up and pushdown-only, then caching-only and hybrid at
+/// each cache size, then at the crossover.
+async fn size_sweep(bench: &mut Bench<'_>, runs: &mut Vec<Run>, progress: &dyn Fn(&str)) -> Result<(), String> {
+    let opts = bench.opts;
+    let lfu = PolicyChoice::Online(PolicyKind::Lfu);
+    let lru = PolicyChoice::Online(PolicyKind::Lru);
     runs.push(bench.config("size", Mode::PullUp, lfu, 0.0, opts.theta, Workload::Skewed, progress).await?);
     runs.push(bench.config("size", Mode::Pushdown, lfu, 0.0, opts.theta, Workload::Skewed, progress).await?);
     for &p in &opts.sizes {
@@ -291,33 +358,16 @@ pub async fn run(store: &BenchStore<'_>, opts: &HybridBenchOptions, progress: &d
     // [`CROSSOVER_STEPS`] times, until caching-only is within a tenth of
     // pushdown-only.
     for _ in 0..CROSSOVER_STEPS {
-        let Some((below, above, p)) = crossover(&runs, opts.theta) else { break };
+        let Some((below, above, p)) = crossover(runs, opts.theta) else { break };
         progress(&format!("crossover of caching-only and pushdown-only between {below}% and {above}%, at about {p}%: measuring there"));
         for (mode, policy) in [(Mode::Caching, lru), (Mode::Caching, lfu), (Mode::Hybrid, lfu)] {
             runs.push(bench.config("size", mode, policy, p, opts.theta, Workload::Skewed, progress).await?);
         }
-        if close_to_pushdown(&runs, p, opts.theta) {
+        if close_to_pushdown(runs, p, opts.theta) {
             break;
         }
     }
-    // Figure 8: against skew.
-    for &theta in &opts.thetas {
-        for mode in [Mode::Caching, Mode::Pushdown, Mode::Hybrid] {
-            let p = if mode == Mode::Pushdown { 0.0 } else { opts.fixed_size };
-            runs.push(bench.config("skew", mode, lfu, p, theta, Workload::Skewed, progress).await?);
-        }
-    }
-    // Figure 11: the policies on the mixed-selectivity workload.
-    let wlfu = PolicyChoice::Online(PolicyKind::WeightedLfu);
-    for &p in &opts.policy_sizes {
-        // LFU before Belady: Belady replays the trace LFU's run records.
-        for policy in [lru, lfu, wlfu, PolicyChoice::Belady] {
-            runs.push(bench.config("policy", Mode::Hybrid, policy, p, opts.policy_theta, Workload::MixedSelectivity, progress).await?);
-        }
-    }
-    let result = HybridBenchResult { data_bytes: data, link: link.map(|l| format!("{} ↔ {}", l.host_ip, l.store_ip)), runs };
-    write_outputs(opts, &result)?;
-    Ok(result)
+    Ok(())
 }
 
 /// Caching-only's time at `percent` (its better policy there) in `runs`.
@@ -585,11 +635,15 @@ pub fn report(profile: &str, opts: &HybridBenchOptions, r: &HybridBenchResult) -
         "{:>14} {:>7} {:>6} {:>5} {:>9} {:>10} {:>8} {:>17} {:>9} {:>8}\n",
         "mode", "policy", "cache", "θ", "seconds", "link MiB", "cached", "rg cache/push/get", "node cpu", "answers"
     );
-    for (experiment, title) in [
-        ("size", format!("\nagainst cache size (θ = {}; Figures 6/7)\n", opts.theta)),
-        ("skew", format!("\nagainst skew (cache {}%; Figure 8)\n", opts.fixed_size)),
-        ("policy", format!("\npolicies on the mixed-selectivity workload (hybrid, θ = {}; Figure 11)\n", opts.policy_theta)),
+    let e = opts.experiments;
+    for (made, experiment, title) in [
+        (e.size, "size", format!("\nagainst cache size (θ = {}; Figures 6/7)\n", opts.theta)),
+        (e.skew, "skew", format!("\nagainst skew (cache {}%; Figure 8)\n", opts.fixed_size)),
+        (e.policy, "policy", format!("\npolicies on the mixed-selectivity workload (hybrid, θ = {}; Figure 11)\n", opts.policy_theta)),
     ] {
+        if !made {
+            continue;
+        }
         out += &title;
         out += &header;
         for run in r.runs.iter().filter(|x| x.experiment == experiment) {
@@ -643,14 +697,19 @@ pub fn report(profile: &str, opts: &HybridBenchOptions, r: &HybridBenchResult) -
 }
 
 /// The files a run with `opts` writes to its output directory, besides
-/// report.txt: a plot needs at least two points on its x axis, so a run
-/// with one skew or one policy size draws no such plot.
+/// report.txt: the plots of the experiments it made, where a plot needs at
+/// least two points on its x axis, so a run with one skew or one policy
+/// size draws no such plot.
 pub fn output_files(opts: &HybridBenchOptions) -> Vec<&'static str> {
-    let mut files = vec!["hybrid.csv", "queries.csv", "time-vs-cache.png", "traffic-vs-cache.png"];
-    if opts.thetas.len() > 1 {
+    let e = opts.experiments;
+    let mut files = vec!["hybrid.csv", "queries.csv"];
+    if e.size {
+        files.extend(["time-vs-cache.png", "traffic-vs-cache.png"]);
+    }
+    if e.skew && opts.thetas.len() > 1 {
         files.push("time-vs-skew.png");
     }
-    if opts.policy_sizes.len() > 1 {
+    if e.policy && opts.policy_sizes.len() > 1 {
         files.push("policies-vs-cache.png");
     }
     files
@@ -723,9 +782,11 @@ fn write_outputs(opts: &HybridBenchOptions, r: &HybridBenchResult) -> Result<(),
     let axes = |title: String, x: &str, y: &str| Axes { title, x_label: x.into(), y_label: y.into(), log_x: false, legend_lower_right: false };
     let secs = |run: &Run| run.seconds;
     let traffic = |run: &Run| run.traffic as f64 / 1048576.0;
-    plot::line_chart(&opts.out.join("time-vs-cache.png"), &axes(format!("SSB SF {}, θ = {}: time of the measured half", opts.sf, opts.theta), "cache size, % of the data", "seconds"), &size_series(&secs))?;
-    plot::line_chart(&opts.out.join("traffic-vs-cache.png"), &axes(format!("SSB SF {}, θ = {}: bytes over the link", opts.sf, opts.theta), "cache size, % of the data", "MiB"), &size_series(&traffic))?;
     let files = output_files(opts);
+    if files.contains(&"time-vs-cache.png") {
+        plot::line_chart(&opts.out.join("time-vs-cache.png"), &axes(format!("SSB SF {}, θ = {}: time of the measured half", opts.sf, opts.theta), "cache size, % of the data", "seconds"), &size_series(&secs))?;
+        plot::line_chart(&opts.out.join("traffic-vs-cache.png"), &axes(format!("SSB SF {}, θ = {}: bytes over the link", opts.sf, opts.theta), "cache size, % of the data", "MiB"), &size_series(&traffic))?;
+    }
     if files.contains(&"time-vs-skew.png") {
         let skew = |mode: Mode| Series {
             label: mode.name().into(),
@@ -758,6 +819,7 @@ mod tests {
     #[test]
     fn a_plot_with_one_point_on_its_axis_is_neither_drawn_nor_listed() {
         let mut opts = HybridBenchOptions {
+            experiments: Experiments::ALL,
             sf: 1.0,
             chunk_bytes: 1 << 20,
             queries: 100,
@@ -778,6 +840,20 @@ mod tests {
         opts.thetas = vec![0.0, 2.0];
         opts.policy_sizes = vec![10.0, 20.0];
         assert!(output_files(&opts).ends_with(&["time-vs-skew.png", "policies-vs-cache.png"]));
+        // Only the experiments a run makes draw plots.
+        opts.experiments = Experiments::parse("policy").unwrap();
+        assert_eq!(output_files(&opts), ["hybrid.csv", "queries.csv", "policies-vs-cache.png"]);
+        opts.experiments = Experiments::parse(" Size,skew ").unwrap();
+        assert_eq!(output_files(&opts), ["hybrid.csv", "queries.csv", "time-vs-cache.png", "traffic-vs-cache.png", "time-vs-skew.png"]);
+    }
+
+    #[test]
+    fn experiments_are_named_and_unknown_or_missing_ones_are_refused() {
+        assert_eq!(Experiments::parse("size,skew,policy"), Ok(Experiments::ALL));
+        assert_eq!(Experiments::parse("POLICY"), Ok(Experiments { size: false, skew: false, policy: true }));
+        let unknown = Experiments::parse("size,sizes").unwrap_err();
+        assert!(unknown.contains("unknown experiment 'sizes'") && unknown.contains("size, skew and policy"), "{unknown}");
+        assert!(Experiments::parse(" , ").unwrap_err().contains("no experiment named"));
     }
 
     fn run(mode: Mode, policy: PolicyKind, percent: f64, seconds: f64) -> Run {

@@ -224,7 +224,7 @@ pub enum BenchCommand {
         dir: Option<PathBuf>,
     },
     /// SSB with hybrid pushdown and caching: pull-up, caching-only, pushdown-only and hybrid against cache size and skew; the caching policies.
-    #[command(after_help = "Derives SSB at --sf from TPC-H into the testbed's MinIO once (kept for later runs), starts\na storage node next to the store (on the store side of the link under the bottleneck\nprofile, capped at --node-cpus cores), then runs fresh engines on the same seeded\nstream of generated queries: the first half warms the caches, the second is measured.\nExperiments: against cache size (--sizes, skew --theta), against skew (--thetas, cache\n--fixed-size), and LRU / LFU / Weighted-LFU / Belady on the mixed-selectivity workload\n(--policy-theta, caches --policy-sizes). Traffic is what crossed the link (the kernel's counters). Every answer\nis compared with the first configuration's. Writes report.txt, hybrid.csv, queries.csv (each\nmeasured query), time-vs-cache.png, traffic-vs-cache.png, time-vs-skew.png and policies-vs-cache.png to --out.\n\nExamples:\n  blobhouse testbed up bottleneck && blobhouse bench hybrid\n  blobhouse bench hybrid --sf 0.1 --queries 20 --sizes 25 --thetas 2 --profile local")]
+    #[command(after_help = "Derives SSB at --sf from TPC-H into the testbed's MinIO once (kept for later runs), starts\na storage node next to the store (on the store side of the link under the bottleneck\nprofile, capped at --node-cpus cores), then runs fresh engines on the same seeded\nstream of generated queries: the first half warms the caches, the second is measured.\nExperiments: against cache size (--sizes, skew --theta), against skew (--thetas, cache\n--fixed-size), and LRU / LFU / Weighted-LFU / Belady on the mixed-selectivity workload\n(--policy-theta, caches --policy-sizes); --experiments makes only some of them. Traffic is what crossed the link (the kernel's counters). Every answer\nis compared with the first configuration's. Writes report.txt, hybrid.csv, queries.csv (each\nmeasured query), time-vs-cache.png, traffic-vs-cache.png, time-vs-skew.png and policies-vs-cache.png to --out.\n\nExamples:\n  blobhouse testbed up bottleneck && blobhouse bench hybrid\n  blobhouse bench hybrid --sf 0.1 --queries 20 --sizes 25 --thetas 2 --profile local")]
     Hybrid {
         /// Scale factor of the TPC-H data SSB is derived from.
         #[arg(long, default_value_t = 1.0)]
@@ -232,6 +232,9 @@ pub enum BenchCommand {
         /// Testbed profile (bottleneck is the one the figures are about), or local (a local directory, no testbed).
         #[arg(long, default_value = "bottleneck")]
         profile: String,
+        /// The experiments to make, any of size (Figures 6/7 and the crossover), skew (Figure 8) and policy (Figure 11).
+        #[arg(long, default_value = "size,skew,policy")]
+        experiments: String,
         /// Generated queries per configuration (half warm-up, half measured: the paper's 50 and 50).
         #[arg(long, default_value_t = 100)]
         queries: usize,
@@ -250,8 +253,10 @@ pub enum BenchCommand {
         /// Cache size of the skew sweep, percent of the data.
         #[arg(long, default_value_t = 10.0)]
         fixed_size: f64,
-        /// Cache sizes of the policy experiment, percent of the data.
-        #[arg(long, value_delimiter = ',', default_value = "5,10,15,20")]
+        /// Cache sizes of the policy experiment, percent of the data. With decoded chunks in memory the workload's
+        /// columns take about 1.7 times the data's compressed size; Weighted-LFU matters where the cache holds
+        /// about one kind of its queries' columns (docs/pushdown.md).
+        #[arg(long, value_delimiter = ',', default_value = "20,40,60,80,100")]
         policy_sizes: Vec<f64>,
         /// Skew of the policy experiment.
         #[arg(long, default_value_t = 0.3)]
@@ -634,8 +639,9 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             let wrong: usize = result.configs.iter().chain(&result.routing).map(|c| c.wrong_answers()).sum();
             anyhow::ensure!(wrong == 0, "{wrong} answers were wrong (see the report)");
         }
-        BenchCommand::Hybrid { sf, profile, queries, seed, sizes, theta, thetas, fixed_size, policy_sizes, policy_theta, cache_decoded_ratio, node_cpus, chunk_kib, data_dir, memory_limit, out, dir } => {
-            use blobhouse_bench::hybrid_bench::{self, HybridBenchOptions, NodeSetup};
+        BenchCommand::Hybrid { sf, profile, experiments, queries, seed, sizes, theta, thetas, fixed_size, policy_sizes, policy_theta, cache_decoded_ratio, node_cpus, chunk_kib, data_dir, memory_limit, out, dir } => {
+            use blobhouse_bench::hybrid_bench::{self, Experiments, HybridBenchOptions, NodeSetup};
+            let experiments = Experiments::parse(&experiments).map_err(|e| anyhow::anyhow!("--experiments: {e}"))?;
             anyhow::ensure!(sf > 0.0 && sf.is_finite(), "--sf must be a positive number");
             anyhow::ensure!(queries >= 2, "--queries must be at least 2 (half warm up, half are measured)");
             anyhow::ensure!(sizes.iter().chain(&policy_sizes).chain([&fixed_size]).all(|p| *p > 0.0 && *p <= 1000.0), "--sizes, --policy-sizes and --fixed-size are percentages of the data, above 0");
@@ -653,6 +659,7 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/hybrid-{profile_name}-sf{sf}")));
             let exe = std::env::current_exe().context("find the blobhouse executable")?;
             let opts = HybridBenchOptions {
+                experiments,
                 sf,
                 chunk_bytes: chunk_kib << 10,
                 queries,

@@ -139,6 +139,7 @@ async fn hybrid_benchmark_short_mode() {
     let node = blobhouse_pushdown::StorageNode::new(location, NodeOptions::new(TOKEN)).unwrap();
     let (addr, _h) = node.clone().spawn("127.0.0.1:0".parse().unwrap()).await.unwrap();
     let opts = HybridBenchOptions {
+        experiments: blobhouse_bench::hybrid_bench::Experiments::ALL,
         sf: 0.02,
         chunk_bytes,
         queries: 8,
