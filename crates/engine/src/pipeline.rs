@@ -839,7 +839,15 @@ impl Decoding {
 /// The rows `at` of a whole decoded chunk, copied into an array of their
 /// own. Copied, not sliced: a slice would keep (and, in the operators'
 /// memory accounting, count) the whole chunk's buffers for each batch.
+/// All of them (a small row group in one batch): the array itself, which
+/// is then exactly what a copy would be.
 fn copy_rows(array: &ArrayRef, at: &[std::ops::Range<u64>]) -> Result<ArrayRef, datafusion::arrow::error::ArrowError> {
+    if let [whole] = at
+        && whole.start == 0
+        && whole.end == array.len() as u64
+    {
+        return Ok(array.clone());
+    }
     let data = array.to_data();
     let rows = at.iter().map(|r| (r.end - r.start) as usize).sum();
     let mut out = MutableArrayData::new(vec![&data], false, rows);
@@ -874,5 +882,24 @@ impl CpuSpan {
             metric.add_duration(total - *reported);
             *reported = total;
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use datafusion::arrow::array::Int32Array;
+
+    #[test]
+    fn decoded_rows_are_copied_unless_all_are_wanted() {
+        let array: ArrayRef = Arc::new(Int32Array::from((0..1000).collect::<Vec<i32>>()));
+        let some = copy_rows(&array, &[1..3, 7..9]).unwrap();
+        assert_eq!(some.as_any().downcast_ref::<Int32Array>().unwrap().values(), &[1, 2, 7, 8]);
+        assert!(some.get_array_memory_size() < array.get_array_memory_size(), "a copy holds only its rows");
+        let all = copy_rows(&array, &[0..1000]).unwrap();
+        assert!(Arc::ptr_eq(&all, &array), "all rows: the array itself");
+        let split = copy_rows(&array, &[0..500, 500..1000]).unwrap();
+        assert_eq!(split.len(), 1000);
+        assert!(copy_rows(&array, &[]).unwrap().is_empty());
     }
 }
