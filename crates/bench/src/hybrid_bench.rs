@@ -383,6 +383,33 @@ fn caching_seconds(runs: &[Run], percent: f64, theta: f64) -> Option<f64> {
 /// by linear interpolation, to 0.1 %. `None` when the curves do not cross
 /// between two sizes or the point is a size already measured.
 fn crossover(runs: &[Run], theta: f64) -> Option<(f64, f64, f64)> {
+    let b = bracket(runs, theta)?;
+    let p = (b.crossing() * 10.0).round() / 10.0;
+    (p > b.below && p < b.above).then_some((b.below, b.above, p))
+}
+
+/// The two adjacent measured sizes between which caching-only (its better
+/// policy) falls to pushdown-only's time or below.
+#[derive(Debug, Clone, Copy, PartialEq)]
+struct Bracket {
+    below: f64,
+    above: f64,
+    /// Caching-only's seconds at `below` (slower than pushdown-only) and at
+    /// `above` (as fast or faster).
+    caching_below: f64,
+    caching_above: f64,
+    pushdown: f64,
+}
+
+impl Bracket {
+    /// The size where the straight line between the two measurements meets
+    /// pushdown-only.
+    fn crossing(&self) -> f64 {
+        self.below + (self.above - self.below) * (self.caching_below - self.pushdown) / (self.caching_below - self.caching_above)
+    }
+}
+
+fn bracket(runs: &[Run], theta: f64) -> Option<Bracket> {
     let pushdown = runs.iter().find(|r| r.experiment == "size" && r.mode == Mode::Pushdown)?.seconds;
     let mut sizes: Vec<f64> = runs.iter().filter(|r| r.experiment == "size" && r.mode == Mode::Caching).map(|r| r.percent).collect();
     sizes.sort_by(f64::total_cmp);
@@ -391,11 +418,58 @@ fn crossover(runs: &[Run], theta: f64) -> Option<(f64, f64, f64)> {
         let (a, b) = (pair[0], pair[1]);
         let (ca, cb) = (caching_seconds(runs, a, theta)?, caching_seconds(runs, b, theta)?);
         if ca > pushdown && cb <= pushdown {
-            let p = ((a + (b - a) * (ca - pushdown) / (ca - cb)) * 10.0).round() / 10.0;
-            return (p > a && p < b).then_some((a, b, p));
+            return Some(Bracket { below: a, above: b, caching_below: ca, caching_above: cb, pushdown });
         }
     }
     None
+}
+
+/// The crossover target's figure, at the crossing itself.
+///
+/// There caching-only and pushdown-only take the same time by definition,
+/// so the better of the two is pushdown-only's measured time. Hybrid is
+/// measured on both sides of the crossing and read off the straight line
+/// between them at the crossing's size. Reading the ratio at a measured
+/// size instead depends on which side of the crossing the bisection
+/// stopped: just past it caching-only falls steeply while hybrid barely
+/// moves (one run stopped at 51.8 %, where caching-only took 1.53 s against
+/// pushdown-only's 1.92 s and the ratio read 2.10x; its crossing, at 48.7 %
+/// between 40 % and 51.8 %, gives 1.92 s against hybrid's 0.79 s: 2.42x).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct Crossing {
+    /// The measured sizes around it and the interpolated size, in percent.
+    pub below: f64,
+    pub above: f64,
+    pub at: f64,
+    /// Pushdown-only's seconds, which caching-only equals there.
+    pub baseline: f64,
+    /// Hybrid's seconds at `below` and `above`, and interpolated at `at`.
+    pub hybrid_below: f64,
+    pub hybrid_above: f64,
+    pub hybrid: f64,
+}
+
+impl Crossing {
+    /// How many times faster hybrid is than the better of the two.
+    pub fn speedup(&self) -> f64 {
+        self.baseline / self.hybrid
+    }
+}
+
+/// The crossing of caching-only and pushdown-only in the size experiment,
+/// when both sides of it were measured.
+fn crossing(runs: &[Run], theta: f64) -> Option<Crossing> {
+    let b = bracket(runs, theta)?;
+    let hybrid = |p: f64| {
+        runs.iter()
+            .find(|r| r.experiment == "size" && r.mode == Mode::Hybrid && (r.percent - p).abs() < 1e-9 && (r.theta - theta).abs() < 1e-9)
+            .map(|r| r.seconds)
+    };
+    let (hb, ha) = (hybrid(b.below)?, hybrid(b.above)?);
+    let at = b.crossing();
+    let share = (at - b.below) / (b.above - b.below);
+    assert!((0.0..=1.0).contains(&share), "the crossing {at} lies between {} and {}", b.below, b.above);
+    Some(Crossing { below: b.below, above: b.above, at, baseline: b.pushdown, hybrid_below: hb, hybrid_above: ha, hybrid: hb + (ha - hb) * share })
 }
 
 /// Most measurements spent locating the crossover. Two left a run at a
@@ -680,7 +754,13 @@ pub fn report(profile: &str, opts: &HybridBenchOptions, r: &HybridBenchResult) -
         }
     }
     if let Some((_, p, speedup)) = best {
-        out += &format!("  crossover of caching-only and pushdown-only: cache {p}%, where hybrid is {speedup:.2}x the better (target ≥ 2.5x)\n");
+        out += &format!("  measured size nearest the crossover: cache {p}%, where hybrid is {speedup:.2}x the better\n");
+    }
+    if let Some(c) = crossing(&r.runs, opts.theta) {
+        out += &format!(
+            "  crossover of caching-only and pushdown-only: cache {:.1}% (between the measured {}% and {}%), where both take {:.2} s and hybrid {:.2} s (its {:.2} s and {:.2} s on either side): hybrid {:.2}x the better (target ≥ 2.5x)\n",
+            c.at, c.below, c.above, c.baseline, c.hybrid, c.hybrid_below, c.hybrid_above, c.speedup()
+        );
     }
     for &p in &opts.policy_sizes {
         let policy = |k: PolicyChoice| r.find("policy", Mode::Hybrid, Some(k), p, opts.policy_theta);
@@ -904,5 +984,35 @@ mod tests {
         assert_eq!(crossover(&runs, 2.0), Some((7.5, 9.2, 8.7)));
         runs.push(run(Mode::Caching, PolicyKind::Lfu, 8.7, 3.2));
         assert!(close_to_pushdown(&runs, 8.7, 2.0));
+    }
+
+    #[test]
+    fn the_crossover_ratio_is_read_at_the_crossing_not_at_a_size_past_it() {
+        // One run's numbers: pushdown-only 1.92 s; caching-only (better
+        // policy) 3.01 s at 40 % and 1.53 s at 51.8 %; hybrid 0.97 s and
+        // 0.73 s there.
+        let mut runs = vec![run(Mode::Pushdown, PolicyKind::Lfu, 0.0, 1.92)];
+        for (p, lru, lfu, hybrid) in [(40.0, 3.93, 3.01, 0.97), (51.8, 2.01, 1.53, 0.73), (60.9, 1.63, 1.08, 0.91)] {
+            runs.push(run(Mode::Caching, PolicyKind::Lru, p, lru));
+            runs.push(run(Mode::Caching, PolicyKind::Lfu, p, lfu));
+            runs.push(run(Mode::Hybrid, PolicyKind::Lfu, p, hybrid));
+        }
+        let c = crossing(&runs, 2.0).expect("the curves cross between 40 % and 51.8 %");
+        assert_eq!((c.below, c.above), (40.0, 51.8));
+        // 3.01 - 1.92 = 1.09 of the 1.48 s caching-only falls over the
+        // bracket: 73.6 % of the way.
+        assert!((c.at - 48.69).abs() < 0.01, "{c:?}");
+        assert!((c.hybrid - (0.97 - 0.24 * 1.09 / 1.48)).abs() < 1e-9, "{c:?}");
+        assert_eq!(c.baseline, 1.92);
+        assert!((c.speedup() - 2.42).abs() < 0.01, "{c:?}");
+        // Read at 51.8 % instead, the better of the two is caching-only's
+        // 1.53 s, and the ratio looks lower than it is.
+        assert!(1.53 / 0.73 < c.speedup() - 0.3);
+        // Without hybrid measured on both sides there is no crossing figure.
+        runs.retain(|r| !(r.mode == Mode::Hybrid && r.percent == 40.0));
+        assert_eq!(crossing(&runs, 2.0), None);
+        // Nor when caching-only never gets as fast as pushdown-only.
+        runs[0].seconds = 0.5;
+        assert_eq!(crossing(&runs, 2.0), None);
     }
 }
