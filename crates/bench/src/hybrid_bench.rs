@@ -460,11 +460,7 @@ impl Crossing {
 /// when both sides of it were measured.
 fn crossing(runs: &[Run], theta: f64) -> Option<Crossing> {
     let b = bracket(runs, theta)?;
-    let hybrid = |p: f64| {
-        runs.iter()
-            .find(|r| r.experiment == "size" && r.mode == Mode::Hybrid && (r.percent - p).abs() < 1e-9 && (r.theta - theta).abs() < 1e-9)
-            .map(|r| r.seconds)
-    };
+    let hybrid = |p: f64| find_run(runs, "size", Mode::Hybrid, None, p, theta).map(|r| r.seconds);
     let (hb, ha) = (hybrid(b.below)?, hybrid(b.above)?);
     let at = b.crossing();
     let share = (at - b.below) / (b.above - b.below);
@@ -663,11 +659,15 @@ impl Measure {
     }
 }
 
+/// The run of `experiment` in `mode` (with `policy`, when given) at cache
+/// `percent` and skew `theta`.
+fn find_run<'a>(runs: &'a [Run], experiment: &str, mode: Mode, policy: Option<PolicyChoice>, percent: f64, theta: f64) -> Option<&'a Run> {
+    runs.iter().find(|r| r.experiment == experiment && r.mode == mode && policy.is_none_or(|p| p == r.policy) && (r.percent - percent).abs() < 1e-9 && (r.theta - theta).abs() < 1e-9)
+}
+
 impl HybridBenchResult {
     fn find(&self, experiment: &str, mode: Mode, policy: Option<PolicyChoice>, percent: f64, theta: f64) -> Option<&Run> {
-        self.runs.iter().find(|r| {
-            r.experiment == experiment && r.mode == mode && policy.is_none_or(|p| p == r.policy) && (r.percent - percent).abs() < 1e-9 && (r.theta - theta).abs() < 1e-9
-        })
+        find_run(&self.runs, experiment, mode, policy, percent, theta)
     }
 
     /// Wrong answers over every configuration.

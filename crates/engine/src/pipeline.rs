@@ -814,7 +814,7 @@ impl Decoding {
             .iter()
             .map(|c| match (c, &decoded) {
                 (Column::Reader(i), Some(b)) => Ok(b.column(*i).clone()),
-                (Column::Reader(_), None) => unreachable!("reader columns only with a reader"),
+                (Column::Reader(_), None) => Err(datafusion::arrow::error::ArrowError::InvalidArgumentError(format!("a scan of {} lost its Parquet reader", self.location))),
                 (Column::Decoded(array), _) => copy_rows(array, &at),
                 (Column::RowIds, _) => Ok(Arc::new(row_ids(self.ordinal, self.first_row, &at)) as ArrayRef),
             })

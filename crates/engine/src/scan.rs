@@ -425,18 +425,23 @@ impl BlobScanExec {
                     o
                 }
             };
+            // Per data column: its Parquet bytes uncompressed, once for the
+            // statistics (live rows) and the cache's estimate (every row).
+            let uncompressed: Vec<u64> = data_columns.iter().map(|&c| uncompressed_size(&scan_object.reader, *rg, c)).collect();
+            let mut data_sizes = uncompressed.iter();
             for (sum, &c) in decoded_bytes.iter_mut().zip(&projection) {
                 *sum += match c == row_id_column {
                     true => live_rows * 8,
-                    false => decoded_size(req.table_schema.field(c).data_type(), *live_rows, uncompressed_size(&scan_object.reader, *rg, c)),
+                    false => decoded_size(req.table_schema.field(c).data_type(), *live_rows, *data_sizes.next().expect("one size per data column")),
                 };
             }
             let ranges: Vec<Range<u64>> = data_columns.iter().map(|&c| rg_meta.columns[c].range()).collect();
             let decoded = data_columns
                 .iter()
-                .map(|&c| {
+                .zip(&uncompressed)
+                .map(|(&c, &bytes)| {
                     let data_type = req.table_schema.field(c).data_type();
-                    DecodedSize { bytes: decoded_size(data_type, rg_meta.rows, uncompressed_size(&scan_object.reader, *rg, c)), fixed_width: data_type.primitive_width().is_some() }
+                    DecodedSize { bytes: decoded_size(data_type, rg_meta.rows, bytes), fixed_width: data_type.primitive_width().is_some() }
                 })
                 .collect();
             let spans = if data_columns.is_empty() { Vec::new() } else { req.policy.plan(&ranges) };

@@ -630,14 +630,7 @@ impl Tiers {
 
     /// Chunks whose download failed: the memory tier stops waiting for them.
     pub(crate) fn failed(&self, missing: &[Missing]) {
-        if let Some(mem) = &self.memory {
-            for m in missing {
-                if m.fill_memory {
-                    mem.abandon(&m.key);
-                }
-            }
-            self.account();
-        }
+        self.abandon(missing.iter().filter(|m| m.fill_memory).map(|m| m.key.clone()));
     }
 }
 
