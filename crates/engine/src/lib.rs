@@ -36,6 +36,7 @@ pub mod source;
 mod session;
 pub mod tiers;
 pub mod types;
+mod zone_maps;
 
 pub use chunks::RequestPolicy;
 pub use source::DataSource;

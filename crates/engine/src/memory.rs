@@ -2,8 +2,9 @@
 //!
 //! Everything big an engine holds asks one pool for its bytes: DataFusion's
 //! operators (hash tables, sorts, aggregates, repartition queues), the scans'
-//! downloaded-but-undecoded row groups ([`crate::pipeline`]) and the decoded
-//! Parquet footers ([`crate::scan::FooterCache`]). A request the pool cannot
+//! downloaded-but-undecoded row groups ([`crate::pipeline`]) and what scans
+//! keep per data object ([`crate::scan::MetadataCache`]: decoded Parquet
+//! footers and parsed zone maps). A request the pool cannot
 //! grant fails with DataFusion's "Resources exhausted"; operators that can
 //! spill then write to the spill directory, the others fail the query with
 //! the consumers that held the most — the process is never killed for it.

@@ -56,7 +56,8 @@ use blobhouse_storage::rows::{Positions, RowRanges, drop_deleted, row_ids};
 
 use crate::chunks::{FetchedChunks, Span};
 use crate::runtime_filter::{RowFilter, RuntimeFilters};
-use crate::scan::{ScanUnit, ZoneMaps};
+use crate::scan::ScanUnit;
+use crate::zone_maps::ZoneMaps;
 use crate::scheduler::{Controller, Decision, EpochStats, SchedulerOptions};
 use crate::source::DataSource;
 use crate::tiers::DecodedFills;

@@ -21,7 +21,7 @@ use blobhouse_storage::format::{CatalogVersion, TableEntry};
 use blobhouse_storage::{Database, StorageError, TableData, TableWriter, Transaction};
 
 use crate::EngineOptions;
-use crate::scan::{BlobScanExec, FooterCache, ScanRequest};
+use crate::scan::{BlobScanExec, MetadataCache, ScanRequest};
 use crate::source::DataSource;
 
 pub(crate) fn external(e: StorageError) -> DataFusionError {
@@ -56,7 +56,7 @@ pub(crate) struct Scope {
 pub struct BlobSchemaProvider {
     db: Arc<Database>,
     options: Arc<EngineOptions>,
-    footers: Arc<FooterCache>,
+    metadata: Arc<MetadataCache>,
     source: DataSource,
     scope: Option<Scope>,
     row_ids: bool,
@@ -65,8 +65,8 @@ pub struct BlobSchemaProvider {
 }
 
 impl BlobSchemaProvider {
-    pub(crate) fn new(db: Arc<Database>, options: Arc<EngineOptions>, footers: Arc<FooterCache>, source: DataSource) -> Self {
-        BlobSchemaProvider { db, options, footers, source, scope: None, row_ids: false, past: None }
+    pub(crate) fn new(db: Arc<Database>, options: Arc<EngineOptions>, metadata: Arc<MetadataCache>, source: DataSource) -> Self {
+        BlobSchemaProvider { db, options, metadata, source, scope: None, row_ids: false, past: None }
     }
 
     /// The same tables, seen through `scope`; with the row-id column when
@@ -75,7 +75,7 @@ impl BlobSchemaProvider {
         BlobSchemaProvider {
             db: self.db.clone(),
             options: self.options.clone(),
-            footers: self.footers.clone(),
+            metadata: self.metadata.clone(),
             source: self.source.clone(),
             scope: Some(scope),
             row_ids,
@@ -88,7 +88,7 @@ impl BlobSchemaProvider {
         BlobSchemaProvider {
             db: self.db.clone(),
             options: self.options.clone(),
-            footers: self.footers.clone(),
+            metadata: self.metadata.clone(),
             source: self.source.clone(),
             scope: None,
             row_ids: false,
@@ -106,7 +106,7 @@ impl BlobSchemaProvider {
             entry: entry.clone(),
             data: Arc::new(data),
             options: self.options.clone(),
-            footers: self.footers.clone(),
+            metadata: self.metadata.clone(),
             source: self.source.clone(),
             txn: None,
             past: None,
@@ -149,7 +149,7 @@ impl SchemaProvider for BlobSchemaProvider {
             entry: entry.clone(),
             data: Arc::new(data),
             options: self.options.clone(),
-            footers: self.footers.clone(),
+            metadata: self.metadata.clone(),
             source: self.source.clone(),
             txn: self.scope.as_ref().map(|s| s.txn.clone()),
             past: self.past.as_ref().map(|p| p.version),
@@ -180,7 +180,7 @@ pub struct BlobTable {
     entry: TableEntry,
     data: Arc<TableData>,
     options: Arc<EngineOptions>,
-    footers: Arc<FooterCache>,
+    metadata: Arc<MetadataCache>,
     source: DataSource,
     /// The statement's transaction, which INSERT joins; `None`: INSERT
     /// commits on its own.
@@ -209,7 +209,7 @@ impl TableProvider for BlobTable {
     async fn scan(&self, state: &dyn Session, projection: Option<&Vec<usize>>, filters: &[Expr], limit: Option<usize>) -> Result<Arc<dyn ExecutionPlan>> {
         let exec = BlobScanExec::try_new(
             &self.db,
-            &self.footers,
+            &self.metadata,
             state,
             ScanRequest {
                 table: &self.name,

@@ -14,19 +14,16 @@ use std::ops::Range;
 use std::sync::{Arc, Mutex};
 
 use base64::Engine as _;
-use datafusion::arrow::array::{ArrayRef, StringArray, UInt64Array};
-use datafusion::arrow::compute::{CastOptions, cast_with_options};
-use datafusion::arrow::datatypes::{DataType, Schema, SchemaRef};
+use datafusion::arrow::datatypes::{DataType, SchemaRef};
 use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
-use datafusion::common::{Column, ColumnStatistics, DFSchema, DataFusionError, Result, ScalarValue, Statistics, pruning::PruningStatistics};
+use datafusion::common::{ColumnStatistics, DFSchema, DataFusionError, Result, Statistics};
 use datafusion::execution::TaskContext;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use datafusion::logical_expr::Expr;
 use datafusion::logical_expr::utils::conjunction;
 use datafusion::physical_expr::utils::{collect_columns, reassign_expr_columns};
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
-use datafusion::physical_optimizer::pruning::PruningPredicateBuilder;
 use datafusion::datasource::physical_plan::parquet::{PagePruningAccessPlanFilter, ParquetAccessPlan, ParquetFileMetrics, RowGroupAccess};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
@@ -56,25 +53,34 @@ use crate::tiers::DecodedSize;
 use crate::runtime_filter::{RuntimeFilters, is_runtime_filter};
 use crate::scheduler::{Decision, SchedulerOptions};
 use crate::source::DataSource;
+use crate::zone_maps::{self, BoundsCache, ZoneMaps};
 
-/// Decoded Parquet footers, by object path. Objects are never rewritten, so
-/// an entry never goes stale. Entries are held in the engine's memory
-/// budget (`FooterCache`); when the budget refuses one, the footer is used
-/// for the scan at hand and not kept.
+/// What scans decode from the manifest once per data object and keep:
+/// Parquet footers by object path, and zone maps parsed into typed values
+/// ([`BoundsCache`]). Objects are never rewritten, so an entry never goes
+/// stale. Entries are held in the engine's memory budget (`FooterCache`,
+/// `BoundsCache`); one the budget refuses is used for the scan at hand and
+/// not kept.
 #[derive(Debug)]
-pub struct FooterCache {
-    entries: Mutex<HashMap<String, ArrowReaderMetadata>>,
+pub struct MetadataCache {
+    footers: Mutex<HashMap<String, ArrowReaderMetadata>>,
     reservation: MemoryReservation,
+    bounds: BoundsCache,
 }
 
-impl FooterCache {
+impl MetadataCache {
     /// An empty cache accounted in `pool`.
     pub fn new(pool: &Arc<dyn MemoryPool>) -> Self {
-        FooterCache { entries: Mutex::default(), reservation: MemoryConsumer::new("FooterCache").register(pool) }
+        MetadataCache { footers: Mutex::default(), reservation: MemoryConsumer::new("FooterCache").register(pool), bounds: BoundsCache::new(pool) }
     }
 
-    fn get(&self, db: &Database, object: &DataObject) -> Result<ArrowReaderMetadata> {
-        if let Some(m) = self.entries.lock().expect("footer cache").get(&object.path) {
+    /// The parsed zone maps.
+    pub fn bounds(&self) -> &BoundsCache {
+        &self.bounds
+    }
+
+    fn footer(&self, db: &Database, object: &DataObject) -> Result<ArrowReaderMetadata> {
+        if let Some(m) = self.footers.lock().expect("footer cache").get(&object.path) {
             return Ok(m.clone());
         }
         let location = db.location().display(&db.location().child(&object.path));
@@ -99,7 +105,7 @@ impl FooterCache {
         }
         let meta = ArrowReaderMetadata::try_new(Arc::new(meta), ArrowReaderOptions::new()).map_err(|e| corrupt(e.to_string()))?;
         if self.reservation.try_grow(meta.metadata().memory_size()).is_ok() {
-            let old = self.entries.lock().expect("footer cache").insert(object.path.clone(), meta.clone());
+            let old = self.footers.lock().expect("footer cache").insert(object.path.clone(), meta.clone());
             if let Some(old) = old {
                 // Two scans decoded the same footer at once: one copy is kept.
                 self.reservation.shrink(old.metadata().memory_size());
@@ -300,7 +306,7 @@ pub struct ScanRequest<'a> {
 
 impl BlobScanExec {
     /// Plans the scan: prune, choose chunks, cut requests, assign partitions.
-    pub fn try_new(db: &Database, footers: &FooterCache, state: &dyn Session, req: ScanRequest<'_>) -> Result<Self> {
+    pub fn try_new(db: &Database, metadata: &MetadataCache, state: &dyn Session, req: ScanRequest<'_>) -> Result<Self> {
         let projection: Vec<usize> = match req.projection {
             Some(p) => p.clone(),
             None => (0..req.table_schema.fields().len()).collect(),
@@ -322,7 +328,7 @@ impl BlobScanExec {
             }
         }
         // Zone-map pruning; row groups whose rows are all deleted go too.
-        let mut keep: Vec<bool> = prune(state, &req.table_schema, req.filters, &all).into_iter().zip(&placement).map(|(k, p)| k && p.2 > 0).collect();
+        let mut keep: Vec<bool> = prune(metadata.bounds(), state, &req.table_schema, req.filters, &all).into_iter().zip(&placement).map(|(k, p)| k && p.2 > 0).collect();
         // Page-index pruning of the row groups kept: the rows whose pages
         // may hold matches. A row group none of whose pages may is pruned.
         // (Footers are decoded here only when some filter can use them: a
@@ -337,7 +343,7 @@ impl BlobScanExec {
                 let end = i + all[i..].iter().take_while(|(o, _)| std::ptr::eq(*o, object)).count();
                 let wanted: Vec<usize> = (i..end).filter(|&j| keep[j]).map(|j| all[j].1).collect();
                 if !wanted.is_empty() {
-                    let reader = footers.get(db, object)?;
+                    let reader = metadata.footer(db, object)?;
                     let access = pages.select(&reader, &wanted);
                     readers.insert(object.path.as_str(), reader);
                     for j in i..end {
@@ -379,16 +385,18 @@ impl BlobScanExec {
                 take
             });
         }
-        let mut column_stats: Vec<ColumnStatistics> =
-            projection.iter().map(|&c| zone_map_statistics(req.table_schema.field(c).data_type(), c, &kept)).collect();
+        let unit_zone_maps = Arc::new(ZoneMaps::new(metadata.bounds(), &req.table_schema, &projection, &kept));
+        let mut column_stats: Vec<ColumnStatistics> = (0..projection.len()).map(|i| unit_zone_maps.statistics(i)).collect();
         if any_deleted {
             // Zone maps count the deleted rows too: bounds, not counts.
             for c in &mut column_stats {
                 c.null_count = c.null_count.to_inexact();
             }
         }
-        let histograms = projection.iter().map(|&c| (c != row_id_column).then(|| column_histograms(req.table_schema.field(c).data_type(), c, &kept)).flatten()).collect();
-        let unit_zone_maps = Arc::new(ZoneMaps::new(&req.table_schema, &projection, &kept));
+        let histograms = projection
+            .iter()
+            .map(|&c| (c != row_id_column).then(|| zone_maps::histograms(metadata.bounds(), req.table_schema.field(c).data_type(), c, &kept)).flatten())
+            .collect();
         let mut units = Vec::new();
         let mut objects: HashMap<&str, Arc<ScanObject>> = HashMap::new();
         let mut rows_planned = 0u64;
@@ -416,7 +424,7 @@ impl BlobScanExec {
                         size: object.size,
                         reader: match readers.get(object.path.as_str()) {
                             Some(r) => r.clone(),
-                            None => footers.get(db, object)?,
+                            None => metadata.footer(db, object)?,
                         },
                         ordinal: live.ordinal,
                         deleted: live.deleted.clone(),
@@ -591,58 +599,6 @@ impl BlobScanExec {
     }
 }
 
-/// A column's histograms over row groups, one per row group; `None` when
-/// one has none (written before histograms were kept, or of a type without
-/// them) or there are no row groups.
-fn column_histograms(data_type: &DataType, column: usize, row_groups: &[(&DataObject, usize)]) -> Option<Arc<[Histogram]>> {
-    if row_groups.is_empty() || !blobhouse_storage::histogram::supported(data_type) {
-        return None;
-    }
-    row_groups
-        .iter()
-        .map(|(o, rg)| {
-            let rg = &o.row_groups[*rg];
-            let chunk = rg.columns.get(column)?;
-            Histogram::parse(rg.rows, data_type, chunk.min.as_deref(), chunk.quantiles.as_deref(), chunk.max.as_deref())
-        })
-        .collect()
-}
-
-/// A column's statistics over row groups, from their zone maps: the
-/// smallest minimum, the largest maximum (inexact: bounds, not values seen)
-/// and the nulls. Without them DataFusion cannot tell that a join input is
-/// small: in TPC-H Q18 it built a hash table on six million joined rows
-/// (820 MB at SF 1) instead of on the 57 rows of the subquery.
-fn zone_map_statistics(data_type: &DataType, column: usize, row_groups: &[(&DataObject, usize)]) -> ColumnStatistics {
-    let mut stats = ColumnStatistics::new_unknown();
-    let chunks = || row_groups.iter().map(|(o, rg)| o.row_groups[*rg].columns.get(column));
-    let parse = |text: Option<&String>| text.and_then(|t| ScalarValue::try_from_string(t.clone(), data_type).ok()).filter(|v| !v.is_null());
-    let mut bounds: Option<(ScalarValue, ScalarValue)> = None;
-    let mut complete = true;
-    for chunk in chunks() {
-        let (Some(min), Some(max)) = (parse(chunk.and_then(|c| c.min.as_ref())), parse(chunk.and_then(|c| c.max.as_ref()))) else {
-            complete = false;
-            break;
-        };
-        bounds = Some(match bounds {
-            None => (min, max),
-            Some((lo, hi)) => (
-                if min.partial_cmp(&lo) == Some(std::cmp::Ordering::Less) { min } else { lo },
-                if max.partial_cmp(&hi) == Some(std::cmp::Ordering::Greater) { max } else { hi },
-            ),
-        });
-    }
-    if let (true, Some((lo, hi))) = (complete, bounds) {
-        stats.min_value = Precision::Inexact(lo);
-        stats.max_value = Precision::Inexact(hi);
-    }
-    let nulls: Option<u64> = chunks().map(|c| c.and_then(|c| c.nulls)).sum();
-    if let Some(n) = nulls {
-        stats.null_count = Precision::Exact(n as usize);
-    }
-    stats
-}
-
 /// Bytes of a column chunk once decoded into Arrow: exact for fixed-width
 /// types; for variable-width ones the Parquet chunk's uncompressed size
 /// (values, or dictionary and indices) plus a 16-byte view per row, the
@@ -713,7 +669,7 @@ impl PageFilter {
 }
 
 /// Which row groups may hold rows matching `filters` (true = read it).
-fn prune(state: &dyn Session, schema: &SchemaRef, filters: &[Expr], all: &[(&DataObject, usize)]) -> Vec<bool> {
+fn prune(bounds: &BoundsCache, state: &dyn Session, schema: &SchemaRef, filters: &[Expr], all: &[(&DataObject, usize)]) -> Vec<bool> {
     let keep_all = vec![true; all.len()];
     let Some(physical) = physical_predicate(state, schema, filters) else { return keep_all };
     // Zone maps of only the columns the filters read: parsing every
@@ -721,83 +677,10 @@ fn prune(state: &dyn Session, schema: &SchemaRef, filters: &[Expr], all: &[(&Dat
     let mut columns: Vec<usize> = collect_columns(&physical).iter().map(|c| c.index()).collect();
     columns.sort_unstable();
     columns.dedup();
-    let zone_maps = ZoneMaps::new(schema, &columns, all);
+    let zone_maps = ZoneMaps::new(bounds, schema, &columns, all);
     match reassign_expr_columns(physical, &zone_maps.schema) {
         Ok(predicate) => zone_maps.prune(predicate),
         Err(_) => keep_all,
-    }
-}
-
-/// The manifest's zone maps of some columns over some row groups, seen
-/// through DataFusion's pruning interface. Owned, so that a running scan
-/// can prune with filters that arrive after planning.
-#[derive(Debug)]
-pub(crate) struct ZoneMaps {
-    schema: SchemaRef,
-    /// Per column of `schema`: minimums, maximums (null: unknown), nulls.
-    mins: Vec<ArrayRef>,
-    maxs: Vec<ArrayRef>,
-    nulls: Vec<ArrayRef>,
-    rows: ArrayRef,
-}
-
-impl ZoneMaps {
-    /// Zone maps of the table columns `columns` over `row_groups`.
-    fn new(table: &Schema, columns: &[usize], row_groups: &[(&DataObject, usize)]) -> ZoneMaps {
-        let bound = |c: usize, min: bool| -> ArrayRef {
-            let text: StringArray = row_groups
-                .iter()
-                .map(|(o, rg)| {
-                    let chunk = o.row_groups[*rg].columns.get(c)?;
-                    if min { chunk.min.as_deref() } else { chunk.max.as_deref() }
-                })
-                .collect();
-            // Text that no longer casts becomes null: "unknown", never pruned.
-            let data_type = table.field(c).data_type();
-            cast_with_options(&text, data_type, &CastOptions { safe: true, ..Default::default() })
-                .unwrap_or_else(|_| datafusion::arrow::array::new_null_array(data_type, row_groups.len()))
-        };
-        let nulls = |c: usize| -> ArrayRef { Arc::new(row_groups.iter().map(|(o, rg)| o.row_groups[*rg].columns.get(c)?.nulls).collect::<UInt64Array>()) };
-        ZoneMaps {
-            schema: Arc::new(table.project(columns).expect("columns of the table")),
-            mins: columns.iter().map(|&c| bound(c, true)).collect(),
-            maxs: columns.iter().map(|&c| bound(c, false)).collect(),
-            nulls: columns.iter().map(|&c| nulls(c)).collect(),
-            rows: Arc::new(row_groups.iter().map(|(o, rg)| Some(o.row_groups[*rg].rows)).collect::<UInt64Array>()),
-        }
-    }
-
-    /// Which row groups may hold rows matching `predicate` (a physical
-    /// expression over [`Self::schema`]); all of them when it cannot tell.
-    pub(crate) fn prune(&self, predicate: Arc<dyn PhysicalExpr>) -> Vec<bool> {
-        let keep_all = vec![true; self.rows.len()];
-        let Ok(pruning) = PruningPredicateBuilder::new().with_file_schema(self.schema.clone()).try_build(predicate) else { return keep_all };
-        pruning.prune(self).unwrap_or(keep_all)
-    }
-
-    fn column(&self, column: &Column) -> Option<usize> {
-        self.schema.index_of(&column.name).ok()
-    }
-}
-
-impl PruningStatistics for ZoneMaps {
-    fn min_values(&self, column: &Column) -> Option<ArrayRef> {
-        self.column(column).map(|i| self.mins[i].clone())
-    }
-    fn max_values(&self, column: &Column) -> Option<ArrayRef> {
-        self.column(column).map(|i| self.maxs[i].clone())
-    }
-    fn num_containers(&self) -> usize {
-        self.rows.len()
-    }
-    fn null_counts(&self, column: &Column) -> Option<ArrayRef> {
-        self.column(column).map(|i| self.nulls[i].clone())
-    }
-    fn row_counts(&self) -> Option<ArrayRef> {
-        Some(self.rows.clone())
-    }
-    fn contained(&self, _: &Column, _: &std::collections::HashSet<datafusion::common::ScalarValue>) -> Option<datafusion::arrow::array::BooleanArray> {
-        None
     }
 }
 

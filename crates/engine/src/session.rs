@@ -39,7 +39,7 @@ use crate::time_travel::{self, AsOf};
 use crate::{dml, optimize};
 use crate::provider::{BlobSchemaProvider, DML_SCHEMA, ROW_ID_COLUMN, Scope, write_stream};
 use crate::selectivity;
-use crate::scan::{FooterCache, ScanMetrics, collect_scan_metrics, collect_scheduler_timelines};
+use crate::scan::{MetadataCache, ScanMetrics, collect_scan_metrics, collect_scheduler_timelines};
 use crate::scheduler::Decision;
 
 /// An error of the engine: from the store, from query planning/execution, or
@@ -375,9 +375,9 @@ impl Engine {
             }
         }
         let source = source.with_tiers(tiers);
-        let footers = Arc::new(FooterCache::new(&memory.pool()));
+        let metadata = Arc::new(MetadataCache::new(&memory.pool()));
         db.account_caches_in(&memory.pool());
-        let tables = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), footers, source.clone()));
+        let tables = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), metadata, source.clone()));
         ctx.catalog(CATALOG)
             .expect("the default catalog exists")
             .register_schema("public", tables.clone())?;

@@ -177,6 +177,11 @@ impl Histogram {
         ((MIN_BUCKETS..=MAX_BUCKETS).contains(&buckets) && bounds.windows(2).all(|w| w[0] <= w[1])).then_some(Histogram { rows, bounds })
     }
 
+    /// Bytes it holds, for memory budgets.
+    pub fn memory_size(&self) -> usize {
+        std::mem::size_of::<Self>() + self.bounds.capacity() * std::mem::size_of::<f64>()
+    }
+
     /// The share of the rows whose value lies in `[lo, hi]` (either end
     /// open when `None`). Within a bucket values are taken as spread
     /// evenly; a bucket of one value counts whole when the range holds it.
