@@ -18,6 +18,7 @@ on_both_backends!(
     lost_update_is_a_serialization_failure_for_the_later_committer,
     write_skew_is_allowed_as_snapshot_isolation_defines,
     optimize_lets_appends_land_and_conflicts_with_deletes_of_what_it_rewrote,
+    a_query_reads_what_another_handle_committed_before_it_started,
 );
 
 /// Paths the store was asked to create, and to delete, since request `from`
@@ -379,4 +380,49 @@ async fn savepoints_are_accepted_and_released_but_never_rolled_back_to() {
     let err = fail(&e, "COMMIT").await;
     assert!(err.contains("rolled back, not committed"), "{err}");
     assert_eq!(scalar(&run(&e, "SELECT count(*) FROM acc").await), "5");
+}
+
+/// Lists of the version log since request `from`.
+fn log_lists(db: &TestDb, from: usize) -> usize {
+    db.audit.requests().into_iter().skip(from).filter(|r| matches!(r, Request::List { prefix } if prefix.contains("log"))).count()
+}
+
+/// A query plans on the version its handle knows while it asks the store
+/// for the newest (docs/transactions.md, "Each statement's snapshot"):
+/// whatever another handle committed before the query started is read all
+/// the same — rows, a table that is new, a table that is gone — and one
+/// look for the newest version serves both the plan that stands and the
+/// plan made again.
+async fn a_query_reads_what_another_handle_committed_before_it_started(b: Backend) {
+    let db = TestDb::new(b, "query-freshness");
+    let reader = db.engine(EngineOptions::default()).await;
+    let writer = db.engine(EngineOptions::default()).await;
+    run(&writer, "CREATE TABLE t (x INT)").await;
+    run(&writer, "INSERT INTO t VALUES (1)").await;
+    assert_eq!(scalar(&run(&reader, "SELECT count(*) FROM t").await), "1");
+    // What finding the newest version takes on this store (one LIST on
+    // S3, two on a directory).
+    let from = db.audit.requests().len();
+    reader.database().refresh().await.unwrap();
+    let lookup = log_lists(&db, from);
+    assert!(lookup >= 1);
+    // No commit since: the plan made on the known version runs.
+    let from = db.audit.requests().len();
+    assert_eq!(scalar(&run(&reader, "SELECT sum(x) FROM t").await), "1");
+    assert_eq!(log_lists(&db, from), lookup, "one look for the newest version per query");
+    // Rows committed since the reader last looked.
+    run(&writer, "INSERT INTO t VALUES (2), (3)").await;
+    let from = db.audit.requests().len();
+    assert_eq!(scalar(&run(&reader, "SELECT sum(x) FROM t").await), "6");
+    assert_eq!(log_lists(&db, from), lookup, "the newest version found is planned again, not looked for again");
+    // A table the known version does not have: its plan fails, the newest has it.
+    run(&writer, "CREATE TABLE u AS SELECT 7 AS y").await;
+    assert_eq!(scalar(&run(&reader, "SELECT y FROM u").await), "7");
+    // A table the known version has and the newest does not.
+    run(&writer, "DROP TABLE t").await;
+    let err = fail(&reader, "SELECT count(*) FROM t").await;
+    assert!(err.contains("t"), "{err}");
+    // SELECT … INTO is a query that writes: it commits, as CREATE TABLE AS does.
+    run(&reader, "SELECT y + 1 AS z INTO v FROM u").await;
+    assert_eq!(scalar(&run(&writer, "SELECT z FROM v").await), "8");
 }
