@@ -598,8 +598,10 @@ impl Consumer {
         loop {
             if let Some(d) = &mut self.current {
                 let t = Instant::now();
-                match d.next_batch(&self.schema) {
-                    Some(Ok((batch, deleted))) => {
+                // With a filter to follow, decoded rows are lent, not
+                // copied: the filter copies the rows it keeps anyway.
+                match d.next_batch(&self.schema, self.filter.is_some()) {
+                    Some(Ok((batch, deleted, lent))) => {
                         m.rows_deleted.add(deleted);
                         let took = t.elapsed();
                         m.decode_time.add_duration(took);
@@ -607,7 +609,7 @@ impl Consumer {
                         let batch = match &mut self.filter {
                             Some(f) => {
                                 let rows = batch.num_rows();
-                                match f.apply(batch) {
+                                match f.apply(batch).and_then(|b| Ok(settle(b, rows, &lent)?)) {
                                     Ok(b) => {
                                         m.rows_filtered.add(rows - b.num_rows());
                                         b
@@ -786,8 +788,11 @@ impl Decoding {
         })
     }
 
-    /// The next batch, without deleted rows, and how many rows were deleted.
-    fn next_batch(&mut self, schema: &SchemaRef) -> Option<Result<(RecordBatch, usize)>> {
+    /// The next batch, without deleted rows, how many rows were deleted,
+    /// and which of its columns are lent: with `lend`, the rows of a
+    /// decoded chunk that lie in one range are a slice of the chunk, not a
+    /// copy, and the caller must [`settle`] the batch before handing it on.
+    fn next_batch(&mut self, schema: &SchemaRef, lend: bool) -> Option<Result<(RecordBatch, usize, Vec<usize>)>> {
         let (decoded, rows) = match self.reader.as_mut() {
             None if self.rows_left == 0 => return None,
             None => {
@@ -810,13 +815,21 @@ impl Decoding {
         if at.iter().map(|r| r.end - r.start).sum::<u64>() != rows as u64 {
             return Some(Err(self.corrupt(format!("the decoder returned more rows than the {} selected", self.rows_at.selected()))));
         }
+        let mut lent = Vec::new();
         let columns: Result<Vec<ArrayRef>, _> = self
             .columns
             .iter()
-            .map(|c| match (c, &decoded) {
+            .enumerate()
+            .map(|(position, c)| match (c, &decoded) {
                 (Column::Reader(i), Some(b)) => Ok(b.column(*i).clone()),
                 (Column::Reader(_), None) => Err(datafusion::arrow::error::ArrowError::InvalidArgumentError(format!("a scan of {} lost its Parquet reader", self.location))),
-                (Column::Decoded(array), _) => copy_rows(array, &at),
+                (Column::Decoded(array), _) => match (lend, at.as_slice()) {
+                    (true, [one]) if (one.end - one.start) < array.len() as u64 => {
+                        lent.push(position);
+                        Ok(array.slice(one.start as usize, (one.end - one.start) as usize))
+                    }
+                    _ => copy_rows(array, &at),
+                },
                 (Column::RowIds, _) => Ok(Arc::new(row_ids(self.ordinal, self.first_row, &at)) as ArrayRef),
             })
             .collect();
@@ -829,7 +842,12 @@ impl Decoding {
             Ok(b) => b,
             Err(e) => return Some(Err(e.into())),
         };
-        Some(drop_deleted(batch, self.first_row, &at, self.deleted.as_deref()).map_err(Into::into))
+        Some(drop_deleted(batch, self.first_row, &at, self.deleted.as_deref()).map_err(Into::into).map(|(batch, deleted)| {
+            if deleted > 0 {
+                lent.clear(); // dropping rows copied every column
+            }
+            (batch, deleted, lent)
+        }))
     }
 
     fn corrupt(&self, reason: String) -> DataFusionError {
@@ -849,6 +867,27 @@ fn copy_rows(array: &ArrayRef, at: &[std::ops::Range<u64>]) -> Result<ArrayRef, 
     {
         return Ok(array.clone());
     }
+    copy_ranges(array, at)
+}
+
+/// A batch whose columns `lent` are slices of whole decoded chunks, after
+/// a filter that started from `rows_in` rows: when the filter dropped
+/// rows it copied the ones it kept, so nothing is lent any more; when it
+/// kept them all (or let the batch pass), the lent columns are copied now,
+/// for the reason [`copy_rows`] gives.
+fn settle(batch: RecordBatch, rows_in: usize, lent: &[usize]) -> Result<RecordBatch, datafusion::arrow::error::ArrowError> {
+    if lent.is_empty() || batch.num_rows() < rows_in {
+        return Ok(batch);
+    }
+    let mut columns = batch.columns().to_vec();
+    for &i in lent {
+        columns[i] = copy_ranges(&columns[i], &[0..columns[i].len() as u64])?;
+    }
+    RecordBatch::try_new_with_options(batch.schema(), columns, &RecordBatchOptions::new().with_row_count(Some(batch.num_rows())))
+}
+
+/// The rows `at` of `array` in buffers of their own.
+fn copy_ranges(array: &ArrayRef, at: &[std::ops::Range<u64>]) -> Result<ArrayRef, datafusion::arrow::error::ArrowError> {
     let data = array.to_data();
     let rows = at.iter().map(|r| (r.end - r.start) as usize).sum();
     let mut out = MutableArrayData::new(vec![&data], false, rows);
@@ -902,5 +941,28 @@ mod tests {
         let split = copy_rows(&array, &[0..500, 500..1000]).unwrap();
         assert_eq!(split.len(), 1000);
         assert!(copy_rows(&array, &[]).unwrap().is_empty());
+    }
+
+    #[test]
+    fn lent_rows_are_copied_unless_a_filter_copied_them() {
+        use datafusion::arrow::datatypes::{DataType, Field, Schema};
+        let chunk: ArrayRef = Arc::new(Int32Array::from((0..1000).collect::<Vec<i32>>()));
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int32, false), Field::new("b", DataType::Int32, false)]));
+        let lent = RecordBatch::try_new(schema.clone(), vec![chunk.slice(100, 10), Arc::new(Int32Array::from((0..10).collect::<Vec<i32>>()))]).unwrap();
+        let whole = chunk.get_array_memory_size();
+        assert_eq!(lent.column(0).get_array_memory_size(), whole, "a slice counts the whole chunk");
+
+        // The filter kept every row (or let the batch pass): the lent column is copied.
+        let kept_all = settle(lent.clone(), 10, &[0]).unwrap();
+        assert_eq!(kept_all.column(0).as_any().downcast_ref::<Int32Array>().unwrap().values(), &(100..110).collect::<Vec<i32>>()[..]);
+        assert!(kept_all.column(0).get_array_memory_size() < whole / 10, "copied: only its rows");
+        assert!(Arc::ptr_eq(kept_all.column(1), lent.column(1)), "columns not lent are left alone");
+
+        // The filter dropped rows, so it copied the rest: nothing to do.
+        let filtered = lent.slice(0, 5);
+        let settled = settle(filtered.clone(), 10, &[0]).unwrap();
+        assert!(Arc::ptr_eq(settled.column(0), filtered.column(0)));
+        // Nothing lent: nothing to do.
+        assert!(Arc::ptr_eq(settle(lent.clone(), 10, &[]).unwrap().column(0), lent.column(0)));
     }
 }

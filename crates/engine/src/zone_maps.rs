@@ -75,13 +75,14 @@ impl ColumnBounds {
     }
 }
 
-/// Parsed zone maps by (object path, column). Objects are never rewritten,
-/// so an entry never goes stale; an entry is used only for the type it was
+/// Parsed zone maps by object path, then column (so a lookup borrows the
+/// path instead of building a key). Objects are never rewritten, so an
+/// entry never goes stale; an entry is used only for the type it was
 /// parsed as. Entries are held in the engine's memory budget; one the
 /// budget refuses serves the plan at hand and is not kept.
 #[derive(Debug)]
 pub struct BoundsCache {
-    entries: Mutex<HashMap<(String, usize), Arc<ColumnBounds>>>,
+    entries: Mutex<HashMap<String, HashMap<usize, Arc<ColumnBounds>>>>,
     reservation: MemoryReservation,
 }
 
@@ -93,14 +94,13 @@ impl BoundsCache {
 
     /// Column `column` of `object`, as `data_type`.
     fn column(&self, object: &DataObject, column: usize, data_type: &DataType) -> Arc<ColumnBounds> {
-        let key = (object.path.clone(), column);
-        if let Some(b) = self.entries.lock().expect("bounds cache").get(&key).filter(|b| &b.data_type == data_type) {
+        if let Some(b) = self.entries.lock().expect("bounds cache").get(object.path.as_str()).and_then(|o| o.get(&column)).filter(|b| &b.data_type == data_type) {
             return b.clone();
         }
         let parsed = Arc::new(ColumnBounds::parse(object, column, data_type));
         let size = parsed.memory_size();
         if self.reservation.try_grow(size).is_ok() {
-            let old = self.entries.lock().expect("bounds cache").insert(key, parsed.clone());
+            let old = self.entries.lock().expect("bounds cache").entry(object.path.clone()).or_default().insert(column, parsed.clone());
             if let Some(old) = old {
                 self.reservation.shrink(old.memory_size());
             }
@@ -108,9 +108,9 @@ impl BoundsCache {
         parsed
     }
 
-    /// Entries kept (for tests).
+    /// Entries (object columns) kept (for tests).
     pub fn len(&self) -> usize {
-        self.entries.lock().expect("bounds cache").len()
+        self.entries.lock().expect("bounds cache").values().map(HashMap::len).sum()
     }
 
     /// Whether no entry is kept.
