@@ -609,7 +609,7 @@ impl Consumer {
                         let batch = match &mut self.filter {
                             Some(f) => {
                                 let rows = batch.num_rows();
-                                match f.apply(batch).and_then(|b| Ok(settle(b, rows, &lent)?)) {
+                                match f.apply(batch).and_then(|b| settle(b, rows, &lent).map_err(Into::into)) {
                                     Ok(b) => {
                                         m.rows_filtered.add(rows - b.num_rows());
                                         b

@@ -283,8 +283,12 @@ impl SliceReader {
             decoded[k] = Some(self.decode_column(object, &meta, size, rg, &selected, sorted[k], start, bytes)?);
             decoding += t.elapsed();
         }
+        // Every fetch ended in a decoded column or returned its error above.
+        let Some(decoded) = decoded.into_iter().collect::<Option<Vec<_>>>() else {
+            return Err(self.error(object, format!("a column chunk of row group {rg} never arrived")));
+        };
         let t = Instant::now();
-        let out = self.assemble(slice, &selected, first_row, &sorted, decoded.into_iter().map(|d| d.unwrap_or_default()).collect(), schema);
+        let out = self.assemble(slice, &selected, first_row, &sorted, decoded, schema);
         decoding += t.elapsed();
         self.counters.fetch_nanos.fetch_add(waited.as_nanos() as u64, Ordering::Relaxed);
         self.counters.rows_decoded.fetch_add(selected.selected(), Ordering::Relaxed);
