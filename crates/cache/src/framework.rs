@@ -6,7 +6,9 @@
 //! decreasing benefit. One that fits is admitted; otherwise the cached
 //! segment of least benefit is evicted if it is worth less than the
 //! newcomer (by more than the policy's admission margin, 0 but for
-//! Weighted-LFU), else the newcomer stays out. Two rules the paper leaves open:
+//! Weighted-LFU), else the newcomer stays out. A margin is a cost of the
+//! admission itself, so it is charged into free space too: there, the
+//! newcomer must be worth more than the margin alone. Two rules the paper leaves open:
 //! a query never evicts a segment it reads itself (its bytes are in use),
 //! and a segment larger than the whole tier is never admitted. Admission is
 //! eager and greedy, as in the paper. One rule the paper does not need:
@@ -16,7 +18,7 @@
 use std::collections::{HashMap, HashSet};
 
 use crate::key::SegmentKey;
-use crate::policy::Policy;
+use crate::policy::{Access, Policy};
 
 /// How many segments the framework remembers beyond those cached (their
 /// policy history: an LFU counter that grows until it beats a victim).
@@ -38,12 +40,14 @@ pub struct Touch {
     /// ones are admitted all or none, valued by their bytes' mean benefit.
     /// `None`: a segment on its own.
     pub unit: Option<u64>,
+    /// Reads whose weight is estimated together ([`Access::class`]).
+    pub class: Option<u64>,
 }
 
 impl Touch {
     /// A segment of `key.len` bytes, weight 1, on its own.
     pub fn of(key: SegmentKey) -> Touch {
-        Touch { size: key.len, key, weight: 1.0, unit: None }
+        Touch { size: key.len, key, weight: 1.0, unit: None, class: None }
     }
 }
 
@@ -119,7 +123,7 @@ impl BenefitCache {
         let mut seen = HashSet::new();
         let unique: Vec<&Touch> = touched.iter().filter(|t| seen.insert(&t.key)).collect();
         for t in &unique {
-            self.policy.record(&t.key, t.size, t.weight, now);
+            self.policy.record(&t.key, Access { size: t.size, weight: t.weight, class: t.class }, now);
             self.tracked.insert(t.key.clone());
         }
         let mut decision = Decision::default();
@@ -167,7 +171,8 @@ impl BenefitCache {
         victims.sort_by(|a, b| a.0.total_cmp(&b.0).then_with(|| a.1.cmp(&b.1)));
         let mut next_victim = 0;
         for c in candidates {
-            let admitted = if c.size > self.capacity {
+            let admitted = if c.size > self.capacity || (c.margin > 0.0 && c.benefit <= c.margin) {
+                // Too large, or not worth its fill even into free space.
                 false
             } else if c.touches.len() == 1 {
                 // Algorithm 1: evict while the victim is worth less.
@@ -228,7 +233,7 @@ impl BenefitCache {
         if self.used + size > self.capacity {
             return false;
         }
-        self.policy.record(&key, size, 1.0, self.query);
+        self.policy.record(&key, Access::plain(size), self.query);
         self.tracked.insert(key.clone());
         self.cached.insert(key, size);
         self.used += size;
@@ -286,7 +291,7 @@ impl BenefitCache {
         let mut cached: Vec<(&SegmentKey, &u64)> = self.cached.iter().collect();
         cached.sort();
         for (key, size) in cached {
-            self.policy.record(key, *size, 1.0, self.query);
+            self.policy.record(key, Access::plain(*size), self.query);
         }
     }
 
@@ -413,6 +418,25 @@ mod tests {
         c.on_query(&[touch("dear", 1.0)]);
         c.on_query(&[touch("cheap", 0.3)]);
         assert_eq!(c.on_query(&[touch("cheap", 0.3)]).evicted, vec![k("dear")]);
+    }
+
+    /// Free space does not make a Weighted-LFU admission free: a segment a
+    /// node filters cheaply (weight 0.2) is fetched whole only once its
+    /// reads are worth more than that fill (0.8 of an access), while a
+    /// segment read whole on a miss comes in on its first read, as with
+    /// plain LFU.
+    #[test]
+    fn weighted_lfu_charges_the_fill_into_free_space_too() {
+        let touch = |name: &str, weight: f64| Touch { weight, ..Touch::of(k(name)) };
+        let mut c = BenefitCache::new(1000, Box::new(Lfu::weighted()));
+        for read in 1..=4 {
+            let d = c.on_query(&[touch("cheap", 0.2)]);
+            assert_eq!(d.rejected, vec![k("cheap")], "read {read}: 0.{}/100 is not above 0.8/100", read * 2);
+        }
+        assert_eq!(c.on_query(&[touch("cheap", 0.2)]).admitted, vec![k("cheap")], "1.0/100 > 0.8/100");
+        assert_eq!(c.on_query(&[touch("dear", 1.0)]).admitted, vec![k("dear")]);
+        let mut lfu = BenefitCache::new(1000, Box::new(Lfu::default()));
+        assert_eq!(lfu.on_query(&[touch("cheap", 0.2)]).admitted, vec![k("cheap")]);
     }
 
     /// The missing segments of one unit are admitted all or none: never a

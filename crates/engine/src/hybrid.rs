@@ -224,6 +224,15 @@ fn shape_of(chain: &Arc<dyn ExecutionPlan>) -> Arc<str> {
     Arc::from(masked)
 }
 
+/// The cache policy's class of a chain shape ([`blobhouse_cache::Touch::class`]):
+/// a hash, stable within the process, which is as long as a policy lives.
+fn shape_class(shape: &str) -> u64 {
+    use std::hash::{Hash, Hasher};
+    let mut h = std::hash::DefaultHasher::new();
+    shape.hash(&mut h);
+    h.finish()
+}
+
 /// What an engine's hybrid scans did since it opened, summed over queries
 /// (per query: EXPLAIN ANALYZE). Benchmarks read it around a workload.
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
@@ -685,16 +694,21 @@ impl HybridExec {
         let partitions = self.input.output_partitioning().partition_count();
         let units = self.scan.units();
         if let Some(tiers) = self.scan.source().tiers() {
-            let weight = match self.pushdown.mode() {
-                PushdownMode::Off => 1.0,
-                _ => miss_weight(self.pushdown.output_ratio(&self.shape), self.pushdown.shape_push_rate(&self.shape), self.pushdown.model()),
+            // The weight is this shape's current estimate; its class lets
+            // Weighted-LFU re-value the shape's earlier reads by it.
+            let (weight, class) = match self.pushdown.mode() {
+                PushdownMode::Off => (1.0, None),
+                _ => (
+                    miss_weight(self.pushdown.output_ratio(&self.shape), self.pushdown.shape_push_rate(&self.shape), self.pushdown.model()),
+                    Some(shape_class(&self.shape)),
+                ),
             };
             // A unit is read here only when all its chunks are cached, so
             // its chunks are admitted together or not at all.
             let touches: Vec<(Touch, crate::tiers::DecodedSize)> = units
                 .iter()
                 .enumerate()
-                .flat_map(|(i, u)| u.segments().map(move |(key, decoded)| (Touch { weight, unit: Some(i as u64), ..Touch::of(key) }, decoded)))
+                .flat_map(|(i, u)| u.segments().map(move |(key, decoded)| (Touch { weight, class, unit: Some(i as u64), ..Touch::of(key) }, decoded)))
                 .collect();
             tiers.plan_touches(&touches);
         }
