@@ -209,9 +209,11 @@ impl Policy for Lfu {
     fn record(&mut self, key: &SegmentKey, access: Access, _query: u64) {
         let size = access.size.max(1) as f64;
         let counts = self.counts.entry(key.clone()).or_default();
-        // A weight that is not a positive number counts as a plain access.
-        let weight = if self.weighted && access.weight.is_finite() && access.weight > 0.0 { access.weight } else { 1.0 };
-        let Some(class) = access.class.filter(|_| self.weighted && weight == access.weight) else {
+        // A weight that is not a positive number counts as a plain access,
+        // of no class.
+        let valid = self.weighted && access.weight.is_finite() && access.weight > 0.0;
+        let weight = if valid { access.weight } else { 1.0 };
+        let Some(class) = access.class.filter(|_| valid) else {
             counts.fixed += weight / size;
             return;
         };
@@ -310,10 +312,10 @@ mod tests {
     #[test]
     fn lru_values_the_latest_access_highest() {
         let mut p = Lru::default();
-        p.record(&k("a"), Access { size: 100, weight: 1.0, class: None }, 1);
-        p.record(&k("b"), Access { size: 100, weight: 1.0, class: None }, 1);
+        p.record(&k("a"), Access::plain(100), 1);
+        p.record(&k("b"), Access::plain(100), 1);
         assert!(p.benefit(&k("b"), 1) > p.benefit(&k("a"), 1));
-        p.record(&k("a"), Access { size: 100, weight: 1.0, class: None }, 2);
+        p.record(&k("a"), Access::plain(100), 2);
         assert!(p.benefit(&k("a"), 2) > p.benefit(&k("b"), 2));
         assert_eq!(p.benefit(&k("never"), 2), 0.0);
         p.forget(&k("a"));
@@ -325,8 +327,8 @@ mod tests {
         let mut p = Lfu::default();
         let (small, big) = (SegmentKey::new("s", 0, 10), SegmentKey::new("b", 0, 1000));
         for q in 1..=3 {
-            p.record(&small, Access { size: 10, weight: 1.0, class: None }, q);
-            p.record(&big, Access { size: 1000, weight: 1.0, class: None }, q);
+            p.record(&small, Access::plain(10), q);
+            p.record(&big, Access::plain(1000), q);
         }
         assert!((p.benefit(&small, 3) - 0.3).abs() < 1e-12);
         assert!((p.benefit(&big, 3) - 0.003).abs() < 1e-12);
@@ -346,8 +348,8 @@ mod tests {
             wlfu.record(&cheap, Access { size: 100, weight: 0.2, class: None }, q);
         }
         for q in 1..=2 {
-            lfu.record(&dear, Access { size: 100, weight: 1.0, class: None }, q);
-            wlfu.record(&dear, Access { size: 100, weight: 1.0, class: None }, q);
+            lfu.record(&dear, Access::plain(100), q);
+            wlfu.record(&dear, Access::plain(100), q);
         }
         assert!(lfu.benefit(&cheap, 3) > lfu.benefit(&dear, 3));
         assert!(wlfu.benefit(&dear, 3) > wlfu.benefit(&cheap, 3));
