@@ -225,7 +225,8 @@ impl TableProvider for BlobTable {
                 scheduler: &self.options.scan,
                 source: &self.source,
             },
-        )?;
+        )
+        .await?;
         Ok(Arc::new(exec))
     }
 

@@ -38,13 +38,14 @@ use datafusion::physical_plan::{
 use datafusion::catalog::Session;
 use object_store::path::Path;
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
-use parquet::file::metadata::{PageIndexPolicy, ParquetMetaDataReader};
+use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
 
-use blobhouse_storage::chunks::FetchedChunks;
+use blobhouse_storage::chunks::with_page_index;
 use blobhouse_storage::format::DataObject;
 use blobhouse_storage::histogram::Histogram;
 use blobhouse_storage::rows::RowRanges;
 use blobhouse_storage::{Database, LiveObject, StorageError, TableData};
+use futures::{StreamExt, TryStreamExt};
 use roaring::RoaringBitmap;
 
 use crate::chunks::{RequestPolicy, Span};
@@ -79,40 +80,70 @@ impl MetadataCache {
         &self.bounds
     }
 
+    /// The object's footer as the manifest holds it, decoded once: with the
+    /// page index when the manifest carries its bytes (older objects), else
+    /// without (until [`MetadataCache::footer_with_page_index`] reads it).
     fn footer(&self, db: &Database, object: &DataObject) -> Result<ArrowReaderMetadata> {
         if let Some(m) = self.footers.lock().expect("footer cache").get(&object.path) {
             return Ok(m.clone());
         }
         let location = db.location().display(&db.location().child(&object.path));
-        let corrupt = |reason: String| DataFusionError::External(Box::new(StorageError::Corrupt { location: format!("manifest entry for {location}"), reason }));
         let footer = base64::engine::general_purpose::STANDARD
             .decode(&object.footer)
-            .map_err(|e| corrupt(format!("footer is not base64: {e}")))?;
-        let mut meta = ParquetMetaDataReader::decode_metadata(&footer).map_err(|e| corrupt(format!("footer does not decode: {e}")))?;
+            .map_err(|e| corrupt(&location, format!("footer is not base64: {e}")))?;
+        let mut meta = ParquetMetaDataReader::decode_metadata(&footer).map_err(|e| corrupt(&location, format!("footer does not decode: {e}")))?;
         if meta.num_row_groups() != object.row_groups.len() {
-            return Err(corrupt("footer and manifest disagree on the row groups".into()));
+            return Err(corrupt(&location, "footer and manifest disagree on the row groups".into()));
         }
         if let Some(index) = &object.page_index {
-            // The page index: column indexes (per page min/max) and offset
-            // indexes (per page first row), from the manifest too.
             let bytes = base64::engine::general_purpose::STANDARD
                 .decode(&index.bytes)
-                .map_err(|e| corrupt(format!("page index is not base64: {e}")))?;
-            let held = FetchedChunks::new(vec![(index.offset, bytes.into())], object.size, location.clone());
-            let mut reader = ParquetMetaDataReader::new_with_metadata(meta).with_page_index_policy(PageIndexPolicy::Required);
-            reader.read_page_indexes_sized(&held, object.size).map_err(|e| corrupt(format!("page index does not decode: {e}")))?;
-            meta = reader.finish().map_err(|e| corrupt(format!("page index does not decode: {e}")))?;
+                .map_err(|e| corrupt(&location, format!("page index is not base64: {e}")))?;
+            meta = with_page_index(meta, index.offset, bytes.into(), object.size, &location).map_err(|e| corrupt(&location, format!("page index does not decode: {e}")))?;
         }
-        let meta = ArrowReaderMetadata::try_new(Arc::new(meta), ArrowReaderOptions::new()).map_err(|e| corrupt(e.to_string()))?;
+        self.keep(&object.path, &location, meta)
+    }
+
+    /// The object's footer with its page index. When the manifest says only
+    /// where the index lies, it is read from the object (one range GET) the
+    /// first time and kept: `true` then. Objects without a page index come
+    /// back as [`MetadataCache::footer`] gives them.
+    async fn footer_with_page_index(&self, db: &Database, source: &DataSource, object: &DataObject) -> Result<(ArrowReaderMetadata, bool)> {
+        let footer = self.footer(db, object)?;
+        let Some(at) = object.page_index_at else { return Ok((footer, false)) };
+        if footer.metadata().offset_index().is_some() {
+            return Ok((footer, false));
+        }
+        let path = db.location().child(&object.path);
+        let location = db.location().display(&path);
+        if at.range().end > object.size {
+            return Err(corrupt(&location, format!("its page index ({:?}) lies past the object's {} bytes", at.range(), object.size)));
+        }
+        let read = source.get_ranges(&path, &location, &[at.range()]).await.map_err(|e| DataFusionError::External(Box::new(e)))?;
+        let bytes = read.bytes.into_iter().next().expect("one range asked, one returned");
+        let meta = with_page_index(footer.metadata().as_ref().clone(), at.offset, bytes, object.size, &location).map_err(|e| corrupt(&location, format!("page index does not decode: {e}")))?;
+        Ok((self.keep(&object.path, &location, meta)?, true))
+    }
+
+    /// Keeps `meta` for `path` (replacing what was kept) if the memory
+    /// budget allows, and returns it ready for the Arrow reader.
+    fn keep(&self, path: &str, location: &str, meta: ParquetMetaData) -> Result<ArrowReaderMetadata> {
+        let meta = ArrowReaderMetadata::try_new(Arc::new(meta), ArrowReaderOptions::new()).map_err(|e| corrupt(location, e.to_string()))?;
         if self.reservation.try_grow(meta.metadata().memory_size()).is_ok() {
-            let old = self.footers.lock().expect("footer cache").insert(object.path.clone(), meta.clone());
+            let old = self.footers.lock().expect("footer cache").insert(path.to_string(), meta.clone());
             if let Some(old) = old {
-                // Two scans decoded the same footer at once: one copy is kept.
+                // Two scans decoded the same footer at once, or the page
+                // index was added: one copy is kept.
                 self.reservation.shrink(old.metadata().memory_size());
             }
         }
         Ok(meta)
     }
+}
+
+/// A corrupt manifest entry or page index of the object at `location`.
+fn corrupt(location: &str, reason: String) -> DataFusionError {
+    DataFusionError::External(Box::new(StorageError::Corrupt { location: format!("manifest entry for {location}"), reason }))
 }
 
 /// One data object as the scan sees it.
@@ -178,7 +209,14 @@ struct PlanSummary {
     /// Rows of row groups kept by the zone maps that page-index pruning
     /// leaves undecoded (whole row groups it prunes included).
     rows_skipped_by_pages: u64,
+    /// Page indexes read from their objects while planning.
+    page_index_reads: u64,
 }
+
+/// Page indexes read from objects at once while planning a scan. Each is
+/// one range GET of about 0.13 % of its object; the download manager paces
+/// them like any other request.
+const PAGE_INDEX_READS_AT_ONCE: usize = 32;
 
 /// The scan operator of blobhouse tables.
 #[derive(Debug)]
@@ -306,7 +344,7 @@ pub struct ScanRequest<'a> {
 
 impl BlobScanExec {
     /// Plans the scan: prune, choose chunks, cut requests, assign partitions.
-    pub fn try_new(db: &Database, metadata: &MetadataCache, state: &dyn Session, req: ScanRequest<'_>) -> Result<Self> {
+    pub async fn try_new(db: &Database, metadata: &MetadataCache, state: &dyn Session, req: ScanRequest<'_>) -> Result<Self> {
         let projection: Vec<usize> = match req.projection {
             Some(p) => p.clone(),
             None => (0..req.table_schema.fields().len()).collect(),
@@ -337,37 +375,48 @@ impl BlobScanExec {
         let mut selections: Vec<Option<Arc<RowRanges>>> = vec![None; all.len()];
         let mut summary = PlanSummary { row_groups_total: all.len(), ..Default::default() };
         if let Some(pages) = PageFilter::new(state, &req.table_schema, req.row_ids, req.filters) {
+            // The objects with a row group left (`all[i..end]` are an
+            // object's row groups); their page indexes are read at once.
+            let mut objects_kept: Vec<Range<usize>> = Vec::new();
             let mut i = 0;
             while i < all.len() {
-                let object = all[i].0;
-                let end = i + all[i..].iter().take_while(|(o, _)| std::ptr::eq(*o, object)).count();
-                let wanted: Vec<usize> = (i..end).filter(|&j| keep[j]).map(|j| all[j].1).collect();
-                if !wanted.is_empty() {
-                    let reader = metadata.footer(db, object)?;
-                    let access = pages.select(&reader, &wanted);
-                    readers.insert(object.path.as_str(), reader);
-                    for j in i..end {
-                        if !keep[j] {
-                            continue;
-                        }
-                        let rows = object.row_groups[all[j].1].rows;
-                        match &access[all[j].1] {
-                            RowGroupAccess::Skip => {
-                                keep[j] = false;
-                                summary.rows_skipped_by_pages += rows;
-                            }
-                            RowGroupAccess::Selection(s) => {
-                                let ranges = RowRanges::from_selection(s, rows);
-                                summary.rows_skipped_by_pages += rows - ranges.selected();
-                                placement[j].2 = ranges.live(placement[j].1, placement[j].0.deleted.as_deref());
-                                keep[j] = placement[j].2 > 0;
-                                selections[j] = Some(Arc::new(ranges));
-                            }
-                            RowGroupAccess::Scan => {}
-                        }
-                    }
+                let end = i + all[i..].iter().take_while(|(o, _)| std::ptr::eq(*o, all[i].0)).count();
+                if keep[i..end].iter().any(|k| *k) {
+                    objects_kept.push(i..end);
                 }
                 i = end;
+            }
+            let reads: Vec<_> = objects_kept.iter().map(|r| metadata.footer_with_page_index(db, req.source, all[r.start].0)).collect();
+            let footers: Vec<(ArrowReaderMetadata, bool)> = futures::stream::iter(reads)
+                .buffered(PAGE_INDEX_READS_AT_ONCE)
+                .try_collect()
+                .await?;
+            for (group, (reader, read)) in objects_kept.into_iter().zip(footers) {
+                let object = all[group.start].0;
+                summary.page_index_reads += u64::from(read);
+                let wanted: Vec<usize> = group.clone().filter(|&j| keep[j]).map(|j| all[j].1).collect();
+                let access = pages.select(&reader, &wanted);
+                readers.insert(object.path.as_str(), reader);
+                for j in group {
+                    if !keep[j] {
+                        continue;
+                    }
+                    let rows = object.row_groups[all[j].1].rows;
+                    match &access[all[j].1] {
+                        RowGroupAccess::Skip => {
+                            keep[j] = false;
+                            summary.rows_skipped_by_pages += rows;
+                        }
+                        RowGroupAccess::Selection(s) => {
+                            let ranges = RowRanges::from_selection(s, rows);
+                            summary.rows_skipped_by_pages += rows - ranges.selected();
+                            placement[j].2 = ranges.live(placement[j].1, placement[j].0.deleted.as_deref());
+                            keep[j] = placement[j].2 > 0;
+                            selections[j] = Some(Arc::new(ranges));
+                        }
+                        RowGroupAccess::Scan => {}
+                    }
+                }
             }
         }
         let any_deleted = req.data.objects.iter().any(|l| l.vector.is_some());
@@ -704,6 +753,9 @@ impl DisplayAs for BlobScanExec {
                 if self.summary.rows_skipped_by_pages > 0 {
                     write!(f, ", page_index_skips={} rows", self.summary.rows_skipped_by_pages)?;
                 }
+                if self.summary.page_index_reads > 0 {
+                    write!(f, ", page_index_reads={}", self.summary.page_index_reads)?;
+                }
                 if !self.filters.is_empty() {
                     write!(f, ", pruning_filters=[{}]", self.filters.join(", "))?;
                 }
@@ -853,6 +905,7 @@ impl BlobScanExec {
             runtime_dropped_rows: get("runtime_filter_rows_dropped"),
             rows_deleted: get("rows_deleted"),
             rows_skipped_by_page_index: self.summary.rows_skipped_by_pages,
+            page_index_reads: self.summary.page_index_reads,
             memory_hits: get("cache_memory_hits"),
             memory_bytes: get("cache_memory_bytes"),
             ssd_hits: get("cache_ssd_hits"),
@@ -891,6 +944,9 @@ pub struct ScanMetrics {
     /// Rows of row groups kept by the zone maps that the page index left
     /// undecoded.
     pub rows_skipped_by_page_index: u64,
+    /// Page indexes the planner read from their objects (the first
+    /// filtered scan of each object; later ones find them cached).
+    pub page_index_reads: u64,
     /// Column chunks served by the memory and SSD tiers, and their bytes.
     pub memory_hits: u64,
     pub memory_bytes: u64,
@@ -918,6 +974,7 @@ impl std::ops::AddAssign for ScanMetrics {
         self.runtime_dropped_rows += o.runtime_dropped_rows;
         self.rows_deleted += o.rows_deleted;
         self.rows_skipped_by_page_index += o.rows_skipped_by_page_index;
+        self.page_index_reads += o.page_index_reads;
         self.memory_hits += o.memory_hits;
         self.memory_bytes += o.memory_bytes;
         self.ssd_hits += o.ssd_hits;

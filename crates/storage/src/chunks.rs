@@ -4,11 +4,88 @@
 //! Readers of data objects (the engine's scan, a storage node) fetch only
 //! the byte ranges of the column chunks they need; [`FetchedChunks`] then
 //! serves the decoder from those bytes, so it never touches the object
-//! store and never needs more of the file than was fetched.
+//! store and never needs more of the file than was fetched. The page index
+//! says which bytes those are when only some rows are wanted
+//! ([`selected_pages`]).
+
+use std::ops::Range;
 
 use bytes::{Buf, Bytes};
 use parquet::errors::ParquetError;
+use parquet::file::metadata::{PageIndexPolicy, ParquetMetaData, ParquetMetaDataReader};
 use parquet::file::reader::{ChunkReader, Length};
+
+use crate::rows::RowRanges;
+
+/// Where the column and offset indexes of every column chunk lie in the
+/// object (Parquet writers put them in one stretch before the footer), as
+/// the footer says; `None` when the file has neither.
+pub fn page_index_range(meta: &ParquetMetaData) -> Option<Range<u64>> {
+    let (mut start, mut end) = (u64::MAX, 0u64);
+    for rg in meta.row_groups() {
+        for c in rg.columns() {
+            let indexes = [(c.column_index_offset(), c.column_index_length()), (c.offset_index_offset(), c.offset_index_length())];
+            for (offset, length) in indexes {
+                if let (Some(o), Some(l)) = (offset, length)
+                    && o >= 0
+                    && l > 0
+                {
+                    start = start.min(o as u64);
+                    end = end.max(o as u64 + l as u64);
+                }
+            }
+        }
+    }
+    (start < end).then_some(start..end)
+}
+
+/// `meta` with its page index decoded from `bytes`, which start at `offset`
+/// in the object of `object_size` bytes named `object`.
+pub fn with_page_index(meta: ParquetMetaData, offset: u64, bytes: Bytes, object_size: u64, object: &str) -> Result<ParquetMetaData, ParquetError> {
+    let held = FetchedChunks::new(vec![(offset, bytes)], object_size, object.to_string());
+    let mut reader = ParquetMetaDataReader::new_with_metadata(meta).with_page_index_policy(PageIndexPolicy::Required);
+    reader.read_page_indexes_sized(&held, object_size)?;
+    reader.finish()
+}
+
+/// The bytes of column chunk `column` of `row_group` that a decoder given
+/// the row selection `selected` reads: the dictionary page, if any, and the
+/// data pages holding selected rows, adjacent ranges merged. `None` when
+/// the whole chunk is needed: no offset index in `meta`, every page
+/// selected, or an index that does not fit the chunk (then reading the
+/// whole chunk lets the decoder report what is wrong).
+pub fn selected_pages(meta: &ParquetMetaData, row_group: usize, column: usize, selected: &RowRanges) -> Option<Vec<Range<u64>>> {
+    let pages = meta.offset_index()?.get(row_group)?.get(column)?.page_locations();
+    let (start, length) = meta.row_group(row_group).column(column).byte_range();
+    let chunk = start..start + length;
+    let rows = meta.row_group(row_group).num_rows() as u64;
+    let first = pages.first()?.offset as u64;
+    if !(chunk.start..=chunk.end).contains(&first) {
+        return None;
+    }
+    let mut out: Vec<Range<u64>> = Vec::new();
+    if first > chunk.start {
+        out.push(chunk.start..first); // the dictionary page
+    }
+    let mut data_pages = 0;
+    for (i, page) in pages.iter().enumerate() {
+        let lo = page.first_row_index as u64;
+        let hi = pages.get(i + 1).map_or(rows, |next| next.first_row_index as u64);
+        if !selected.ranges().iter().any(|r| r.start < hi && lo < r.end) {
+            continue;
+        }
+        let bytes = page.offset as u64..page.offset as u64 + page.compressed_page_size as u64;
+        if page.offset < 0 || page.compressed_page_size <= 0 || bytes.start < first || bytes.end > chunk.end {
+            return None;
+        }
+        data_pages += 1;
+        match out.last_mut() {
+            Some(last) if last.end == bytes.start => last.end = bytes.end,
+            _ => out.push(bytes),
+        }
+    }
+    (data_pages > 0 && data_pages < pages.len()).then_some(out)
+}
 
 /// The fetched spans of one object, served to the Parquet decoder.
 #[derive(Debug, Clone)]

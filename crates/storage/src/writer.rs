@@ -25,7 +25,8 @@ use tokio::task::JoinSet;
 
 use crate::database::Database;
 use crate::error::{Result, StorageError};
-use crate::format::{ColumnChunkMeta, DataObject, PageIndex, RowGroupMeta};
+use crate::chunks::{page_index_range, with_page_index};
+use crate::format::{ByteRange, ColumnChunkMeta, DataObject, RowGroupMeta};
 use crate::histogram::Sampler;
 
 /// Knobs of the writer. The defaults suit cloud object stores.
@@ -62,6 +63,21 @@ pub const PAGE_ROWS: usize = 20_000;
 /// Uploads allowed to run while the next object is being encoded.
 const MAX_PENDING_UPLOADS: usize = 2;
 
+/// How data objects are encoded.
+fn writer_properties(options: &WriteOptions) -> WriterProperties {
+    WriterProperties::builder()
+        .set_compression(options.compression)
+        .set_dictionary_enabled(true)
+        // Page statistics give every object a page index (the manifest
+        // records where it lies): scans then decode only the pages whose
+        // bounds pass their filters. Pages of at most 20 000 rows (Parquet's
+        // default, pinned here) keep that selection fine-grained.
+        .set_statistics_enabled(EnabledStatistics::Page)
+        .set_data_page_row_count_limit(PAGE_ROWS)
+        .set_max_row_group_row_count(None)
+        .build()
+}
+
 /// Writes one table's new data objects. Call [`TableWriter::finish`] to get
 /// their descriptions for a commit, or [`TableWriter::abort`] to delete them.
 pub struct TableWriter {
@@ -86,17 +102,7 @@ pub struct TableWriter {
 impl TableWriter {
     /// A writer for a table with `schema`.
     pub fn new(db: Arc<Database>, schema: SchemaRef, options: WriteOptions) -> Self {
-        let props = WriterProperties::builder()
-            .set_compression(options.compression)
-            .set_dictionary_enabled(true)
-            // Page statistics give every object a page index (kept in the
-            // manifest): scans then decode only the pages whose bounds pass
-            // their filters. Pages of at most 20 000 rows (Parquet's
-            // default, pinned here) keep that selection fine-grained.
-            .set_statistics_enabled(EnabledStatistics::Page)
-            .set_data_page_row_count_limit(PAGE_ROWS)
-            .set_max_row_group_row_count(None)
-            .build();
+        let props = writer_properties(&options);
         let sampler = Sampler::new(schema.fields().iter().map(|f| f.data_type().clone()));
         TableWriter {
             db,
@@ -270,45 +276,36 @@ pub fn describe_object(schema: &SchemaRef, key: u64, path: &str, buf: &[u8]) -> 
     let meta = parquet::file::metadata::ParquetMetaDataReader::decode_metadata(footer)
         .map_err(|e| StorageError::Parquet { location: path.to_string(), source: e })?;
     let row_groups = zone_maps(schema, &meta).map_err(|e| StorageError::Parquet { location: path.to_string(), source: e })?;
-    let page_index = page_index_range(&meta)
-        .map(|r| {
-            if r.end > footer_start as u64 {
-                return Err(corrupt(format!("its page index ({}..{}) overlaps its footer (from {footer_start})", r.start, r.end)));
-            }
-            Ok(PageIndex { offset: r.start, bytes: base64::engine::general_purpose::STANDARD.encode(&buf[r.start as usize..r.end as usize]) })
-        })
-        .transpose()?;
+    let rows = meta.file_metadata().num_rows() as u64;
+    let page_index_at = match page_index_range(&meta) {
+        Some(r) if r.end > footer_start as u64 => {
+            return Err(corrupt(format!("its page index ({}..{}) overlaps its footer (from {footer_start})", r.start, r.end)));
+        }
+        Some(r) => pages_beyond_zone_maps(meta, path, buf, r)?,
+        None => None,
+    };
     Ok(DataObject {
         path: path.to_string(),
         key,
         size: buf.len() as u64,
-        rows: meta.file_metadata().num_rows() as u64,
+        rows,
         footer: base64::engine::general_purpose::STANDARD.encode(footer),
-        page_index,
+        page_index: None,
+        page_index_at,
         row_groups,
     })
 }
 
-/// The bytes of the column and offset indexes of every column chunk, which
-/// Parquet writers put in one stretch before the footer; `None` when the
-/// file has neither.
-fn page_index_range(meta: &ParquetMetaData) -> Option<std::ops::Range<u64>> {
-    let (mut start, mut end) = (u64::MAX, 0u64);
-    for rg in meta.row_groups() {
-        for c in rg.columns() {
-            let indexes = [(c.column_index_offset(), c.column_index_length()), (c.offset_index_offset(), c.offset_index_length())];
-            for (offset, length) in indexes {
-                if let (Some(o), Some(l)) = (offset, length)
-                    && o >= 0
-                    && l > 0
-                {
-                    start = start.min(o as u64);
-                    end = end.max(o as u64 + l as u64);
-                }
-            }
-        }
-    }
-    (start < end).then_some(start..end)
+/// Where the object's page index lies, when it says more than the zone maps:
+/// some column chunk has several pages. With one page per chunk each page's
+/// bounds are the chunk's, so the index could only repeat the zone maps and
+/// a scan would GET it for nothing (a table filled by one-row INSERTs has
+/// thousands of such objects).
+fn pages_beyond_zone_maps(meta: ParquetMetaData, path: &str, buf: &[u8], at: std::ops::Range<u64>) -> Result<Option<ByteRange>> {
+    let bytes = Bytes::copy_from_slice(&buf[at.start as usize..at.end as usize]);
+    let meta = with_page_index(meta, at.start, bytes, buf.len() as u64, path).map_err(|source| StorageError::Parquet { location: path.to_string(), source })?;
+    let several = meta.offset_index().is_some_and(|rgs| rgs.iter().flatten().any(|chunk| chunk.page_locations().len() > 1));
+    Ok(several.then_some(ByteRange { offset: at.start, length: at.end - at.start }))
 }
 
 fn zone_maps(schema: &SchemaRef, meta: &ParquetMetaData) -> parquet::errors::Result<Vec<RowGroupMeta>> {
@@ -369,4 +366,42 @@ fn to_text(values: &dyn Array) -> Option<StringArray> {
     }
     let text = cast(values, &DataType::Utf8).ok()?;
     text.as_any().downcast_ref::<StringArray>().cloned()
+}
+
+#[cfg(test)]
+mod tests {
+    use datafusion::arrow::array::Int64Array;
+    use datafusion::arrow::datatypes::{Field, Schema};
+
+    use super::*;
+
+    /// One object of `rows` rows (0, 1, …) of one BIGINT column, as the
+    /// table writer encodes it.
+    fn object(rows: i64) -> (SchemaRef, Vec<u8>) {
+        let schema: SchemaRef = Arc::new(Schema::new(vec![Field::new("x", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(0..rows))]).unwrap();
+        let mut w = ArrowWriter::try_new(Vec::new(), schema.clone(), Some(writer_properties(&WriteOptions::default()))).unwrap();
+        w.write(&batch).unwrap();
+        (schema, w.into_inner().unwrap())
+    }
+
+    #[test]
+    fn the_manifest_records_where_a_page_index_lies_and_only_when_it_says_more_than_the_zone_maps() {
+        let (schema, buf) = object(3 * PAGE_ROWS as i64);
+        let o = describe_object(&schema, 1, "o.parquet", &buf).unwrap();
+        let at = o.page_index_at.expect("three pages: the index is worth reading");
+        assert!(o.page_index.is_none(), "no page-index bytes in the manifest");
+        let footer_len = base64::engine::general_purpose::STANDARD.decode(&o.footer).unwrap().len() as u64;
+        assert!(at.length > 0 && at.range().end <= buf.len() as u64 - 8 - footer_len, "{at:?} lies before the footer");
+        // The bytes there are the page index: decoded, it has three pages.
+        let meta = parquet::file::metadata::ParquetMetaDataReader::new()
+            .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Required)
+            .parse_and_finish(&Bytes::from(buf.clone()))
+            .unwrap();
+        assert_eq!(meta.offset_index().unwrap()[0][0].page_locations().len(), 3);
+
+        let (schema, buf) = object(100);
+        let o = describe_object(&schema, 2, "p.parquet", &buf).unwrap();
+        assert_eq!((o.page_index_at, o.page_index.is_none()), (None, true), "one page per chunk: the zone maps say it all");
+    }
 }

@@ -83,8 +83,13 @@ async fn the_thousand_and_first_insert_writes_little_and_opening_takes_few_reque
 /// The fixture of crates/tests/fixtures/v1-database, copied so that it can
 /// be written to.
 fn v1_copy() -> TestDb {
-    let db = TestDb::new(Backend::Local, "v1");
-    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures/v1-database");
+    fixture_copy("v1-database", "v1")
+}
+
+/// A copy of crates/tests/fixtures/`fixture` in a fresh local test database.
+fn fixture_copy(fixture: &str, name: &str) -> TestDb {
+    let db = TestDb::new(Backend::Local, name);
+    let fixture = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("fixtures").join(fixture);
     copy_dir(&fixture, std::path::Path::new(&db.url));
     db
 }
@@ -183,4 +188,66 @@ async fn a_damaged_version_or_a_missing_checkpoint_is_named_in_the_error() {
     std::fs::write(&newest, &body[..body.len() / 2]).unwrap();
     let err = open().await.err().expect("opening must fail").to_string();
     assert!(err.contains("corrupt object") && err.contains("00000000000000000002.json"), "{err}");
+}
+
+async fn readings_manifest(e: &blobhouse_engine::Engine) -> std::sync::Arc<blobhouse_storage::format::Manifest> {
+    let current = e.database().current();
+    e.database().manifest(&current.tables["readings"]).await.unwrap()
+}
+
+/// Reads of the byte range `at` of some data object so far.
+fn reads_of(db: &TestDb, e: &blobhouse_engine::Engine, at: std::ops::Range<u64>) -> usize {
+    data_reads(db, e).into_iter().filter(|(_, r)| r.as_ref() == Some(&at)).count()
+}
+
+/// The page index moved out of the manifest. Objects of the builds that kept
+/// it inline (the fixture crates/tests/fixtures/v2-inline-page-index) keep
+/// pruning pages from the manifest alone, with no GET for it; objects
+/// written now record only where their index lies, and a scan reads it from
+/// the object once, on the first filtered scan that reaches the object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn inline_page_indexes_keep_pruning_and_new_objects_read_theirs_once() {
+    let db = fixture_copy("v2-inline-page-index", "inline-page-index");
+    let e = db.engine(EngineOptions::default()).await;
+    let old = readings_manifest(&e).await;
+    assert_eq!(old.objects.len(), 1);
+    let inline = old.objects[0].clone();
+    assert!(inline.page_index.is_some() && inline.page_index_at.is_none(), "the fixture keeps its page index inline");
+
+    let narrow = "SELECT count(*), sum(bucket), count(DISTINCT label) FROM readings WHERE id BETWEEN 100 AND 200";
+    let r = run(&e, narrow).await;
+    assert_eq!(lines(&r), ["101|0|7"]);
+    assert!(r.scan.rows_skipped_by_page_index >= 25_000, "skipped {} of 50 000 rows", r.scan.rows_skipped_by_page_index);
+    assert_eq!(r.scan.page_index_reads, 0, "an inline page index is not read from the object");
+    assert_eq!(data_reads(&db, &e).len() as u64, r.scan.get_requests, "the only data GETs are the scan's chunks");
+
+    // Rows written now: the new object keeps only the index's place.
+    run(&e, "INSERT INTO readings SELECT id + 50000, bucket + 50, label FROM readings").await;
+    let both = readings_manifest(&e).await;
+    let fresh = both.objects.iter().find(|o| o.path != inline.path).expect("the new object").clone();
+    let at = fresh.page_index_at.expect("the new object records where its page index lies");
+    assert!(fresh.page_index.is_none(), "new manifests do not carry page-index bytes");
+    let on_disk = std::fs::read_to_string(walk(&std::path::PathBuf::from(&db.url).join("objects")).into_iter().find(|p| p.to_string_lossy().ends_with(".manifest.json") && std::fs::read_to_string(p).unwrap().contains(&fresh.path)).unwrap()).unwrap();
+    assert!(!on_disk.contains("\"bytes\""), "{on_disk}");
+
+    // A fresh engine (nothing cached): an unfiltered scan reads no index; the
+    // first filtered scan reaching the new object reads its index once, the
+    // old object's zone maps keep it out (ids < 50 000).
+    let cold = db.engine(EngineOptions::default()).await;
+    assert_eq!(run(&cold, "SELECT count(*) FROM readings").await.scan.page_index_reads, 0);
+    let upper = "SELECT count(*), sum(bucket), count(DISTINCT label) FROM readings WHERE id BETWEEN 50100 AND 50200";
+    let first = run(&cold, upper).await;
+    assert_eq!(lines(&first), ["101|5050|7"]);
+    assert_eq!(first.scan.page_index_reads, 1);
+    assert!(first.scan.rows_skipped_by_page_index >= 25_000, "skipped {}", first.scan.rows_skipped_by_page_index);
+    let plan = text(&run(&cold, &format!("EXPLAIN {narrow}")).await);
+    assert!(!plan.contains("page_index_reads="), "the old object's index is inline: {plan}");
+    let again = run(&cold, upper).await;
+    assert_eq!((lines(&again), again.scan.page_index_reads), (lines(&first), 0), "the index is kept with the footer");
+    assert_eq!(reads_of(&db, &cold, at.range()), 1, "one GET of the page index in all");
+    // Both objects in one scan, each pruned by its own kind of index.
+    let spanning = run(&cold, "SELECT count(*) FROM readings WHERE id BETWEEN 40000 AND 60000").await;
+    assert_eq!(scalar(&spanning), "20001");
+    let full = run(&cold, "SELECT sum(CASE WHEN id BETWEEN 40000 AND 60000 THEN 1 ELSE 0 END) FROM readings").await;
+    assert_eq!((scalar(&full), full.scan.rows_skipped_by_page_index), ("20001".to_string(), 0));
 }

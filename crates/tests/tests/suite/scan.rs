@@ -94,8 +94,12 @@ async fn the_page_index_skips_pages_and_keeps_answers_and_row_ids(b: Backend) {
     tpch::load_tables(&e, 0.01, &["lineitem"], Arc::new(|_, _, _| {})).await.expect("load lineitem");
     let current = e.database().current();
     let manifest = e.database().manifest(&current.tables["lineitem"]).await.unwrap();
-    assert!(manifest.objects.iter().all(|o| o.page_index.is_some()), "every object keeps its page index");
+    assert!(manifest.objects.iter().all(|o| o.page_index_at.is_some() && o.page_index.is_none()), "every object records where its page index lies");
     let rows: u64 = manifest.objects.iter().map(|o| o.rows).sum();
+    let index_reads = |e: &blobhouse_engine::Engine| {
+        let at: Vec<std::ops::Range<u64>> = manifest.objects.iter().map(|o| o.page_index_at.unwrap().range()).collect();
+        data_reads(&db, e).into_iter().filter(|(_, r)| r.as_ref().is_some_and(|r| at.contains(r))).count()
+    };
 
     let both = |range: &str| {
         (
@@ -110,8 +114,13 @@ async fn the_page_index_skips_pages_and_keeps_answers_and_row_ids(b: Backend) {
     };
     // The first of ~60 000 orders' rows: the other pages are skipped.
     let (pruned, full) = both("l_orderkey < 5000");
-    let skipped = check(run(&e, &pruned).await, run(&e, &full).await, "first page");
+    let first = run(&e, &pruned).await;
+    assert_eq!(first.scan.page_index_reads, manifest.objects.len() as u64, "the first filtered scan reads each object's page index");
+    let skipped = check(first, run(&e, &full).await, "first page");
     assert!(skipped * 2 >= rows, "the page index skipped {skipped} of {rows} rows");
+    if matches!(b, Backend::Minio) {
+        assert!(!db.audit.requests().iter().any(|r| matches!(r, Request::Get { path, .. } if path.ends_with(".parquet"))), "the page index is read through the download manager");
+    }
     let plan = text(&run(&e, &format!("EXPLAIN {pruned}")).await);
     assert!(plan.contains("page_index_skips="), "{plan}");
 
@@ -140,6 +149,7 @@ async fn the_page_index_skips_pages_and_keeps_answers_and_row_ids(b: Backend) {
         let skipped = check(run(&e, &pruned).await, run(&e, &full).await, range);
         assert!(skipped > 0, "{range}: nothing skipped");
     }
+    assert_eq!(index_reads(&e), manifest.objects.len(), "each object's page index was read once, however many scans used it");
 }
 
 async fn limit_and_count_stop_early(b: Backend) {
