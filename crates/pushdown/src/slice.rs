@@ -35,7 +35,7 @@ use parquet::file::metadata::{FooterTail, ParquetMetaDataReader};
 use roaring::RoaringBitmap;
 
 use blobhouse_storage::Location;
-use blobhouse_storage::chunks::FetchedChunks;
+use blobhouse_storage::chunks::{FetchedChunks, page_index_range, selected_pages, with_page_index};
 use blobhouse_storage::rows::{Positions, RowRanges, drop_deleted};
 
 /// Rows per decoded batch on the node.
@@ -44,8 +44,10 @@ const BATCH_ROWS: usize = 8192;
 /// blobhouse writes (they are a few KiB to a few hundred KiB).
 const FOOTER_GUESS: u64 = 256 * 1024;
 /// Footers kept by a node; objects are never rewritten, so an entry never
-/// goes stale, and past this many the oldest half is dropped.
+/// goes stale, and past this many, or this many bytes decoded (page
+/// indexes included), half of them are dropped.
 const MAX_FOOTERS: usize = 4096;
+const MAX_FOOTER_BYTES: usize = 256 << 20;
 
 /// What to read: row groups of one data object, some of its columns.
 #[derive(Debug, Clone, PartialEq)]
@@ -214,12 +216,30 @@ impl SliceReader {
         } else {
             store.get_range(&path, size - 8 - len..size - 8).await.map_err(|e| self.error(object, e))?
         };
-        let meta = ParquetMetaDataReader::decode_metadata(&meta_bytes).map_err(|e| self.error(object, e))?;
+        let mut meta = ParquetMetaDataReader::decode_metadata(&meta_bytes).map_err(|e| self.error(object, e))?;
+        // The page index, which lies just before the footer: from the same
+        // suffix when it fits there (it usually does), else one more GET.
+        // With it, a row group of which the compute side selected some
+        // rows is fetched and decoded only in the pages holding them.
+        if let Some(at) = page_index_range(&meta) {
+            if at.end > size - 8 - len {
+                return Err(self.error(object, format!("its page index ({at:?}) overlaps its footer")));
+            }
+            let tail_start = size - tail.len() as u64;
+            let bytes = if at.start >= tail_start {
+                tail.slice((at.start - tail_start) as usize..(at.end - tail_start) as usize)
+            } else {
+                store.get_range(&path, at.clone()).await.map_err(|e| self.error(object, e))?
+            };
+            let display = self.location.display(&path);
+            meta = with_page_index(meta, at.start, bytes, size, &display).map_err(|e| self.error(object, format!("its page index does not decode: {e}")))?;
+        }
         let meta = ArrowReaderMetadata::try_new(Arc::new(meta), ArrowReaderOptions::new()).map_err(|e| self.error(object, e))?;
         self.counters.footer_reads.fetch_add(1, Ordering::Relaxed);
         let mut footers = self.footers.lock().expect("footers");
-        if footers.len() >= MAX_FOOTERS {
-            let drop: Vec<String> = footers.keys().take(MAX_FOOTERS / 2).cloned().collect();
+        let held: usize = footers.values().map(|(m, _)| m.metadata().memory_size()).sum();
+        if footers.len() >= MAX_FOOTERS || held + meta.metadata().memory_size() > MAX_FOOTER_BYTES {
+            let drop: Vec<String> = footers.keys().take(footers.len().div_ceil(2)).cloned().collect();
             for k in drop {
                 footers.remove(&k);
             }
@@ -256,7 +276,9 @@ impl SliceReader {
         // each decoded as soon as its bytes are in while the others arrive.
         // One pushed task is latency-bound on an idle node, so its decoding
         // hides behind its own fetching. (A single coalesced GET would also
-        // read the chunks of unwanted columns between wanted ones.)
+        // read the chunks of unwanted columns between wanted ones.) With a
+        // row selection, only the selected pages of a chunk and its
+        // dictionary page are read (a GET per run of adjacent pages).
         let mut sorted = slice.columns.clone();
         sorted.sort_unstable();
         sorted.dedup();
@@ -266,8 +288,17 @@ impl SliceReader {
             .enumerate()
             .map(|(k, c)| {
                 let (start, len) = file.row_group(rg).column(*c).byte_range();
+                let ranges = match selected.is_all() {
+                    true => None,
+                    false => selected_pages(file, rg, *c, &selected),
+                }
+                .unwrap_or_else(|| vec![start..start + len]);
                 let (store, path) = (self.location.store.clone(), path.clone());
-                SpawnedTask::spawn(async move { (k, start, store.get_range(&path, start..start + len).await) }).join()
+                SpawnedTask::spawn(async move {
+                    let bytes = futures::future::try_join_all(ranges.iter().map(|r| store.get_range(&path, r.clone()))).await;
+                    (k, bytes.map(|b| ranges.iter().map(|r| r.start).zip(b).collect::<Vec<_>>()))
+                })
+                .join()
             })
             .collect();
         let mut decoded: Vec<Option<Vec<ArrayRef>>> = vec![None; sorted.len()];
@@ -276,11 +307,11 @@ impl SliceReader {
             let t = Instant::now();
             let Some(done) = fetches.next().await else { break };
             waited += t.elapsed();
-            let (k, start, bytes) = done.map_err(|e| self.error(object, format!("its fetch was lost: {e}")))?;
-            let bytes = bytes.map_err(|e| self.error(object, e))?;
-            self.counters.bytes_read.fetch_add(bytes.len() as u64, Ordering::Relaxed);
+            let (k, spans) = done.map_err(|e| self.error(object, format!("its fetch was lost: {e}")))?;
+            let spans = spans.map_err(|e| self.error(object, e))?;
+            self.counters.bytes_read.fetch_add(spans.iter().map(|(_, b)| b.len() as u64).sum(), Ordering::Relaxed);
             let t = Instant::now();
-            decoded[k] = Some(self.decode_column(object, &meta, size, rg, &selected, sorted[k], start, bytes)?);
+            decoded[k] = Some(self.decode_column(object, &meta, size, rg, &selected, sorted[k], spans)?);
             decoding += t.elapsed();
         }
         // Every fetch ended in a decoded column or returned its error above.
@@ -296,11 +327,12 @@ impl SliceReader {
         out
     }
 
-    /// The selected rows of one column chunk (`bytes`, at `start` in the
-    /// object) of row group `rg`, decoded: one array per batch.
+    /// The selected rows of one column chunk of row group `rg`, decoded
+    /// from `spans` (its fetched bytes, each with where it starts in the
+    /// object): one array per batch.
     #[allow(clippy::too_many_arguments)]
-    fn decode_column(&self, object: &str, meta: &ArrowReaderMetadata, size: u64, rg: usize, selected: &RowRanges, column: usize, start: u64, bytes: Bytes) -> Result<Vec<ArrayRef>> {
-        let chunks = FetchedChunks::new(vec![(start, bytes)], size, self.location.display(&self.location.child(object)));
+    fn decode_column(&self, object: &str, meta: &ArrowReaderMetadata, size: u64, rg: usize, selected: &RowRanges, column: usize, spans: Vec<(u64, Bytes)>) -> Result<Vec<ArrayRef>> {
+        let chunks = FetchedChunks::new(spans, size, self.location.display(&self.location.child(object)));
         let mask = ProjectionMask::roots(meta.metadata().file_metadata().schema_descr(), [column]);
         let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(chunks, meta.clone())
             .with_row_groups(vec![rg])
@@ -372,6 +404,25 @@ mod tests {
         gets: Mutex<Vec<Option<GetRange>>>,
     }
 
+    impl Recording {
+        /// The bounded range GETs so far, by start: every read but the
+        /// suffix read of the footer (and the page index before it).
+        fn bounded_gets(&self) -> Vec<std::ops::Range<u64>> {
+            let mut gets: Vec<std::ops::Range<u64>> = self
+                .gets
+                .lock()
+                .unwrap()
+                .iter()
+                .filter_map(|g| match g {
+                    Some(GetRange::Bounded(r)) => Some(r.clone()),
+                    _ => None,
+                })
+                .collect();
+            gets.sort_by_key(|r| r.start);
+            gets
+        }
+    }
+
     impl fmt::Display for Recording {
         fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
             write!(f, "Recording")
@@ -434,18 +485,66 @@ mod tests {
         assert_eq!(got(1), (0..rows).map(|i| i * 3).collect::<Vec<_>>(), "column a");
         assert!(batches.iter().all(|b| b.num_rows() <= BATCH_ROWS && b.column(0).len() == b.column(1).len()));
 
-        let mut data_gets: Vec<std::ops::Range<u64>> = store
-            .gets
-            .lock()
-            .unwrap()
-            .iter()
-            .filter_map(|g| match g {
-                Some(GetRange::Bounded(r)) => Some(r.clone()),
-                _ => None, // the footer's suffix read
-            })
-            .collect();
-        data_gets.sort_by_key(|r| r.start);
+        let data_gets = store.bounded_gets();
         assert_eq!(data_gets, vec![chunk(0), chunk(2)], "one GET per wanted chunk, none spanning the unwanted one");
         assert_eq!(reader.counters.bytes_read.load(Ordering::Relaxed), (chunk(0).end - chunk(0).start) + (chunk(2).end - chunk(2).start));
+    }
+
+    #[tokio::test]
+    async fn a_row_selection_fetches_only_the_pages_holding_its_rows() {
+        // Three pages of 20 000 rows per column; `a` plain, `b` dictionary
+        // encoded (a dictionary page first, then pages of indexes).
+        let rows = 60_000i64;
+        let schema = Arc::new(Schema::new(["a", "b"].map(|n| Field::new(n, DataType::Int64, false)).to_vec()));
+        let batch = RecordBatch::try_new(
+            schema.clone(),
+            vec![Arc::new(Int64Array::from_iter_values(0..rows)) as ArrayRef, Arc::new(Int64Array::from_iter_values((0..rows).map(|i| i % 7))) as ArrayRef],
+        )
+        .unwrap();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_statistics_enabled(parquet::file::properties::EnabledStatistics::Page)
+            .set_data_page_row_count_limit(20_000)
+            .set_write_batch_size(1024)
+            .set_column_dictionary_enabled("a".into(), false)
+            .build();
+        let mut file = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut file, schema.clone(), Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let whole: u64 = {
+            let meta = ParquetMetaDataReader::new().parse_and_finish(&Bytes::from(file.clone())).unwrap();
+            (0..2).map(|c| meta.row_group(0).column(c).byte_range().1).sum()
+        };
+
+        let store = Arc::new(Recording::default());
+        store.put(&Path::from("db/objects/t/2.parquet"), file.into()).await.unwrap();
+        let reader = SliceReader::new(Location::from_store(store.clone(), Path::from("db"), "memory://db"));
+        // Rows of the second page only.
+        let wanted = 25_000u64..26_000;
+        let selection = Arc::new(RowRanges::try_new(vec![wanted.clone()], rows as u64).unwrap());
+        let slice = ObjectSlice { object: "objects/t/2.parquet".into(), row_groups: vec![0], columns: vec![0, 1], deleted: None, selections: vec![Some(selection)] };
+        let batches = reader.read_row_group(&slice, 0, &schema).await.unwrap();
+        let got = |c: usize| -> Vec<i64> { batches.iter().flat_map(|b| b.column(c).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec()).collect() };
+        assert_eq!(got(0), wanted.clone().map(|i| i as i64).collect::<Vec<_>>());
+        assert_eq!(got(1), wanted.map(|i| i as i64 % 7).collect::<Vec<_>>());
+
+        let meta = reader.footer("objects/t/2.parquet").await.unwrap().0;
+        let (meta, offsets) = (meta.metadata(), meta.metadata().offset_index().expect("the node keeps the page index"));
+        let mut expected: Vec<std::ops::Range<u64>> = (0..2)
+            .flat_map(|c| {
+                let (start, _) = meta.row_group(0).column(c).byte_range();
+                let pages = offsets[0][c].page_locations();
+                assert_eq!(pages.len(), 3);
+                let second = &pages[1];
+                let dictionary = (pages[0].offset as u64 > start).then_some(start..pages[0].offset as u64);
+                dictionary.into_iter().chain([second.offset as u64..(second.offset + second.compressed_page_size as i64) as u64])
+            })
+            .collect();
+        expected.sort_by_key(|r| r.start);
+        let data_gets = store.bounded_gets();
+        assert_eq!(expected.len(), 3, "b has a dictionary page, a none");
+        assert_eq!(data_gets, expected, "the dictionary page and the second data page of each column");
+        let read = reader.counters.bytes_read.load(Ordering::Relaxed);
+        assert!(read * 2 < whole, "read {read} of the chunks' {whole} bytes");
     }
 }

@@ -133,8 +133,8 @@ async fn bloom_probes_cut_what_the_node_sends(b: Backend) {
 }
 
 /// A pushed row group carries the compute side's page-index selection: the
-/// node decodes only those pages, and drops deleted rows at their right
-/// positions inside them.
+/// node fetches and decodes only those pages (with the dictionary pages),
+/// and drops deleted rows at their right positions inside them.
 async fn the_node_decodes_only_the_selected_pages(b: Backend) {
     let db = TestDb::new(b, "pushdown-pages");
     let plain = db.engine(EngineOptions { cache: CacheOptions::off(), ..EngineOptions::default() }).await;
@@ -143,14 +143,23 @@ async fn the_node_decodes_only_the_selected_pages(b: Backend) {
     let rows: u64 = scalar(&run(&plain, "SELECT count(*) FROM lineitem").await).parse().unwrap();
     let (node, endpoint, _h) = node(&db, NodeOptions::new(TOKEN)).await;
     let e = db.engine(pushing(&endpoint, PushdownMode::On, CacheOptions::off())).await;
+    let current = plain.database().current();
+    let manifest = plain.database().manifest(&current.tables["lineitem"]).await.unwrap();
+    // The chunks of the columns the query reads: l_orderkey, l_quantity, l_returnflag.
+    let chunks: u64 = manifest.objects.iter().flat_map(|o| &o.row_groups).map(|rg| [0, 4, 8].iter().map(|&c| rg.columns[c].length).sum::<u64>()).sum();
     for range in ["l_orderkey < 5000", "l_orderkey BETWEEN 44000 AND 46000", "l_orderkey > 40000"] {
         let sql = format!("SELECT l_returnflag, count(*), sum(l_quantity) FROM lineitem WHERE {range} GROUP BY 1 ORDER BY 1");
-        let before = node.stats().rows_decoded;
+        let before = node.stats();
         let pushed = run(&e, &sql).await;
-        let decoded = node.stats().rows_decoded - before;
+        let (decoded, read) = (node.stats().rows_decoded - before.rows_decoded, node.stats().bytes_read - before.bytes_read);
         assert!(pushed.pushdown.row_groups_pushed > 0, "{range}: nothing pushed");
         assert_eq!(lines(&pushed), lines(&run(&plain, &sql).await), "{range}");
         assert!(decoded < rows, "{range}: the node decoded {decoded} of {rows} rows");
+        eprintln!("{range}: the node read {read} of the columns' {chunks} bytes, decoded {decoded} of {rows} rows");
+        // What it reads follows the share of rows selected; the dictionary
+        // pages come on top (reading whole chunks would make this 1.0).
+        let (read_share, row_share) = (read as f64 / chunks as f64, decoded as f64 / rows as f64);
+        assert!(read_share < row_share + 0.1, "{range}: the node read {read} of the columns' {chunks} bytes for {decoded} of {rows} rows");
     }
     assert!(e.pushdown().unwrap().take_warnings().is_empty());
     assert_eq!(node.stats().tasks_failed, 0);
