@@ -116,12 +116,15 @@ impl MetadataCache {
         }
         let path = db.location().child(&object.path);
         let location = db.location().display(&path);
+        // What the manifest says about the index, or the index itself, is wrong.
+        let damaged = |reason: String| DataFusionError::External(Box::new(StorageError::Corrupt { location: location.clone(), reason }));
         if at.range().end > object.size {
-            return Err(corrupt(&location, format!("its page index ({:?}) lies past the object's {} bytes", at.range(), object.size)));
+            return Err(damaged(format!("the manifest puts its page index at {:?}, past the object's {} bytes", at.range(), object.size)));
         }
         let read = source.get_ranges(&path, &location, &[at.range()]).await.map_err(|e| DataFusionError::External(Box::new(e)))?;
         let bytes = read.bytes.into_iter().next().expect("one range asked, one returned");
-        let meta = with_page_index(footer.metadata().as_ref().clone(), at.offset, bytes, object.size, &location).map_err(|e| corrupt(&location, format!("page index does not decode: {e}")))?;
+        let meta = with_page_index(footer.metadata().as_ref().clone(), at.offset, bytes, object.size, &location)
+            .map_err(|e| damaged(format!("its page index (bytes {:?}, where the manifest puts it) does not decode: {e}", at.range())))?;
         Ok((self.keep(&object.path, &location, meta)?, true))
     }
 

@@ -166,13 +166,44 @@ pub(crate) struct ReadCounters {
     pub footer_reads: AtomicU64,
 }
 
+/// The decoded footers a node keeps, and their bytes.
+#[derive(Debug, Default)]
+struct Footers {
+    by_object: HashMap<String, (ArrowReaderMetadata, u64)>,
+    bytes: usize,
+}
+
+impl Footers {
+    /// Keeps `meta`, first dropping half of the footers when it would pass
+    /// [`MAX_FOOTERS`] or [`MAX_FOOTER_BYTES`].
+    fn insert(&mut self, object: &str, meta: ArrowReaderMetadata, size: u64) {
+        let bytes = meta.metadata().memory_size();
+        if self.by_object.len() >= MAX_FOOTERS || self.bytes + bytes > MAX_FOOTER_BYTES {
+            let drop: Vec<String> = self.by_object.keys().take(self.by_object.len().div_ceil(2)).cloned().collect();
+            for k in drop {
+                self.remove(&k);
+            }
+        }
+        // Two tasks may have read the same footer at once: one copy is kept.
+        self.remove(object);
+        self.bytes += bytes;
+        self.by_object.insert(object.to_string(), (meta, size));
+    }
+
+    fn remove(&mut self, object: &str) {
+        if let Some((m, _)) = self.by_object.remove(object) {
+            self.bytes -= m.metadata().memory_size();
+        }
+    }
+}
+
 /// Reads slices of data objects on a storage node, from the database's
 /// location only. Objects are never rewritten, so decoded footers are
 /// kept and never go stale.
 #[derive(Debug)]
 pub struct SliceReader {
     location: Location,
-    footers: Mutex<HashMap<String, (ArrowReaderMetadata, u64)>>,
+    footers: Mutex<Footers>,
     pub(crate) counters: ReadCounters,
 }
 
@@ -190,7 +221,7 @@ impl SliceReader {
     /// The object's footer and size: from the cache, or with one suffix GET
     /// (two when the footer is larger than the guess).
     async fn footer(&self, object: &str) -> Result<(ArrowReaderMetadata, u64)> {
-        if let Some(f) = self.footers.lock().expect("footers").get(object) {
+        if let Some(f) = self.footers.lock().expect("footers").by_object.get(object) {
             return Ok(f.clone());
         }
         let path = self.location.child(object);
@@ -236,15 +267,7 @@ impl SliceReader {
         }
         let meta = ArrowReaderMetadata::try_new(Arc::new(meta), ArrowReaderOptions::new()).map_err(|e| self.error(object, e))?;
         self.counters.footer_reads.fetch_add(1, Ordering::Relaxed);
-        let mut footers = self.footers.lock().expect("footers");
-        let held: usize = footers.values().map(|(m, _)| m.metadata().memory_size()).sum();
-        if footers.len() >= MAX_FOOTERS || held + meta.metadata().memory_size() > MAX_FOOTER_BYTES {
-            let drop: Vec<String> = footers.keys().take(footers.len().div_ceil(2)).cloned().collect();
-            for k in drop {
-                footers.remove(&k);
-            }
-        }
-        footers.insert(object.to_string(), (meta.clone(), size));
+        self.footers.lock().expect("footers").insert(object, meta.clone(), size);
         Ok((meta, size))
     }
 
