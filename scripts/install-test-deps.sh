@@ -5,9 +5,9 @@
 #     plots and iproute2 (network namespace and tbf of the bottleneck
 #     profile), from Debian;
 #   - DuckDB and its TPC-H extension, the external correctness oracle (PyPI);
-#   - psql (Debian's postgresql-client), psycopg, SQLAlchemy and ADBC's
-#     Flight SQL driver with pyarrow (PyPI): the real clients of the server
-#     tests.
+#   - psql (Debian's postgresql-client), psycopg, asyncpg, SQLAlchemy and ADBC's
+#     Flight SQL driver with pyarrow (PyPI), pgjdbc (Maven Central): the
+#     real clients of the server tests.
 # Idempotent: skips what is already there.
 set -euo pipefail
 
@@ -55,9 +55,28 @@ if ! python3 -c "import psycopg; assert psycopg.__version__ == '$PSYCOPG_VERSION
   echo "install-test-deps: installing psycopg==$PSYCOPG_VERSION (server tests)" >&2
   python3 -m pip install --quiet --disable-pip-version-check "psycopg[binary]==$PSYCOPG_VERSION"
 fi
+ASYNCPG_VERSION="0.31.0"
+if ! python3 -c "import asyncpg; assert asyncpg.__version__ == '$ASYNCPG_VERSION'" 2>/dev/null; then
+  echo "install-test-deps: installing asyncpg==$ASYNCPG_VERSION (server tests: binary protocol)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check "asyncpg==$ASYNCPG_VERSION"
+fi
 if ! python3 -c "import adbc_driver_flightsql, pyarrow, sqlalchemy; assert adbc_driver_flightsql.__version__ == '$ADBC_VERSION' and pyarrow.__version__ == '$PYARROW_VERSION' and sqlalchemy.__version__ == '$SQLALCHEMY_VERSION'" 2>/dev/null; then
   echo "install-test-deps: installing adbc-driver-flightsql==$ADBC_VERSION, pyarrow==$PYARROW_VERSION, sqlalchemy==$SQLALCHEMY_VERSION (server tests)" >&2
   python3 -m pip install --quiet --disable-pip-version-check \
     "adbc-driver-flightsql==$ADBC_VERSION" "adbc-driver-manager==$ADBC_VERSION" "pyarrow==$PYARROW_VERSION" "sqlalchemy==$SQLALCHEMY_VERSION"
 fi
-echo "install-test-deps: minio, toxiproxy, nginx, duckdb $DUCKDB_VERSION, psql, psycopg, ADBC and SQLAlchemy ready" >&2
+# pgjdbc (what DBeaver, DataGrip, Metabase and every JVM program use) for
+# the JDBC conformance cases; they run it with `java` from the JDK.
+PGJDBC_VERSION="42.7.14"
+PGJDBC_JAR="$HOME/.m2/repository/org/postgresql/postgresql/$PGJDBC_VERSION/postgresql-$PGJDBC_VERSION.jar"
+if ! command -v java >/dev/null 2>&1 || ! command -v mvn >/dev/null 2>&1; then
+  echo "install-test-deps: installing a JDK and Maven from Debian (pgjdbc conformance cases)" >&2
+  SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
+  $SUDO apt-get update -qq
+  DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends default-jdk-headless maven >/dev/null
+fi
+if [ ! -f "$PGJDBC_JAR" ]; then
+  echo "install-test-deps: fetching pgjdbc $PGJDBC_VERSION from Maven Central" >&2
+  mvn -q dependency:get -Dartifact="org.postgresql:postgresql:$PGJDBC_VERSION" >/dev/null
+fi
+echo "install-test-deps: minio, toxiproxy, nginx, duckdb $DUCKDB_VERSION, psql, psycopg, ADBC, SQLAlchemy and pgjdbc $PGJDBC_VERSION ready" >&2

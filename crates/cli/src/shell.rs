@@ -183,6 +183,9 @@ impl<'a> Shell<'a> {
             self.engine.execute(sql).await
         }?;
         self.print(&result);
+        for notice in &result.notices {
+            eprintln!("{}: {}", notice.severity.to_lowercase(), notice.message);
+        }
         print_warnings(self.engine);
         Ok(())
     }

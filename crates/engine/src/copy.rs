@@ -18,7 +18,7 @@ use std::io::BufRead;
 
 use datafusion::arrow::array::{Array, ArrayRef, StringArray};
 use datafusion::arrow::compute::{CastOptions, cast_with_options};
-use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::arrow::datatypes::{DataType, Field, SchemaRef};
 use datafusion::arrow::record_batch::RecordBatch;
 
 use crate::EngineError;
@@ -241,6 +241,10 @@ impl<R: BufRead> TextReader<R> {
         }
         let mut arrays: Vec<ArrayRef> = Vec::with_capacity(width);
         for (field, values) in self.schema.fields().iter().zip(columns) {
+            if matches!(field.data_type(), DataType::Binary | DataType::LargeBinary | DataType::BinaryView) {
+                arrays.push(bytea_column(field, &values, &row_lines)?);
+                continue;
+            }
             let text = StringArray::from(values);
             let options = CastOptions { safe: true, ..Default::default() };
             let typed = cast_with_options(&text, field.data_type(), &options).map_err(|e| format!("column {}: {e}", field.name()))?;
@@ -259,6 +263,32 @@ impl<R: BufRead> TextReader<R> {
         }
         RecordBatch::try_new(self.schema.clone(), arrays).map(Some).map_err(|e| e.to_string())
     }
+}
+
+/// A BYTEA column of the text format: PostgreSQL's hex form (`\x00ff`),
+/// or the bytes as written.
+fn bytea_column(field: &Field, values: &[Option<String>], row_lines: &[u64]) -> Result<ArrayRef, String> {
+    let mut bytes: Vec<Option<Vec<u8>>> = Vec::with_capacity(values.len());
+    for (i, v) in values.iter().enumerate() {
+        bytes.push(match v {
+            None => None,
+            Some(s) => match s.strip_prefix("\\x") {
+                Some(hex) => Some(
+                    (0..hex.len())
+                        .step_by(2)
+                        .map(|at| hex.get(at..at + 2).and_then(|h| u8::from_str_radix(h, 16).ok()))
+                        .collect::<Option<Vec<u8>>>()
+                        .ok_or_else(|| format!("line {}, column {}: '{s}' is not valid hex for a BYTEA", row_lines[i], field.name()))?,
+                ),
+                None => Some(s.as_bytes().to_vec()),
+            },
+        });
+        if bytes[i].is_none() && !field.is_nullable() {
+            return Err(format!("line {}, column {}: NULL (\\N) in a NOT NULL column", row_lines[i], field.name()));
+        }
+    }
+    let array = datafusion::arrow::array::BinaryArray::from_iter(bytes);
+    cast_with_options(&array, field.data_type(), &CastOptions::default()).map_err(|e| format!("column {}: {e}", field.name()))
 }
 
 /// One line of the text format: its fields, `None` for `\N`.

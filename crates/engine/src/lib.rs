@@ -16,6 +16,8 @@
 //! - [`memory`]: the engine's one memory budget, and the process's resident
 //!   set as the kernel reports it.
 //! - [`types`]: column types as SQL names, for DESCRIBE and the shell.
+//! - [`sqlstate`]: the PostgreSQL SQLSTATE of every engine error, which
+//!   every endpoint reports.
 
 pub mod bloom_join;
 pub mod chunks;
@@ -23,6 +25,7 @@ pub mod copy;
 pub mod hybrid;
 mod dml;
 mod history;
+mod names;
 mod optimize;
 mod time_travel;
 pub mod memory;
@@ -34,6 +37,7 @@ pub mod selectivity;
 mod pipeline;
 pub mod source;
 mod session;
+pub mod sqlstate;
 pub mod tiers;
 pub mod types;
 mod zone_maps;
@@ -44,4 +48,4 @@ pub use scan::{BlobScanExec, GET_PRICE_USD, ScanMetrics, collect_scan_metrics};
 pub use scheduler::{Decision, SchedulerOptions};
 pub use memory::MemoryBudget;
 pub use tiers::{CacheOptions, CachedChunk, DECODED_MAX_RATIO, DecodedSize, Tiers, parse_cache_size};
-pub use session::{CATALOG, Described, Engine, EngineError, EngineOptions, MemoryUse, QueryResult, SpillOptions, scan_download_options, split_complete_statements, split_statements};
+pub use session::{Answer, CATALOG, Described, RowStream, Engine, EngineError, EngineOptions, MemoryUse, Notice, QueryResult, TxnRule, SpillOptions, is_engine_setting, scan_download_options, split_complete_statements, split_statements};

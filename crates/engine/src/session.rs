@@ -36,7 +36,7 @@ use crate::copy::{CopyFormat, CopyFrom, CopyTo, parse_copy_from, parse_copy_to};
 use crate::memory::{self, MemoryBudget, format_bytes, parse_limit};
 use crate::history::{self, History};
 use crate::time_travel::{self, AsOf};
-use crate::{dml, optimize};
+use crate::{dml, names, optimize};
 use crate::provider::{BlobSchemaProvider, DML_SCHEMA, ROW_ID_COLUMN, Scope, write_stream};
 use crate::selectivity;
 use crate::scan::{MetadataCache, ScanMetrics, collect_scan_metrics, collect_scheduler_timelines};
@@ -68,9 +68,47 @@ pub enum EngineError {
     /// same transaction failed — PostgreSQL's rule and words.
     #[error("current transaction is aborted, commands ignored until end of transaction block (ROLLBACK ends it; it failed at: {cause})")]
     TransactionAborted { cause: String },
-    /// BEGIN inside a transaction, COMMIT of an aborted one, and the like.
-    #[error("{0}")]
-    Transaction(String),
+    /// A statement that breaks a rule of transactions (VACUUM inside one,
+    /// SAVEPOINT outside one, a read of a version VACUUM expired …); the
+    /// rule says which, and gives the SQLSTATE.
+    #[error("{message}")]
+    Transaction { rule: TxnRule, message: String },
+}
+
+/// Which rule of transactions a statement broke ([`EngineError::Transaction`]).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum TxnRule {
+    /// It cannot run inside an open transaction (BEGIN through the API,
+    /// VACUUM, CREATE SNAPSHOT of a transaction's changes).
+    InProgress,
+    /// It needs an open transaction (SAVEPOINT).
+    NoTransaction,
+    /// The transaction ended under it.
+    Ended,
+    /// The transaction was aborted by an earlier failed statement; nothing
+    /// of it was committed.
+    Aborted,
+    /// The version it read was expired by a VACUUM while it ran.
+    Expired,
+}
+
+impl EngineError {
+    fn transaction(rule: TxnRule, message: impl Into<String>) -> EngineError {
+        EngineError::Transaction { rule, message: message.into() }
+    }
+}
+
+/// A message a statement sends beside its result, as PostgreSQL's
+/// NoticeResponse does: the statement succeeded, and something about it
+/// deserves the user's attention (BEGIN inside a transaction; COMMIT of an
+/// aborted transaction, which rolled it back).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Notice {
+    /// `WARNING` or `NOTICE`.
+    pub severity: &'static str,
+    /// PostgreSQL's code for it.
+    pub sqlstate: &'static str,
+    pub message: String,
 }
 
 /// DataFusion wraps our storage errors as "External error: …"; show them plainly.
@@ -243,6 +281,43 @@ pub struct QueryResult {
     pub memory: MemoryUse,
     /// What its hybrid scans pushed to the storage node.
     pub pushdown: crate::hybrid::PushdownTotals,
+    /// Warnings about a statement that succeeded (clients show them).
+    pub notices: Vec<Notice>,
+    /// A COMMIT that found its transaction aborted and rolled it back:
+    /// PostgreSQL answers such a COMMIT with `ROLLBACK`, not an error.
+    pub rolled_back: bool,
+}
+
+/// What a statement answers when its rows may be streamed
+/// ([`Engine::execute_streaming`]).
+pub enum Answer {
+    /// A finished statement: a command's outcome, or rows collected.
+    Done(QueryResult),
+    /// A query's rows, computed as they are read: the statement is still
+    /// running, holds its memory reservations and reads its version's
+    /// objects until the stream ends or is dropped (which stops it).
+    Rows(RowStream),
+}
+
+/// A query's rows as they are computed.
+pub struct RowStream {
+    /// The rows' schema (every batch has it).
+    pub schema: SchemaRef,
+    /// The batches; an error in it is the statement's error.
+    pub batches: SendableRecordBatchStream,
+}
+
+impl Answer {
+    /// The whole answer, its rows collected.
+    pub async fn collect(self, started: Instant) -> Result<QueryResult, EngineError> {
+        match self {
+            Answer::Done(result) => Ok(result),
+            Answer::Rows(rows) => {
+                let batches: Vec<RecordBatch> = rows.batches.try_collect().await?;
+                Ok(QueryResult { batches, ..empty_result(started).with_schema(rows.schema) })
+            }
+        }
+    }
 }
 
 impl QueryResult {
@@ -431,7 +506,8 @@ impl Engine {
             return Ok(Described::Command { parameters: Vec::new() });
         }
         let state = self.ctx.state();
-        let statement = state.sql_to_statement(sql, &state.config().options().sql_parser.dialect)?;
+        let mut statement = state.sql_to_statement(sql, &state.config().options().sql_parser.dialect)?;
+        let renames = names::plan_unique(&mut statement);
         if transaction_control(&statement)?.is_some() {
             return Ok(Described::Command { parameters: Vec::new() });
         }
@@ -471,7 +547,7 @@ impl Engine {
         }
         Ok(match plan {
             LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Statement(_) | LogicalPlan::Copy(_) => Described::Command { parameters },
-            plan => Described::Rows { schema: Arc::new(plan.schema().as_arrow().clone()), parameters },
+            plan => Described::Rows { schema: renames.schema(&Arc::new(plan.schema().as_arrow().clone())), parameters },
         })
     }
 
@@ -623,9 +699,27 @@ impl Engine {
         let started = Instant::now();
         self.memory.reset_peak();
         memory::reset_peak_rss();
-        let mut result = self.execute_statement(sql, started).await?;
+        let mut result = self.execute_statement(sql, started, false).await?.collect(started).await?;
         self.record_memory(&mut result);
         Ok(result)
+    }
+
+    /// Runs one statement as [`Engine::execute`] does, except that a
+    /// query's rows are returned as they are computed rather than
+    /// collected: a client can take the first rows while the rest are
+    /// being computed, and a large result never sits in memory whole.
+    /// Other statements answer [`Answer::Done`].
+    pub async fn execute_streaming(&self, sql: &str) -> Result<Answer, EngineError> {
+        let started = Instant::now();
+        self.memory.reset_peak();
+        memory::reset_peak_rss();
+        match self.execute_statement(sql, started, true).await? {
+            Answer::Done(mut result) => {
+                self.record_memory(&mut result);
+                Ok(Answer::Done(result))
+            }
+            rows => Ok(rows),
+        }
     }
 
     /// Fills in what the statement held: the budget's and the process's peaks.
@@ -640,7 +734,7 @@ impl Engine {
     /// become visible together at [`Engine::commit`].
     pub async fn begin(&self) -> Result<(), EngineError> {
         if !matches!(*self.txn.lock().expect("txn lock"), TxnMode::Autocommit) {
-            return Err(EngineError::Transaction("there is already a transaction in progress (COMMIT or ROLLBACK it first)".into()));
+            return Err(EngineError::transaction(TxnRule::InProgress, "there is already a transaction in progress (COMMIT or ROLLBACK it first)"));
         }
         let snapshot = self.db.refresh().await?;
         let slot = Arc::new(tokio::sync::Mutex::new(Some(Transaction::begin(&self.db, snapshot))));
@@ -667,7 +761,7 @@ impl Engine {
                 if let Some(txn) = slot.lock().await.take() {
                     txn.rollback().await;
                 }
-                Err(EngineError::Transaction(format!("the transaction was rolled back, not committed: a statement in it failed ({cause})")))
+                Err(EngineError::transaction(TxnRule::Aborted, format!("the transaction was rolled back, not committed: a statement in it failed ({cause})")))
             }
         }
     }
@@ -692,18 +786,32 @@ impl Engine {
         }
     }
 
+    /// What aborted the open transaction, if one is open and aborted.
+    fn aborted_by(&self) -> Option<String> {
+        match &*self.txn.lock().expect("txn lock") {
+            TxnMode::Aborted(_, cause) => Some(cause.clone()),
+            _ => None,
+        }
+    }
+
+    /// Whether the open transaction is aborted (a statement in it failed:
+    /// only ROLLBACK or COMMIT, which rolls it back, are taken).
+    pub fn in_aborted_transaction(&self) -> bool {
+        self.aborted_by().is_some()
+    }
+
     /// Whether a transaction begun with BEGIN is open (aborted or not).
     pub fn in_transaction(&self) -> bool {
         !matches!(*self.txn.lock().expect("txn lock"), TxnMode::Autocommit)
     }
 
-    async fn execute_statement(&self, sql: &str, started: Instant) -> Result<QueryResult, EngineError> {
+    async fn execute_statement(&self, sql: &str, started: Instant, stream: bool) -> Result<Answer, EngineError> {
         if words_are(sql, &["show", "cache"]) {
-            return Ok(self.show_cache(started));
+            return Ok(Answer::Done(self.show_cache(started)));
         }
         if is_show_memory_limit(sql) {
             let value = self.memory.limit().map_or("none".to_string(), |l| format_bytes(l as u64));
-            return Ok(setting_result("memory_limit", &value, started));
+            return Ok(Answer::Done(setting_result("memory_limit", &value, started)));
         }
         let sql = if words_are(sql, &["show", "tables"]) { SHOW_TABLES } else { sql };
         // Time travel is rewritten into schemas before anything parses the SQL.
@@ -719,22 +827,70 @@ impl Engine {
             (None, None, None, Some(table)) => Parsed::Optimize(table),
             (None, None, None, None) => Parsed::Sql(self.ctx.state().sql_to_statement(sql, &self.ctx.state().config().options().sql_parser.dialect)?),
         };
+        let mut parsed = parsed;
+        let renames = match &mut parsed {
+            Parsed::Sql(statement) => names::plan_unique(statement),
+            _ => names::Renames::default(),
+        };
+        let answer = self.run_parsed(sql, parsed, past, started, stream).await?;
+        if renames.is_empty() {
+            return Ok(answer);
+        }
+        Ok(match answer {
+            Answer::Done(mut result) => {
+                result.schema = renames.schema(&result.schema);
+                result.batches = renames.batches(&result.schema, std::mem::take(&mut result.batches));
+                Answer::Done(result)
+            }
+            Answer::Rows(rows) => {
+                let schema = renames.schema(&rows.schema);
+                let relabel = schema.clone();
+                let batches = rows.batches.map_ok(move |b| RecordBatch::try_new(relabel.clone(), b.columns().to_vec()).unwrap_or(b));
+                Answer::Rows(RowStream { batches: Box::pin(RecordBatchStreamAdapter::new(schema.clone(), batches)), schema })
+            }
+        })
+    }
+
+    /// Runs a parsed statement: transaction control, or a statement in
+    /// the open transaction or in one of its own.
+    async fn run_parsed(&self, sql: &str, parsed: Parsed, past: Vec<AsOf>, started: Instant, stream: bool) -> Result<Answer, EngineError> {
         if let Parsed::Sql(statement) = &parsed
             && let Some(control) = transaction_control(statement).inspect_err(|e| self.abort_transaction(e))?
         {
+            let mut result = empty_result(started);
             match control {
+                // PostgreSQL's answer to BEGIN inside a transaction: a
+                // warning, and the transaction goes on. (An error here
+                // would make retry loops that BEGIN again spin.)
+                Control::Begin if self.aborted_by().is_some() => {
+                    return Err(EngineError::TransactionAborted { cause: self.aborted_by().unwrap_or_default() });
+                }
+                Control::Begin if self.in_transaction() => result.notices.push(Notice {
+                    severity: "WARNING",
+                    sqlstate: "25001",
+                    message: "there is already a transaction in progress".into(),
+                }),
                 Control::Begin => self.begin().await?,
-                Control::Commit => self.commit().await?,
+                Control::Commit => match self.commit().await {
+                    Ok(()) => {}
+                    // COMMIT of an aborted transaction rolls it back and
+                    // says so, as PostgreSQL does; it is not an error.
+                    Err(EngineError::Transaction { rule: TxnRule::Aborted, message }) => {
+                        result.rolled_back = true;
+                        result.notices.push(Notice { severity: "WARNING", sqlstate: "25P02", message });
+                    }
+                    Err(e) => return Err(e),
+                },
                 Control::Rollback => self.rollback().await,
                 Control::Savepoint => match &*self.txn.lock().expect("txn lock") {
                     TxnMode::Explicit(_) => {}
                     TxnMode::Aborted(_, cause) => {
-                        return Err(EngineError::Transaction(format!("the transaction is aborted by an earlier failed statement ({cause}): ROLLBACK it")));
+                        return Err(EngineError::transaction(TxnRule::Aborted, format!("the transaction is aborted by an earlier failed statement ({cause}): ROLLBACK it")));
                     }
-                    TxnMode::Autocommit => return Err(EngineError::Transaction("SAVEPOINT can only be used inside BEGIN … COMMIT".into())),
+                    TxnMode::Autocommit => return Err(EngineError::transaction(TxnRule::NoTransaction, "SAVEPOINT can only be used inside BEGIN … COMMIT")),
                 },
             }
-            return Ok(empty_result(started));
+            return Ok(Answer::Done(result));
         }
         // Inside BEGIN … COMMIT the statement joins the transaction, which
         // counts as aborted until the statement has succeeded (so a failed
@@ -753,9 +909,9 @@ impl Engine {
         };
         match explicit {
             Some(slot) => {
-                let view = slot.lock().await.as_ref().map(Transaction::view).ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
+                let view = slot.lock().await.as_ref().map(Transaction::view).ok_or_else(|| EngineError::transaction(TxnRule::Ended, "the transaction has ended"))?;
                 let read = view.version;
-                let result = self.run_in_scope(parsed, Scope { view, txn: slot.clone(), past }, started).await;
+                let result = self.run_in_scope_streaming(parsed, Scope { view, txn: slot.clone(), past }, started, stream).await;
                 let result = self.explain_expiry(result, read).await;
                 let mut mode = self.txn.lock().expect("txn lock");
                 *mode = match &result {
@@ -771,11 +927,11 @@ impl Engine {
                 if let Parsed::History(History::CreateSnapshot { name, at: None }) = &parsed {
                     let change = blobhouse_storage::Change::CreateSnapshot { name: name.clone(), version: None, created_at_ms: blobhouse_storage::format::now_ms() };
                     self.db.commit(&[change]).await?;
-                    return Ok(empty_result(started));
+                    return Ok(Answer::Done(empty_result(started)));
                 }
                 // A statement of its own: one transaction, committed at its end.
                 let snapshot = match plain_query(&parsed) {
-                    Some(statement) => match self.plan_while_refreshing(statement, &past, started).await? {
+                    Some(statement) => match self.plan_while_refreshing(statement, &past, started, stream).await? {
                         Refreshed::Ran(result) => return result,
                         Refreshed::Newer(newest) => newest,
                     },
@@ -783,6 +939,14 @@ impl Engine {
                 };
                 let slot: TxnSlot = Arc::new(tokio::sync::Mutex::new(Some(Transaction::begin(&self.db, snapshot.clone()))));
                 let read = snapshot.version;
+                if stream && plain_query(&parsed).is_some() {
+                    // A query changes nothing: its transaction ends without a commit.
+                    let result = self.run_in_scope_streaming(parsed, Scope { view: snapshot, txn: slot.clone(), past }, started, true).await;
+                    if let Some(txn) = slot.lock().await.take() {
+                        txn.rollback().await;
+                    }
+                    return self.explain_expiry(result, read).await;
+                }
                 let result = self.run_in_scope(parsed, Scope { view: snapshot, txn: slot.clone(), past }, started).await;
                 let result = self.explain_expiry(result, read).await;
                 let txn = slot.lock().await.take();
@@ -791,9 +955,9 @@ impl Engine {
                         txn.commit().await?;
                         // The statement's time includes its commit.
                         r.elapsed = started.elapsed();
-                        Ok(r)
+                        Ok(Answer::Done(r))
                     }
-                    (Ok(r), None) => Ok(r),
+                    (Ok(r), None) => Ok(Answer::Done(r)),
                     (Err(e), txn) => {
                         if let Some(txn) = txn {
                             txn.rollback().await;
@@ -814,7 +978,7 @@ impl Engine {
     /// is returned, for the query to be planned again on it. Either way
     /// the query reads a version at least as new as every commit that
     /// finished before it started, as every statement does.
-    async fn plan_while_refreshing(&self, statement: &DFStatement, past: &[AsOf], started: Instant) -> Result<Refreshed, EngineError> {
+    async fn plan_while_refreshing(&self, statement: &DFStatement, past: &[AsOf], started: Instant, stream: bool) -> Result<Refreshed, EngineError> {
         let known = self.db.current();
         let slot: TxnSlot = Arc::new(tokio::sync::Mutex::new(Some(Transaction::begin(&self.db, known.clone()))));
         let scope = Scope { view: known.clone(), txn: slot.clone(), past: past.to_vec() };
@@ -824,7 +988,8 @@ impl Engine {
             return Ok(Refreshed::Newer(newest));
         }
         let result = match planned {
-            Ok(Some(planned)) => run_planned(planned, started).await.map_err(EngineError::Query),
+            Ok(Some(planned)) if stream => stream_planned(planned).map(Answer::Rows),
+            Ok(Some(planned)) => run_planned(planned, started).await.map(Answer::Done).map_err(EngineError::Query),
             // Not a plain query after all (SELECT … INTO creates a table).
             Ok(None) => return Ok(Refreshed::Newer(newest)),
             Err(e) => Err(e),
@@ -853,16 +1018,28 @@ impl Engine {
         Ok(Some(plan_physical(df).await?))
     }
 
+    /// [`Engine::run_in_scope`], but a query's rows are streamed when
+    /// `stream` asks for it.
+    async fn run_in_scope_streaming(&self, parsed: Parsed, scope: Scope, started: Instant, stream: bool) -> Result<Answer, EngineError> {
+        if stream
+            && let Some(statement) = plain_query(&parsed)
+            && let Some(planned) = self.plan_query(statement.clone(), &scope).await?
+        {
+            return stream_planned(planned).map(Answer::Rows);
+        }
+        self.run_in_scope(parsed, scope, started).await.map(Answer::Done)
+    }
+
     /// An object that a statement reading version `read` needed was gone:
     /// when a VACUUM has since moved the horizon past `read`, say so (the
     /// statement outlived the retention), rather than report a missing
     /// object as if the database were damaged.
-    async fn explain_expiry(&self, result: Result<QueryResult, EngineError>, read: u64) -> Result<QueryResult, EngineError> {
+    async fn explain_expiry<T>(&self, result: Result<T, EngineError>, read: u64) -> Result<T, EngineError> {
         let Err(e) = result else { return result };
         let text = e.to_string();
         let missing = ["not found", "NotFound", "NoSuchKey", "404"].iter().any(|m| text.contains(m));
         match self.db.refresh().await {
-            Ok(now) if missing && now.gc.horizon > read => Err(EngineError::Transaction(format!(
+            Ok(now) if missing && now.gc.horizon > read => Err(EngineError::transaction(TxnRule::Expired, format!(
                 "this statement read version {read}, which a VACUUM expired while it ran (versions before {} are gone): run it again, and keep VACUUM's RETAIN longer than your longest statement or transaction ({text})",
                 now.gc.horizon
             ))),
@@ -1096,7 +1273,7 @@ impl Engine {
                     None => {
                         let read_only = scope.txn.lock().await.as_ref().is_none_or(Transaction::is_read_only);
                         if !read_only {
-                            return Err(EngineError::Transaction("CREATE SNAPSHOT inside a transaction that changed something would name a version without those changes; COMMIT first, or give AT(VERSION => n)".into()));
+                            return Err(EngineError::transaction(TxnRule::InProgress, "CREATE SNAPSHOT inside a transaction that changed something would name a version without those changes; COMMIT first, or give AT(VERSION => n)"));
                         }
                         Some(scope.view.version)
                     }
@@ -1118,7 +1295,7 @@ impl Engine {
             }
             History::Vacuum { retain, grace, dry_run } => {
                 if self.in_transaction() {
-                    return Err(EngineError::Transaction("VACUUM cannot run inside a transaction block; COMMIT or ROLLBACK first".into()));
+                    return Err(EngineError::transaction(TxnRule::InProgress, "VACUUM cannot run inside a transaction block; COMMIT or ROLLBACK first"));
                 }
                 let report = blobhouse_storage::gc::vacuum(&self.db, retain, grace, dry_run).await?;
                 Ok(vacuum_result(&report, dry_run, started))
@@ -1388,13 +1565,13 @@ async fn joined<'a>(db: &Database, slot: &'a mut Option<Transaction>, uploaded: 
     if slot.is_none() {
         db.delete_unreferenced(uploaded.iter().map(|o| o.path.clone()).collect()).await;
     }
-    slot.as_mut().ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))
+    slot.as_mut().ok_or_else(|| EngineError::transaction(TxnRule::Ended, "the transaction has ended"))
 }
 
 /// Applies `f` to the statement's transaction.
 async fn stage(scope: &Scope, f: impl FnOnce(&mut Transaction) -> Result<bool, StorageError>) -> Result<bool, EngineError> {
     let mut slot = scope.txn.lock().await;
-    let txn = slot.as_mut().ok_or_else(|| EngineError::Transaction("the transaction has ended".into()))?;
+    let txn = slot.as_mut().ok_or_else(|| EngineError::transaction(TxnRule::Ended, "the transaction has ended"))?;
     Ok(f(txn)?)
 }
 
@@ -1485,8 +1662,8 @@ struct Planned {
 
 /// How [`Engine::plan_while_refreshing`] ended.
 enum Refreshed {
-    /// The plan was of the newest version and ran.
-    Ran(Result<QueryResult, EngineError>),
+    /// The plan was of the newest version and ran (or, streaming, started).
+    Ran(Result<Answer, EngineError>),
     /// The store had a newer version (or the statement was not a plain
     /// query): plan on this one.
     Newer(Arc<CatalogVersion>),
@@ -1506,6 +1683,14 @@ async fn plan_physical(df: DataFrame) -> Result<Planned, DataFusionError> {
     Ok(Planned { task, physical })
 }
 
+/// Starts a planned query; its rows come as they are computed.
+fn stream_planned(planned: Planned) -> Result<RowStream, EngineError> {
+    let Planned { task, physical } = planned;
+    let schema = physical.schema();
+    let batches = execute_stream(physical, task)?;
+    Ok(RowStream { schema, batches })
+}
+
 /// Runs a planned query to the end; what came before it (planning, and
 /// finding the newest version) counts as its planning time.
 async fn run_planned(planned: Planned, started: Instant) -> Result<QueryResult, DataFusionError> {
@@ -1523,6 +1708,8 @@ async fn run_planned(planned: Planned, started: Instant) -> Result<QueryResult, 
         scheduler: collect_scheduler_timelines(&physical),
         memory: MemoryUse { spilled_bytes, spills, ..MemoryUse::default() },
         pushdown: crate::hybrid::collect_pushdown(&physical),
+        notices: Vec::new(),
+        rolled_back: false,
     })
 }
 
@@ -1556,6 +1743,15 @@ fn sort_merge_reservation(limit: Option<usize>) -> usize {
 
 /// `memory_limit`, also under DataFusion's name (which would otherwise
 /// replace the engine's budget with a pool of its own).
+/// Whether `SET name` / `SHOW name` is one of the engine's settings
+/// (blobhouse's memory, cache and pushdown settings, DataFusion's
+/// `datafusion.*`) — what a server passes on to the engine rather than
+/// answering itself.
+pub fn is_engine_setting(name: &str) -> bool {
+    let name = name.trim().to_ascii_lowercase();
+    name.starts_with("datafusion.") || is_memory_limit(&name) || is_cache_setting(&name) || is_pushdown_setting(&name)
+}
+
 fn is_memory_limit(variable: &str) -> bool {
     matches!(variable, "memory_limit" | "blobhouse.memory_limit" | "datafusion.runtime.memory_limit")
 }
@@ -1662,6 +1858,8 @@ fn empty_result(started: Instant) -> QueryResult {
         scheduler: Vec::new(),
         memory: MemoryUse::default(),
         pushdown: Default::default(),
+        notices: Vec::new(),
+        rolled_back: false,
     }
 }
 

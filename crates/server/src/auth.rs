@@ -17,7 +17,7 @@ use base64::Engine as _;
 use base64::engine::general_purpose::STANDARD;
 use pgwire::api::auth::sasl::scram::gen_salted_password;
 use pgwire::api::auth::{AuthSource, LoginInfo, Password};
-use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
+use pgwire::error::PgWireResult;
 
 use crate::ServerError;
 
@@ -140,22 +140,39 @@ fn check_name(name: &str) -> Result<(), ServerError> {
 }
 
 /// pgwire's view of [`Users`].
+///
+/// An unknown user gets a mock secret (a salt derived from the name and a
+/// key of this process, a random salted password) instead of an error, so
+/// the exchange runs to its last step and fails there exactly as a wrong
+/// password does: same step, same words, same timing, nothing that tells a
+/// caller which names exist (PostgreSQL's "mock authentication").
 #[derive(Debug)]
-pub(crate) struct UserSource(pub Arc<Users>);
+pub(crate) struct UserSource {
+    users: Arc<Users>,
+}
+
+/// Keys the mock salts: stable per name for the life of the process (a
+/// salt that changed between attempts would give the name away), unknown
+/// outside it.
+static MOCK_KEY: std::sync::OnceLock<[u8; SALT_BYTES]> = std::sync::OnceLock::new();
+
+impl UserSource {
+    pub(crate) fn new(users: Arc<Users>) -> UserSource {
+        UserSource { users }
+    }
+}
 
 #[async_trait]
 impl AuthSource for UserSource {
     async fn get_password(&self, login: &LoginInfo) -> PgWireResult<Password> {
         let user = login.user().unwrap_or_default();
-        match self.0.secrets.get(user) {
+        match self.users.secrets.get(user) {
             Some(s) => Ok(Password::new(Some(s.salt.clone()), s.salted.clone())),
-            // The same error as a wrong password: a client learns nothing
-            // about which names exist.
-            None => Err(PgWireError::UserError(Box::new(ErrorInfo::new(
-                "FATAL".into(),
-                "28P01".into(),
-                format!("password authentication failed for user \"{user}\""),
-            )))),
+            None => {
+                let salt = gen_salted_password(user, MOCK_KEY.get_or_init(rand::random), 1)[..SALT_BYTES].to_vec();
+                let salted: [u8; 32] = rand::random();
+                Ok(Password::new(Some(salt), salted.to_vec()))
+            }
         }
     }
 }

@@ -84,11 +84,15 @@ impl Spool {
 
     /// The engine statement that loads the spooled data: the client's
     /// statement reading the spool file, with PostgreSQL's defaults where
-    /// it names none: the text format, no header line. The spool lives as long as
-    /// `self`.
+    /// it names none: the text format, no header line. CSV is first
+    /// rewritten into the text format by PostgreSQL's CSV rules
+    /// ([`csv_to_text`]). The spool lives as long as `self`.
     pub(crate) fn statement(&mut self) -> std::io::Result<String> {
         self.file.flush()?;
         self.drop_end_marker()?;
+        if self.copy.is_csv() {
+            return self.csv_statement();
+        }
         let Statement::Copy { source, to, options, legacy_options, values, .. } = &self.copy.statement else {
             unreachable!("a CopyIn holds a COPY statement")
         };
@@ -107,6 +111,66 @@ impl Spool {
             target: CopyTarget::File { filename: self.file.path().display().to_string() },
             options,
             legacy_options: legacy_options.clone(),
+            values: values.clone(),
+        };
+        Ok(statement.to_string())
+    }
+
+    /// The CSV spool rewritten into the text format (the same file, so
+    /// error messages name it as before), and the statement loading that.
+    fn csv_statement(&mut self) -> std::io::Result<String> {
+        let Statement::Copy { source, to, options, legacy_options, values, .. } = &self.copy.statement else {
+            unreachable!("a CopyIn holds a COPY statement")
+        };
+        let mut csv = CsvRules::default();
+        let mut kept = Vec::new();
+        for o in options {
+            match o {
+                CopyOption::Format(_) => {}
+                CopyOption::Delimiter(c) => csv.delimiter = *c as u8,
+                CopyOption::Quote(c) => csv.quote = *c as u8,
+                CopyOption::Escape(c) => csv.escape = Some(*c as u8),
+                CopyOption::Null(n) => csv.null = n.clone(),
+                CopyOption::Header(h) => csv.header = *h,
+                other => kept.push(other.clone()),
+            }
+        }
+        for o in legacy_options {
+            match o {
+                CopyLegacyOption::Delimiter(c) => csv.delimiter = *c as u8,
+                CopyLegacyOption::Header => csv.header = true,
+                CopyLegacyOption::Csv(list) => {
+                    for c in list {
+                        match c {
+                            CopyLegacyCsvOption::Header => csv.header = true,
+                            CopyLegacyCsvOption::Quote(q) => csv.quote = *q as u8,
+                            CopyLegacyCsvOption::Escape(e) => csv.escape = Some(*e as u8),
+                            other => return Err(std::io::Error::other(format!("COPY option '{other}' is not supported"))),
+                        }
+                    }
+                }
+                CopyLegacyOption::Null(n) => csv.null = n.clone(),
+                other => return Err(std::io::Error::other(format!("COPY option '{other}' is not supported"))),
+            }
+        }
+        let mut text = tempfile::Builder::new().prefix("blobhouse-copy-").suffix(".txt").tempfile()?;
+        {
+            let input = std::io::BufReader::new(self.file.reopen()?);
+            let mut out = std::io::BufWriter::new(text.as_file_mut());
+            csv_to_text(input, &mut out, &csv).map_err(std::io::Error::other)?;
+            out.flush()?;
+        }
+        // The text file takes the spool's place (and name, for messages).
+        std::fs::rename(text.path(), self.file.path())?;
+        kept.push(CopyOption::Format(Ident::new("text")));
+        // The header line, if any, was kept: line numbers stay the CSV's.
+        kept.push(CopyOption::Header(csv.header));
+        let statement = Statement::Copy {
+            source: source.clone(),
+            to: *to,
+            target: CopyTarget::File { filename: self.file.path().display().to_string() },
+            options: kept,
+            legacy_options: Vec::new(),
             values: values.clone(),
         };
         Ok(statement.to_string())
@@ -136,6 +200,114 @@ impl Spool {
     }
 }
 
+/// PostgreSQL's CSV options (its defaults: comma, double quote, the
+/// quote as its own escape, an unquoted empty field as NULL).
+#[derive(Debug, Clone)]
+pub(crate) struct CsvRules {
+    pub(crate) delimiter: u8,
+    pub(crate) quote: u8,
+    /// `None`: the quote character.
+    pub(crate) escape: Option<u8>,
+    /// The unquoted text that is NULL.
+    pub(crate) null: String,
+    pub(crate) header: bool,
+}
+
+impl Default for CsvRules {
+    fn default() -> Self {
+        CsvRules { delimiter: b',', quote: b'"', escape: None, null: String::new(), header: false }
+    }
+}
+
+/// Rewrites CSV into PostgreSQL's text format, one record a line, by
+/// PostgreSQL's CSV rules — which a general CSV reader does not follow:
+/// an unquoted field equal to the NULL string (by default empty) is NULL,
+/// a quoted one never is (`""` is the empty string); quoted fields may
+/// hold delimiters, quotes (doubled, or after ESCAPE) and line breaks.
+/// Values are then typed by the text reader (`t`/`f` are booleans there).
+pub(crate) fn csv_to_text(input: impl std::io::BufRead, out: &mut impl Write, rules: &CsvRules) -> Result<(), String> {
+    let escape = rules.escape.unwrap_or(rules.quote);
+    let mut record: Vec<Option<Vec<u8>>> = Vec::new();
+    let mut field: Vec<u8> = Vec::new();
+    let mut quoted = false;
+    let (mut in_quotes, mut line, mut started) = (false, 1u64, false);
+    let write_err = |e: std::io::Error| format!("writing the converted data: {e}");
+    let finish_field = |field: &mut Vec<u8>, quoted: &mut bool, record: &mut Vec<Option<Vec<u8>>>| {
+        let value = std::mem::take(field);
+        let is_null = !*quoted && value == rules.null.as_bytes();
+        record.push(if is_null { None } else { Some(value) });
+        *quoted = false;
+    };
+    let mut bytes = input.bytes().peekable();
+    while let Some(b) = bytes.next() {
+        let b = b.map_err(|e| format!("line {line}: {e}"))?;
+        if in_quotes {
+            if b == escape && bytes.peek().is_some_and(|n| n.as_ref().is_ok_and(|n| *n == rules.quote || (escape != rules.quote && *n == escape))) {
+                let next = bytes.next().expect("peeked").map_err(|e| format!("line {line}: {e}"))?;
+                field.push(next);
+            } else if b == rules.quote {
+                in_quotes = false;
+            } else {
+                if b == b'\n' {
+                    line += 1;
+                }
+                field.push(b);
+            }
+            continue;
+        }
+        started = true;
+        match b {
+            _ if b == rules.quote => {
+                in_quotes = true;
+                quoted = true;
+            }
+            _ if b == rules.delimiter => finish_field(&mut field, &mut quoted, &mut record),
+            b'\r' if bytes.peek().is_some_and(|n| n.as_ref().is_ok_and(|n| *n == b'\n')) => {}
+            b'\n' | b'\r' => {
+                finish_field(&mut field, &mut quoted, &mut record);
+                write_record(out, &record).map_err(write_err)?;
+                record.clear();
+                line += 1;
+                started = false;
+            }
+            _ => field.push(b),
+        }
+    }
+    if in_quotes {
+        return Err(format!("line {line}: unterminated CSV quoted field"));
+    }
+    if started {
+        finish_field(&mut field, &mut quoted, &mut record);
+        write_record(out, &record).map_err(write_err)?;
+    }
+    Ok(())
+}
+
+/// One record in PostgreSQL's text format: tab-separated, `\N` for NULL,
+/// backslash escapes.
+fn write_record(out: &mut impl Write, record: &[Option<Vec<u8>>]) -> std::io::Result<()> {
+    for (i, value) in record.iter().enumerate() {
+        if i > 0 {
+            out.write_all(b"\t")?;
+        }
+        match value {
+            None => out.write_all(b"\\N")?,
+            Some(v) => {
+                for &b in v {
+                    match b {
+                        b'\\' => out.write_all(b"\\\\")?,
+                        b'\t' => out.write_all(b"\\t")?,
+                        b'\n' => out.write_all(b"\\n")?,
+                        b'\r' => out.write_all(b"\\r")?,
+                        _ => out.write_all(&[b])?,
+                    }
+                }
+            }
+        }
+    }
+    out.write_all(b"\n")
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -150,20 +322,41 @@ mod tests {
         let sql = text.statement().expect("flushed");
         assert!(sql.contains(&text.file.path().display().to_string()) && sql.to_ascii_lowercase().contains("format text"), "{sql}");
         assert_eq!(std::fs::read(text.file.path()).expect("spooled"), b"1\tone\n");
+        // CSV is rewritten into the text format by PostgreSQL's CSV rules,
+        // in the same file (its header line kept, so line numbers stay).
         let mut csv = Spool::new(parse("COPY t FROM STDIN WITH (FORMAT csv, HEADER true)").expect("a stdin copy")).expect("a spool");
+        csv.write(b"id,name\n1,\"a,b\"\n").expect("written");
         let sql = csv.statement().expect("flushed").to_ascii_lowercase();
-        assert!(sql.contains("format csv") && !sql.contains("format text") && sql.contains(".csv'") && sql.contains("header") && !sql.contains("header false"), "{sql}");
+        assert!(sql.contains("format text") && !sql.contains("format csv") && sql.contains(".csv'") && sql.contains("header") && !sql.contains("header false"), "{sql}");
+        assert_eq!(std::fs::read(csv.file.path()).expect("converted"), b"id\tname\n1\ta,b\n");
         let sql = Spool::new(parse("COPY t FROM STDIN (FORMAT csv)").expect("a stdin copy")).expect("a spool").statement().expect("flushed").to_ascii_lowercase();
         assert!(sql.contains("header false"), "{sql}");
         assert_eq!(csv.unspool(&format!("COPY t FROM '{}' failed: line 2", csv.file.path().display())), "COPY t FROM STDIN failed: line 2");
         let mut marked = Spool::new(parse("COPY t FROM STDIN (FORMAT csv)").expect("a stdin copy")).expect("a spool");
         marked.write(b"1,a\n\\.\n").expect("written");
         marked.statement().expect("flushed");
-        assert_eq!(std::fs::read(marked.file.path()).expect("spooled"), b"1,a\n");
+        assert_eq!(std::fs::read(marked.file.path()).expect("spooled"), b"1\ta\n");
         let mut data = Spool::new(parse("COPY t FROM STDIN (FORMAT csv)").expect("a stdin copy")).expect("a spool");
         data.write(b"1,x\\.\n").expect("written");
         data.statement().expect("flushed");
-        assert_eq!(std::fs::read(data.file.path()).expect("spooled"), b"1,x\\.\n", "a value ending in \\. is data");
+        assert_eq!(std::fs::read(data.file.path()).expect("spooled"), b"1\tx\\\\.\n", "a value ending in \\. is data");
         assert_eq!(parse("COPY public.t FROM STDIN").expect("a stdin copy").table, "public.t");
+    }
+
+    #[test]
+    fn csv_follows_postgres_rules_for_null_quotes_and_line_breaks() {
+        let convert = |csv: &str, rules: &CsvRules| {
+            let mut out = Vec::new();
+            csv_to_text(csv.as_bytes(), &mut out, rules).map(|()| String::from_utf8(out).expect("utf8"))
+        };
+        let d = CsvRules::default();
+        // Unquoted empty: NULL; quoted empty: the empty string.
+        assert_eq!(convert("1,,\"\"\n", &d).unwrap(), "1\t\\N\t\n");
+        // Doubled quotes, delimiters and line breaks inside quotes; tabs and backslashes escaped.
+        assert_eq!(convert("\"a,\"\"b\"\"\",\"x\ny\",t\\\tz\r\n", &d).unwrap(), "a,\"b\"\tx\\ny\tt\\\\\\tz\n");
+        // No final newline; another NULL string and delimiter.
+        let rules = CsvRules { delimiter: b';', null: "NULL".into(), ..CsvRules::default() };
+        assert_eq!(convert("f;NULL;\"NULL\"", &rules).unwrap(), "f\t\\N\tNULL\n");
+        assert!(convert("\"open", &d).unwrap_err().contains("unterminated"));
     }
 }

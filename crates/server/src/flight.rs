@@ -44,7 +44,7 @@ use arrow_flight::sql::{
 };
 use arrow_flight::{Action, FlightDescriptor, FlightEndpoint, FlightInfo, HandshakeRequest, HandshakeResponse, IpcMessage, SchemaAsIpc, Ticket};
 use base64::Engine as _;
-use datafusion::arrow::array::{Array, AsArray, RecordBatch};
+use datafusion::arrow::array::{AsArray, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use datafusion::arrow::ipc::writer::IpcWriteOptions;
 use futures::{Stream, TryStreamExt};
@@ -240,10 +240,13 @@ impl FlightSql {
             Described::Rows { parameters, .. } | Described::Command { parameters } if !parameters.is_empty() => {
                 Err(Status::invalid_argument(format!("the statement takes {} parameter(s): prepare it and bind their values", parameters.len())))
             }
-            Described::Rows { schema, .. } => Ok((schema.clone(), Pending::Query { sql, schema })),
+            Described::Rows { schema, .. } => {
+                let schema = plain_types(&schema);
+                Ok((schema.clone(), Pending::Query { sql, schema }))
+            }
             Described::Command { .. } | Described::RowsWhenRun => {
                 let result = self.run(session, sql).await?;
-                Ok((result.schema.clone(), Pending::Done(result)))
+                Ok((plain_types(&result.schema), Pending::Done(result)))
             }
         }
     }
@@ -440,6 +443,23 @@ fn bearer<T>(request: &Request<T>) -> Option<&str> {
     value.strip_prefix("Bearer ").or_else(|| value.strip_prefix("bearer "))
 }
 
+/// `schema` with the view types DataFusion computes with (Utf8View,
+/// BinaryView) as the plain types a table's VARCHAR and BYTEA columns are:
+/// what a client ingested as `string` reads back as `string`, not as
+/// `string_view`, which many Arrow consumers do not take.
+fn plain_types(schema: &SchemaRef) -> SchemaRef {
+    let plain = |t: &DataType| match t {
+        DataType::Utf8View => Some(DataType::Utf8),
+        DataType::BinaryView => Some(DataType::Binary),
+        _ => None,
+    };
+    if !schema.fields().iter().any(|f| plain(f.data_type()).is_some()) {
+        return schema.clone();
+    }
+    let fields: Vec<Field> = schema.fields().iter().map(|f| plain(f.data_type()).map_or_else(|| f.as_ref().clone(), |t| f.as_ref().clone().with_data_type(t))).collect();
+    Arc::new(Schema::new_with_metadata(fields, schema.metadata().clone()))
+}
+
 /// `schema` as the IPC message Flight SQL's prepared-statement results carry.
 fn ipc_schema(schema: &Schema) -> Result<bytes::Bytes, Status> {
     let IpcMessage(bytes) = SchemaAsIpc::new(schema, &IpcWriteOptions::default()).try_into().map_err(|e: datafusion::arrow::error::ArrowError| Status::internal(e.to_string()))?;
@@ -448,7 +468,8 @@ fn ipc_schema(schema: &Schema) -> Result<bytes::Bytes, Status> {
 
 /// `batches` as a DoGet stream under `schema` (what the FlightInfo said);
 /// a batch whose schema differs only in names, nullability or metadata is
-/// relabelled, one of other types is cast.
+/// relabelled, one of other types is cast (a value that does not fit is
+/// an error, not a NULL).
 fn stream(schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<Response<<FlightSql as FlightService>::DoGetStream>, Status> {
     let mut conformed = Vec::with_capacity(batches.len());
     for batch in batches {
@@ -456,13 +477,8 @@ fn stream(schema: SchemaRef, batches: Vec<RecordBatch>) -> Result<Response<<Flig
             conformed.push(batch);
             continue;
         }
-        let columns = batch
-            .columns()
-            .iter()
-            .zip(schema.fields())
-            .map(|(c, f)| if c.data_type() == f.data_type() { Ok(c.clone()) } else { datafusion::arrow::compute::cast(c, f.data_type()) })
-            .collect::<Result<Vec<_>, _>>()
-            .and_then(|columns| RecordBatch::try_new(schema.clone(), columns))
+        let columns = crate::exec::conform(batch, &schema)
+            .and_then(|b| RecordBatch::try_new(schema.clone(), b.columns().to_vec()))
             .map_err(|e| Status::internal(format!("the result does not fit the schema announced for it: {e}")))?;
         conformed.push(columns);
     }
@@ -505,19 +521,27 @@ fn failure_status(f: &Failure) -> Status {
         Failure::Engine(e) => engine_status(e),
         Failure::ShuttingDown => Status::unavailable(f.to_string()),
         Failure::Crashed(_) => Status::internal(f.to_string()),
+        Failure::TimedOut(_) => Status::deadline_exceeded(f.to_string()),
+        Failure::Cancelled => Status::cancelled(f.to_string()),
     }
 }
 
-/// An engine error with the closest gRPC code.
+/// An engine error with the gRPC code of its SQLSTATE's class (a
+/// serialization failure is `Aborted`, which ADBC clients retry; the
+/// SQLSTATE itself leads the message, as ADBC's drivers show it).
 fn engine_status(e: &EngineError) -> Status {
-    let text = e.to_string();
-    match e {
-        EngineError::TransactionAborted { .. } | EngineError::Transaction(_) => Status::aborted(text),
-        EngineError::Unsupported(_) => Status::unimplemented(text),
-        EngineError::Setting { .. } => Status::invalid_argument(text),
-        _ if text.contains("Resources exhausted") => Status::resource_exhausted(text),
-        _ if text.contains("not found") && text.contains("table") => Status::not_found(text),
-        _ if text.contains("SQL error") || text.contains("ParserError") || text.contains("planning") || text.contains("Schema error") => Status::invalid_argument(text),
+    let code = e.sqlstate();
+    let text = format!("[SQLSTATE {code}] {e}");
+    match code {
+        c if c.starts_with("40") => Status::aborted(text),
+        c if c.starts_with("25") => Status::failed_precondition(text),
+        "0A000" => Status::unimplemented(text),
+        "42P01" | "42704" => Status::not_found(text),
+        "42P07" | "42710" => Status::already_exists(text),
+        c if c.starts_with("53") => Status::resource_exhausted(text),
+        "57014" => Status::cancelled(text),
+        c if c.starts_with("42") || c.starts_with("22") => Status::invalid_argument(text),
+        c if c.starts_with("58") || c.starts_with("08") => Status::unavailable(text),
         _ => Status::internal(text),
     }
 }
@@ -569,7 +593,7 @@ impl FlightSqlService for FlightSql {
                 let result = self.run(&session, sql).await?;
                 stream(schema, result.batches)
             }
-            Pending::Done(result) => stream(result.schema.clone(), result.batches),
+            Pending::Done(result) => stream(plain_types(&result.schema), result.batches),
         }
     }
 
@@ -585,7 +609,7 @@ impl FlightSqlService for FlightSql {
         session.check_transaction(query.transaction_id.as_deref())?;
         let sql = params::number_qmarks(query.query.trim().trim_end_matches(';'));
         let (schema, parameters) = match session.engine.describe(&sql).await.map_err(|e| engine_status(&e))? {
-            Described::Rows { schema, parameters } => (Some(schema), parameters),
+            Described::Rows { schema, parameters } => (Some(plain_types(&schema)), parameters),
             Described::Command { parameters } => (None, parameters),
             Described::RowsWhenRun => (None, Vec::new()),
         };
@@ -634,7 +658,7 @@ impl FlightSqlService for FlightSql {
             }
             None => {
                 let result = self.run_prepared(&session, &prepared).await?.pop().expect("at least one run");
-                FlightSql::statement_info(&session, &result.schema.clone(), Pending::Done(result), descriptor)
+                FlightSql::statement_info(&session, &plain_types(&result.schema), Pending::Done(result), descriptor)
             }
         }
     }

@@ -14,10 +14,9 @@ use datafusion::logical_expr::{ColumnarValue, ScalarFunctionArgs, ScalarFunction
 use datafusion::prelude::SessionContext;
 use datafusion::scalar::ScalarValue;
 
-/// Registers every function here on `ctx`; `current_setting` answers
-/// from `parameters` (name, value).
-pub(crate) fn register(ctx: &SessionContext, parameters: &'static [(&'static str, &'static str)]) {
-    for udf in [version(), current_setting(parameters), to_regtype(), like_pattern(), int_vector(), serial_sequence(), index_definition(), collation_is_visible(), ScalarUDF::new_from_impl(JsonBuildObject::new())] {
+/// Registers every function here on `ctx`.
+pub(crate) fn register(ctx: &SessionContext) {
+    for udf in [version(), current_setting(), to_regtype(), like_pattern(), int_vector(), serial_sequence(), index_definition(), collation_is_visible(), ScalarUDF::new_from_impl(JsonBuildObject::new())] {
         ctx.register_udf(udf);
     }
 }
@@ -137,10 +136,11 @@ fn serial_sequence() -> ScalarUDF {
     create_udf("pg_get_serial_sequence", vec![DataType::Utf8, DataType::Utf8], DataType::Utf8, Volatility::Immutable, none)
 }
 
-/// `current_setting(name)`: a run-time parameter's value, from the same
-/// list `SHOW` answers from; an unknown name is an error, as in
-/// PostgreSQL.
-fn current_setting(parameters: &'static [(&'static str, &'static str)]) -> ScalarUDF {
+/// `current_setting(name)`: a run-time parameter's default value (the
+/// server replaces calls with a literal name by the connection's own
+/// value before planning: `settings::inline_current_setting`); an unknown
+/// name is an error, as in PostgreSQL.
+fn current_setting() -> ScalarUDF {
     let answer: ScalarFunctionImplementation = Arc::new(move |args| {
         let arrays = ColumnarValue::values_to_arrays(args)?;
         let names = datafusion::arrow::compute::cast(&arrays[0], &DataType::Utf8)?;
@@ -149,8 +149,7 @@ fn current_setting(parameters: &'static [(&'static str, &'static str)]) -> Scala
             .iter()
             .map(|name| {
                 let Some(name) = name else { return Ok(None) };
-                let lower = name.to_ascii_lowercase();
-                parameters.iter().find(|(n, _)| *n == lower).map(|(_, v)| Some(*v)).ok_or_else(|| datafusion::error::DataFusionError::Execution(format!("unrecognized configuration parameter \"{name}\"")))
+                crate::settings::Settings::new("").get(name).map(Some).ok_or_else(|| datafusion::error::DataFusionError::Execution(crate::settings::unknown(name).message))
             })
             .collect::<datafusion::error::Result<StringArray>>()?;
         shaped_like(args, Arc::new(values))

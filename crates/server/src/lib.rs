@@ -5,20 +5,26 @@
 //! ([`Engine::new_session`]). This crate holds the endpoints only — the
 //! PostgreSQL wire protocol (`pg`, on pgwire) and Arrow Flight SQL
 //! (`flight`, on arrow-flight and tonic) — plus what they share: the
-//! statement runner (`exec`), users ([`auth`]), TLS ([`tls`]) and metrics.
+//! statement runner (`exec`), users ([`auth`]), TLS ([`tls`]) and metrics;
+//! for PostgreSQL also its startup (`login`), its run-time parameters
+//! (`settings`) and the encoding of results (`respond`).
 //! It never falls back to plaintext and never starts on a non-loopback
 //! address without users.
 
 pub mod auth;
 mod catalog;
 mod copy;
+mod cursors;
 mod exec;
 mod flight;
 mod functions;
 mod hangup;
+mod login;
 mod metrics;
 mod params;
 mod pg;
+mod respond;
+mod settings;
 pub mod tls;
 
 use std::net::SocketAddr;

@@ -99,6 +99,10 @@ with connect() as c:
     c.commit()
     cur.execute("SELECT count(*) FROM ingested")
     assert cur.fetchone() == (1,)
+    # The round trip keeps the types: string stays string (not string_view).
+    cur.execute("SELECT x, label, amount FROM ingested")
+    back = cur.fetch_arrow_table()
+    assert back.schema.types == data.schema.types, (back.schema, data.schema)
     # An error names what failed.
     try:
         cur.execute("SELECT * FROM no_such_table")

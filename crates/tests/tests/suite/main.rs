@@ -19,6 +19,7 @@ mod pushdown;
 mod runtime_filters;
 mod scan;
 mod server;
+mod server_clients;
 mod server_fuzz;
 mod sql;
 mod ssb;

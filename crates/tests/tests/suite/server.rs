@@ -161,7 +161,7 @@ assert "public" in inspector.get_schema_names(), inspector.get_schema_names()
 assert inspector.get_table_names() == ["customers", "orders"], inspector.get_table_names()
 assert inspector.has_table("orders") and not inspector.has_table("nope")
 columns = [(c["name"], str(c["type"]), c["nullable"]) for c in inspector.get_columns("orders")]
-assert columns == [("id", "BIGINT", False), ("customer", "TEXT", True), ("total", "NUMERIC", True), ("placed", "DATE", True)], columns
+assert columns == [("id", "BIGINT", False), ("customer", "TEXT", True), ("total", "NUMERIC(12, 2)", True), ("placed", "DATE", True)], columns
 # No keys, constraints or indexes in blobhouse: each reflects as empty, not as an error.
 assert inspector.get_pk_constraint("orders")["constrained_columns"] == []
 assert inspector.get_foreign_keys("orders") == [] and inspector.get_unique_constraints("orders") == []
