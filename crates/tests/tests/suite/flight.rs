@@ -119,6 +119,18 @@ with connect() as a, connect(autocommit=True) as b:
     a.commit()
     cur.execute("SELECT count(*) FROM items WHERE id = 9")
     assert cur.fetchone() == (1,)
+# Two writers of one row: the second commit is a serialization failure,
+# sent as gRPC Aborted with its SQLSTATE (ADBC's Go driver reports Aborted
+# as status UNKNOWN, an OperationalError).
+with connect() as a, connect() as b:
+    a.cursor().execute("UPDATE items SET name = 'a' WHERE id = 9")
+    b.cursor().execute("UPDATE items SET name = 'b' WHERE id = 9")
+    a.commit()
+    try:
+        b.commit()
+        raise SystemExit("two writers of one row both committed")
+    except adbc_driver_manager.OperationalError as e:
+        assert "[SQLSTATE 40001]" in str(e) and "serialization failure" in str(e), e
 # A wrong password, and no credentials at all, are refused without echoing them.
 for kwargs in [{"username": "alice", "password": "wrong password"}, {}]:
     try:
