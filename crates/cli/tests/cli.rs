@@ -224,6 +224,10 @@ fn serve_logs_statements_and_serves_metrics_but_never_credentials() {
     for line in ["query_id=1", "query_id=4", "state=\"error\"", "missing_table' not found", "slow statement", "sql=SELECT * FROM missing_table"] {
         assert!(log.contains(line), "no '{line}' in the log:\n{log}");
     }
+    // Each failed login is logged, with the user and which protocol, once.
+    let refused: Vec<&str> = log.lines().filter(|l| l.contains("login refused")).collect();
+    assert!(refused.iter().filter(|l| l.contains("protocol=\"postgres\"") && l.contains("user=alice")).count() == 1, "the failed PostgreSQL login is logged once: {refused:?}");
+    assert!(refused.iter().any(|l| l.contains("protocol=\"flight\"")), "the failed Flight login is logged: {refused:?}");
     assert!(!log.contains(PASSWORD) && !log.contains(WRONG) && !log.contains("Tr0ub4dor"), "a password in the log:\n{log}");
     assert!(!log.to_lowercase().contains("bearer"), "a token in the log:\n{log}");
 }

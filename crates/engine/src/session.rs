@@ -1532,7 +1532,7 @@ impl Engine {
             source_url: copy.source.clone(),
             message: match copy.format {
                 CopyFormat::Text => describe_df(&e),
-                _ => file_line_numbers(&describe_df(&e), copy.header),
+                _ => file_line_numbers(&describe_df(&e)),
             },
         })?;
         let mut slot = scope.txn.lock().await;
@@ -1619,15 +1619,16 @@ fn abbreviate(sql: &str) -> String {
     }
 }
 
-/// The CSV reader numbers data records from 1, not counting the header; a
-/// user looks for the line in the file, so shift "at line N" accordingly.
-fn file_line_numbers(message: &str, header: bool) -> String {
+/// The CSV reader numbers the file's records from 0, the header included
+/// when there is one (so the first record of a file without a header is
+/// "line 0"); a user looks for the line in the file, counted from 1.
+fn file_line_numbers(message: &str) -> String {
     const MARK: &str = "at line ";
     let Some(pos) = message.find(MARK) else { return message.to_string() };
     let start = pos + MARK.len();
     let digits: String = message[start..].chars().take_while(char::is_ascii_digit).collect();
     match digits.parse::<u64>() {
-        Ok(n) => format!("{}{MARK}{}{}", &message[..pos], n + u64::from(header), &message[start + digits.len()..]),
+        Ok(n) => format!("{}{MARK}{}{}", &message[..pos], n + 1, &message[start + digits.len()..]),
         Err(_) => message.to_string(),
     }
 }
@@ -1936,9 +1937,10 @@ mod tests {
     #[test]
     fn csv_errors_name_the_file_line() {
         let m = "Parser error: Error while parsing value 'x' as type 'Int32' for column 0 at line 7. Row data: '[x]'";
-        assert!(super::file_line_numbers(m, true).contains("at line 8. Row data"));
-        assert!(super::file_line_numbers(m, false).contains("at line 7. Row data"));
-        assert_eq!(super::file_line_numbers("no line here", true), "no line here");
+        assert!(super::file_line_numbers(m).contains("at line 8. Row data"));
+        // The first record is the reader's line 0: the file's line 1.
+        assert!(super::file_line_numbers(&m.replace("line 7", "line 0")).contains("at line 1. Row data"));
+        assert_eq!(super::file_line_numbers("no line here"), "no line here");
     }
 
     #[test]

@@ -97,6 +97,11 @@ async fn malformed_csv_names_the_line_and_changes_nothing(b: Backend) {
     let err = fail(&e, &format!("COPY t FROM '{}'", csv.display())).await;
     assert!(err.contains("bad.csv"), "{err}");
     assert!(err.contains("line 20002"), "{err}");
+    // Without a header the first line is line 1, not the reader's line 0.
+    let first = dir.path().join("first.csv");
+    std::fs::write(&first, "x,1\n2,two\n").unwrap();
+    let err = fail(&e, &format!("COPY t FROM '{}' WITH (FORMAT csv, HEADER false)", first.display())).await;
+    assert!(err.contains("at line 1.") && !err.contains("line 0"), "{err}");
     assert_eq!(scalar(&run(&e, "SELECT count(*) FROM t").await), "2");
     assert_eq!(e.database().refresh().await.unwrap().version, version, "a failed COPY must not commit");
 }
