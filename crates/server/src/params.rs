@@ -90,6 +90,8 @@ pub(crate) fn declared_sql_type(pg_type: &Type) -> Option<&'static str> {
         Type::TEXT | Type::VARCHAR | Type::BPCHAR | Type::NAME => "VARCHAR",
         Type::DATE => "DATE",
         Type::TIMESTAMP => "TIMESTAMP",
+        // blobhouse keeps instants as UTC timestamps.
+        Type::TIMESTAMPTZ => "TIMESTAMP",
         Type::TIME => "TIME",
         Type::BYTEA => "BYTEA",
         _ => return None,

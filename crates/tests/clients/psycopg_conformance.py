@@ -302,6 +302,7 @@ TYPES = [
     ("VARCHAR", "it's \\ \t \u00e9", "it's \\ \t \u00e9"),
     ("DATE", datetime.date(2024, 2, 29), datetime.date(2024, 2, 29)),
     ("TIMESTAMP", datetime.datetime(2024, 2, 29, 12, 34, 56, 789000), datetime.datetime(2024, 2, 29, 12, 34, 56, 789000)),
+    ("TIME", datetime.time(12, 34, 56, 789000), datetime.time(12, 34, 56, 789000)),
     ("BYTEA", b"\x00\xff'", b"\x00\xff'"),
 ]
 

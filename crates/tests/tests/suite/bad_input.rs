@@ -97,6 +97,9 @@ async fn malformed_csv_names_the_line_and_changes_nothing(b: Backend) {
     let err = fail(&e, &format!("COPY t FROM '{}'", csv.display())).await;
     assert!(err.contains("bad.csv"), "{err}");
     assert!(err.contains("line 20002"), "{err}");
+    // A column type that could never be stored is refused when the table is made.
+    let err = fail(&e, "CREATE TABLE iv (d INTERVAL)").await;
+    assert!(err.contains("INTERVAL columns cannot be stored") && err.contains("'d'"), "{err}");
     // Without a header the first line is line 1, not the reader's line 0.
     let first = dir.path().join("first.csv");
     std::fs::write(&first, "x,1\n2,two\n").unwrap();
