@@ -378,10 +378,19 @@ pub(crate) fn arrow_literal(column: &dyn datafusion::arrow::array::Array, row: u
         S::Float64(Some(v)) => float(*v),
         S::Decimal128(Some(_), p, s) => format!("CAST('{value}' AS DECIMAL({p}, {s}))"),
         S::Utf8(Some(v)) | S::LargeUtf8(Some(v)) | S::Utf8View(Some(v)) => quoted(v),
-        S::Date32(_) | S::Date64(_) => format!("DATE '{value}'"),
-        S::TimestampSecond(_, None) | S::TimestampMillisecond(_, None) | S::TimestampMicrosecond(_, None) | S::TimestampNanosecond(_, None) => format!("TIMESTAMP '{value}'"),
+        // Temporal values as Arrow prints them (ISO 8601): a scalar's own
+        // Display of a timestamp is its raw count of units.
+        S::Date32(_) | S::Date64(_) => format!("DATE '{}'", temporal(column, row)?),
+        S::TimestampSecond(_, None) | S::TimestampMillisecond(_, None) | S::TimestampMicrosecond(_, None) | S::TimestampNanosecond(_, None) => format!("TIMESTAMP '{}'", temporal(column, row)?),
+        S::Time32Second(_) | S::Time32Millisecond(_) | S::Time64Microsecond(_) | S::Time64Nanosecond(_) => format!("TIME '{}'", temporal(column, row)?),
+        S::Binary(Some(b)) | S::LargeBinary(Some(b)) | S::BinaryView(Some(b)) | S::FixedSizeBinary(_, Some(b)) => format!("X'{}'", b.iter().map(|x| format!("{x:02x}")).collect::<String>()),
         _ => return Err(format!("a parameter of type {} cannot be bound; bind it as a string and CAST it in the statement", column.data_type())),
     })
+}
+
+/// Row `row` of a date, time or timestamp column in ISO 8601.
+fn temporal(column: &dyn datafusion::arrow::array::Array, row: usize) -> Result<String, String> {
+    datafusion::arrow::util::display::array_value_to_string(column, row).map(|s| s.replace('T', " ")).map_err(|e| e.to_string())
 }
 
 #[cfg(test)]

@@ -14,12 +14,12 @@ use crate::common::*;
 use crate::server::{PASSWORD, server};
 
 /// Starts a server on a fresh database and runs `program` with the
-/// arguments `args` makes of its port, followed by `cases`; every case
+/// arguments `args` makes of it (its ports), followed by `cases`; every case
 /// must report `ok CASE` and the program must succeed.
-async fn conformance(name: &str, program: &str, args: impl FnOnce(u16) -> Vec<String>, cases: &[&str]) {
+async fn conformance(name: &str, program: &str, args: impl FnOnce(&blobhouse_server::Server) -> Vec<String>, cases: &[&str]) {
     let db = TestDb::new(Backend::Local, name);
     let server = server(&db).await;
-    let mut args = args(server.pg_addr().port());
+    let mut args = args(&server);
     args.extend(cases.iter().map(|c| c.to_string()));
     let program = program.to_string();
     let out = tokio::task::spawn_blocking(move || Command::new(&program).args(&args).output().unwrap_or_else(|e| panic!("{program} runs: {e}"))).await.expect("joined");
@@ -33,7 +33,7 @@ async fn conformance(name: &str, program: &str, args: impl FnOnce(u16) -> Vec<St
 /// Runs the psycopg conformance cases `cases` against a fresh server.
 async fn psycopg(name: &str, cases: &[&str]) {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/psycopg_conformance.py");
-    conformance(name, "python3", |port| vec![script.into(), "127.0.0.1".into(), port.to_string(), "alice".into(), PASSWORD.into()], cases).await;
+    conformance(name, "python3", |s| vec![script.into(), "127.0.0.1".into(), s.pg_addr().port().to_string(), "alice".into(), PASSWORD.into()], cases).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
@@ -87,7 +87,15 @@ async fn a_large_result_streams_to_the_client() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn asyncpg_round_trips_every_value_in_binary() {
     let script = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/asyncpg_conformance.py");
-    conformance("pg-asyncpg", "python3", |port| vec![script.into(), "127.0.0.1".into(), port.to_string(), "alice".into(), PASSWORD.into()], &["binary_round_trips"]).await;
+    conformance("pg-asyncpg", "python3", |s| vec![script.into(), "127.0.0.1".into(), s.pg_addr().port().to_string(), "alice".into(), PASSWORD.into()], &["binary_round_trips"]).await;
+}
+
+/// The type matrix's Flight column: each type bound as an Arrow parameter
+/// through ADBC and read back as Arrow, value and type.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn the_type_matrix_through_flight_sql() {
+    let script = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/adbc_conformance.py");
+    conformance("flight-types", "python3", |s| vec![script.into(), s.flight_addr().expect("Flight SQL listens").port().to_string(), "alice".into(), PASSWORD.into()], &["type_matrix"]).await;
 }
 
 /// A PostgreSQL message: type byte, length, body.
@@ -145,7 +153,7 @@ async fn jdbc(name: &str, cases: &[&str]) {
     let jar = pgjdbc_jar();
     assert!(jar.exists(), "{} is missing: run scripts/install-test-deps.sh", jar.display());
     let source = concat!(env!("CARGO_MANIFEST_DIR"), "/clients/JdbcConformance.java");
-    conformance(name, "java", |port| vec!["-cp".into(), jar.display().to_string(), source.into(), port.to_string(), "alice".into(), PASSWORD.into()], cases).await;
+    conformance(name, "java", |s| vec!["-cp".into(), jar.display().to_string(), source.into(), s.pg_addr().port().to_string(), "alice".into(), PASSWORD.into()], cases).await;
 }
 
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
