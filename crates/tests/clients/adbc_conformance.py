@@ -8,7 +8,8 @@ traceback, and the exit code is then 1.
 import datetime
 import decimal
 import sys
-import traceback
+
+from cases import run_cases
 
 import adbc_driver_flightsql.dbapi as flight
 import pyarrow as pa
@@ -55,16 +56,9 @@ def type_matrix():
     assert not bad, "\n".join(bad)
 
 
-CASES = {f.__name__: f for f in [type_matrix]}
+CASES = [
+    type_matrix,
+]
 
 if __name__ == "__main__":
-    failed = 0
-    for name in [a for a in sys.argv[4:] if a in CASES] or list(CASES):
-        try:
-            CASES[name]()
-            print(f"ok {name}", flush=True)
-        except Exception:
-            failed += 1
-            print(f"FAILED {name}", flush=True)
-            traceback.print_exc()
-    sys.exit(1 if failed else 0)
+    run_cases(CASES, sys.argv[4:])

@@ -10,7 +10,8 @@ import asyncio
 import datetime
 import decimal
 import sys
-import traceback
+
+from cases import run_cases
 
 import asyncpg
 
@@ -55,16 +56,9 @@ async def binary_round_trips():
         await c.close()
 
 
-CASES = {f.__name__: f for f in [binary_round_trips]}
+CASES = [
+    binary_round_trips,
+]
 
 if __name__ == "__main__":
-    failed = 0
-    for name in [a for a in sys.argv[5:] if a in CASES] or list(CASES):
-        try:
-            asyncio.run(CASES[name]())
-            print(f"ok {name}", flush=True)
-        except Exception:
-            failed += 1
-            print(f"FAILED {name}", flush=True)
-            traceback.print_exc()
-    sys.exit(1 if failed else 0)
+    run_cases(CASES, sys.argv[5:], lambda case: asyncio.run(case()))

@@ -10,7 +10,8 @@ with the case's name and the traceback.
 import datetime
 import decimal
 import sys
-import traceback
+
+from cases import run_cases
 
 import psycopg
 from psycopg import errors
@@ -367,7 +368,7 @@ def type_matrix():
     assert not bad, "\n".join(bad)
 
 
-CASES = {f.__name__: f for f in [
+CASES = [
     binary_and_text_results_agree,
     first_statement_with_parameters_in_autocommit,
     repeated_expression_names,
@@ -381,16 +382,7 @@ CASES = {f.__name__: f for f in [
     concurrent_transfers_retry_on_serialization_failure,
     type_matrix,
     results_stream,
-]}
+]
 
 if __name__ == "__main__":
-    failed = 0
-    for name in [a for a in sys.argv[5:] if a in CASES] or list(CASES):
-        try:
-            CASES[name]()
-            print(f"ok {name}", flush=True)
-        except Exception:
-            failed += 1
-            print(f"FAILED {name}", flush=True)
-            traceback.print_exc()
-    sys.exit(1 if failed else 0)
+    run_cases(CASES, sys.argv[5:])
