@@ -86,7 +86,7 @@ pub(crate) fn rewrite(statement: &Statement, columns: impl Fn(&str) -> Option<Ve
                 };
                 let column = last_ident(target);
                 let Some(i) = names.iter().position(|n| *n == column) else {
-                    return Err(EngineError::Unsupported(format!("UPDATE {table}: the table has no column '{column}' (columns: {})", names.join(", "))));
+                    return Err(EngineError::UnknownColumn { context: format!("UPDATE {table}"), column, columns: names.join(", ") });
                 };
                 if values[i].replace(&a.value).is_some() {
                     return Err(EngineError::Unsupported(format!("UPDATE {table}: column '{column}' is assigned twice")));

@@ -56,6 +56,9 @@ pub enum EngineError {
     CopyTo { target: String, message: String },
     #[error("{0}")]
     Unsupported(String),
+    /// A statement names a column its table does not have.
+    #[error("{context}: the table has no column '{column}' (columns: {columns})")]
+    UnknownColumn { context: String, column: String, columns: String },
     #[error("cannot start the download manager: {0} (set EngineOptions::download to None to read through object_store)")]
     DownloadManager(std::io::Error),
     #[error("cannot use spill directory {}: {source} (choose another with --spill-dir)", .dir.display())]

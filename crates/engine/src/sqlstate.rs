@@ -29,6 +29,7 @@ impl EngineError {
             EngineError::Copy { .. } => "22P04",
             EngineError::CopyTo { .. } => "58030",
             EngineError::Unsupported(_) => "0A000",
+            EngineError::UnknownColumn { .. } => "42703",
             EngineError::DownloadManager(_) | EngineError::SpillDir { .. } => "58000",
             EngineError::Pushdown(_) => "08006",
             EngineError::Setting { .. } => "22023",
@@ -184,5 +185,6 @@ mod tests {
         assert_eq!(EngineError::Transaction { rule: TxnRule::InProgress, message: String::new() }.sqlstate(), "25001");
         assert_eq!(EngineError::TransactionAborted { cause: String::new() }.sqlstate(), "25P02");
         assert!(!EngineError::Unsupported(String::new()).is_retryable());
+        assert_eq!(EngineError::UnknownColumn { context: "UPDATE t".into(), column: "x".into(), columns: "a".into() }.sqlstate(), "42703");
     }
 }

@@ -173,8 +173,14 @@ def transaction_errors_carry_postgres_codes():
         assert c.execute("SELECT 1").fetchone() == (1,)
         try:
             c.execute("SELECT no_such_column FROM acc")
+            raise AssertionError("a missing column was found")
         except errors.UndefinedColumn as e:
             assert e.sqlstate == "42703"
+        try:
+            c.execute("UPDATE acc SET no_such_column = 1")
+            raise AssertionError("a missing column was updated")
+        except errors.UndefinedColumn as e:
+            assert "no_such_column" in str(e) and "columns: id, bal" in str(e), str(e)
 
 
 def failed_logins_look_alike():
