@@ -269,16 +269,11 @@ impl Backend {
     async fn run_streaming(&self, session: &Arc<Session>, sql: String, timed: bool) -> Result<Output, ErrorInfo> {
         let timeout = session.settings().statement_timeout().filter(|_| timed);
         let started = tokio::time::Instant::now();
-        let run = self.runner.run_streaming(&session.engine, &session.user, sql);
-        let output = match timeout {
-            Some(limit) => match tokio::time::timeout(limit, run).await {
-                Ok(Ok(Output::Rows(rows))) => Ok(Output::Rows(rows.with_deadline(started, limit))),
-                Ok(output) => output,
-                Err(_) => return Err(timed_out(limit)),
-            },
-            None => run.await,
-        };
-        output.map_err(|f| failure_info(&f))
+        let output = within(timeout, self.runner.run_streaming(&session.engine, &session.user, sql)).await?;
+        Ok(match (output, timeout) {
+            (Output::Rows(rows), Some(limit)) => Output::Rows(rows.with_deadline(started, limit)),
+            (output, _) => output,
+        })
     }
 
     /// Runs `sql` in `session` (see [`Runner::run`]: queued, on the
@@ -287,17 +282,7 @@ impl Backend {
     /// `statement_timeout`.
     async fn run(&self, session: &Arc<Session>, sql: String) -> Result<QueryResult, ErrorInfo> {
         let timeout = session.settings().statement_timeout();
-        let run = self.runner.run(&session.engine, &session.user, sql);
-        let result = match timeout {
-            // Dropping the statement's future stops it and its downloads,
-            // as a cancel request does.
-            Some(limit) => match tokio::time::timeout(limit, run).await {
-                Ok(result) => result,
-                Err(_) => return Err(timed_out(limit)),
-            },
-            None => run.await,
-        };
-        result.map_err(|f| failure_info(&f))
+        within(timeout, self.runner.run(&session.engine, &session.user, sql)).await
     }
 
     /// Answers one statement: a parameter statement from the session's
@@ -485,6 +470,17 @@ fn unknown_as_text(schema: SchemaRef) -> SchemaRef {
 /// A refused cursor statement.
 fn cursor_error(e: cursors::CursorError) -> PgWireError {
     user_error(e.sqlstate, e.message)
+}
+
+/// `run`'s outcome, or the timeout's error once `limit` has passed:
+/// dropping the statement's future stops it and its downloads, as a cancel
+/// request does.
+async fn within<T>(limit: Option<std::time::Duration>, run: impl std::future::Future<Output = Result<T, crate::exec::Failure>>) -> Result<T, ErrorInfo> {
+    let result = match limit {
+        Some(limit) => tokio::time::timeout(limit, run).await.map_err(|_| timed_out(limit))?,
+        None => run.await,
+    };
+    result.map_err(|f| failure_info(&f))
 }
 
 /// A statement stopped by `statement_timeout`: PostgreSQL's words and code.
