@@ -156,3 +156,36 @@ async fn duckdb_on_our_data_objects_agrees() {
         assert_eq!(verdict, Verdict::Verified, "Q{} differs between blobhouse and DuckDB", i + 1);
     }
 }
+
+/// `EXPLAIN` of the 22 queries gives the physical plans recorded in
+/// `tests/golden/tpch_plans.txt`: a change to how statements are parsed,
+/// dispatched or planned that alters a plan fails here, plan by plan.
+/// After a change that improves plans on purpose, record them again with
+/// `BLOBHOUSE_BLESS=1 cargo test -p blobhouse-tests --test suite tpch_physical_plans`
+/// and commit the file with the reason.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tpch_physical_plans_are_the_recorded_ones() {
+    let db = TestDb::new(Backend::Local, "plans");
+    // Plans name partition counts: fix them, whatever this machine's cores.
+    let e = db.engine(EngineOptions { target_partitions: 4, ..EngineOptions::default() }).await;
+    tpch::load(&e, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
+    let mut plans = String::new();
+    for q in 1..=22 {
+        let r = run(&e, &format!("EXPLAIN {}", tpch::query(q).trim().trim_end_matches(';'))).await;
+        let physical = lines(&r).into_iter().filter_map(|l| l.strip_prefix("physical_plan|").map(str::to_string)).collect::<Vec<_>>();
+        assert_eq!(physical.len(), 1, "Q{q}: EXPLAIN has one physical plan: {}", text(&r));
+        plans += &format!("-- Q{q}\n{}\n", physical[0].trim_end());
+    }
+    let golden = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("tests/golden/tpch_plans.txt");
+    if std::env::var_os("BLOBHOUSE_BLESS").is_some() {
+        std::fs::create_dir_all(golden.parent().unwrap()).unwrap();
+        std::fs::write(&golden, &plans).unwrap();
+        return;
+    }
+    let recorded = std::fs::read_to_string(&golden).unwrap_or_else(|e| panic!("{}: {e} (record it with BLOBHOUSE_BLESS=1)", golden.display()));
+    let split = |s: &str| s.split("-- Q").skip(1).map(str::to_string).collect::<Vec<_>>();
+    let (now, then) = (split(&plans), split(&recorded));
+    assert_eq!(now.len(), then.len());
+    let changed: Vec<String> = now.iter().zip(&then).filter(|(a, b)| a != b).map(|(a, b)| format!("now:\n{a}\nrecorded:\n{b}")).collect();
+    assert!(changed.is_empty(), "{} of 22 physical plans changed:\n{}", changed.len(), changed.join("\n"));
+}
