@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use blobhouse_engine::{Engine, EngineError, EngineOptions};
+use blobhouse_engine::{EngineError, EngineOptions, Session};
 use blobhouse_storage::{StorageError, StoreOptions};
 
 use crate::answers::result_rows;
@@ -124,7 +124,7 @@ impl BankReport {
 /// Creates the two tables: one INSERT per account, so each account's row
 /// lives in a data object of its own (transfers between different accounts
 /// then touch different objects and do not conflict).
-pub async fn setup(engine: &Engine, o: &BankOptions) -> Result<(), EngineError> {
+pub async fn setup(engine: &Session, o: &BankOptions) -> Result<(), EngineError> {
     engine.execute("CREATE TABLE accounts (id INT NOT NULL, balance BIGINT NOT NULL)").await?;
     engine.execute("CREATE TABLE transfers (writer INT NOT NULL, seq INT NOT NULL, src INT NOT NULL, dst INT NOT NULL, amount BIGINT NOT NULL)").await?;
     for id in 0..o.accounts {
@@ -148,7 +148,7 @@ pub async fn worker_from_env() -> Option<Result<(), String>> {
 /// One worker: transfers (writer) or checks (reader) until done.
 pub async fn worker(task: &WorkerTask) -> Result<WorkerReport, EngineError> {
     let options = EngineOptions { target_partitions: 1, memory_limit: Some(512 << 20), ..EngineOptions::default() };
-    let e = Engine::open(&task.url, &task.store, options).await?;
+    let e = Session::open(&task.url, &task.store, options).await?;
     let mut report = WorkerReport { id: task.id, reader: task.reader, ..Default::default() };
     let o = &task.options;
     if task.reader {
@@ -206,7 +206,7 @@ pub async fn worker(task: &WorkerTask) -> Result<WorkerReport, EngineError> {
 /// checks the invariants.
 pub async fn run(url: &str, store: &StoreOptions, o: &BankOptions, command: &dyn Fn() -> std::process::Command, progress: &dyn Fn(&str)) -> Result<BankReport, String> {
     let started = Instant::now();
-    let e = Engine::open(url, store, EngineOptions::default()).await.map_err(|e| format!("open {url}: {e}"))?;
+    let e = Session::open(url, store, EngineOptions::default()).await.map_err(|e| format!("open {url}: {e}"))?;
     setup(&e, o).await.map_err(|e| format!("set up the bank tables: {e}"))?;
     let stop = tempfile_path();
     let spawn = |reader: bool, id: u32| -> Result<tokio::process::Child, String> {
@@ -241,7 +241,7 @@ pub async fn run(url: &str, store: &StoreOptions, o: &BankOptions, command: &dyn
 }
 
 /// The final invariants; each violation described.
-async fn check(e: &Engine, o: &BankOptions, reports: &[WorkerReport]) -> Result<Vec<String>, EngineError> {
+async fn check(e: &Session, o: &BankOptions, reports: &[WorkerReport]) -> Result<Vec<String>, EngineError> {
     let mut violations = Vec::new();
     let rows = |r: blobhouse_engine::QueryResult| result_rows(&r.batches);
     let balances: BTreeMap<i64, i64> =

@@ -27,7 +27,7 @@ use rand::SeedableRng;
 use rand::seq::SliceRandom;
 
 use blobhouse_cache::{Belady, BenefitCache, Policy, PolicyKind, SegmentKey, Touch};
-use blobhouse_engine::{CacheOptions, Engine, GET_PRICE_USD};
+use blobhouse_engine::{CacheOptions, GET_PRICE_USD, Session};
 
 use crate::answers::{self, Verdict};
 use crate::plot::{self, Axes, Series};
@@ -191,7 +191,7 @@ pub struct CacheBenchResult {
 }
 
 /// Bytes of every column chunk of `tables`.
-pub(crate) async fn data_bytes(e: &Engine, tables: &[&str]) -> Result<u64, String> {
+pub(crate) async fn data_bytes(e: &Session, tables: &[&str]) -> Result<u64, String> {
     let db = e.database();
     let catalog = db.refresh().await.map_err(|e| e.to_string())?;
     let mut total = 0;

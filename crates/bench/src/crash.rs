@@ -23,7 +23,7 @@ use std::time::{Duration, Instant};
 
 use serde::{Deserialize, Serialize};
 
-use blobhouse_engine::{Engine, EngineError, EngineOptions};
+use blobhouse_engine::{EngineError, EngineOptions, Session};
 use blobhouse_storage::StoreOptions;
 use blobhouse_storage::failpoint::POINTS;
 
@@ -55,7 +55,7 @@ pub async fn worker_from_env() -> Option<Result<(), String>> {
         async {
             let task: WorkerTask = serde_json::from_str(&task).map_err(|e| format!("{WORKER_ENV}: {e}"))?;
             let options = EngineOptions { key_block_ttl: WORKER_BLOCK_TTL, target_partitions: 1, ..EngineOptions::default() };
-            let e = Engine::open(&task.url, &task.store, options).await.map_err(|e| e.to_string())?;
+            let e = Session::open(&task.url, &task.store, options).await.map_err(|e| e.to_string())?;
             for s in &task.statements {
                 if let Err(err) = e.execute(s).await {
                     // A failed statement: the transaction rolls back (its
@@ -201,7 +201,7 @@ impl Rng {
 pub async fn run(url: &str, store: &StoreOptions, o: &CrashOptions, command: &dyn Fn() -> std::process::Command, progress: &dyn Fn(&str)) -> Result<CrashReport, String> {
     let started = Instant::now();
     let err = |what: &'static str| move |e: EngineError| format!("{what}: {e}");
-    let e = Engine::open(url, store, EngineOptions::default()).await.map_err(err("open"))?;
+    let e = Session::open(url, store, EngineOptions::default()).await.map_err(err("open"))?;
     e.execute("CREATE TABLE t (op BIGINT NOT NULL, k BIGINT NOT NULL, v BIGINT NOT NULL)").await.map_err(err("create t"))?;
     e.execute("CREATE TABLE ops (op BIGINT NOT NULL)").await.map_err(err("create ops"))?;
     std::fs::create_dir_all(&o.scratch).map_err(|e| format!("{}: {e}", o.scratch.display()))?;
@@ -327,13 +327,13 @@ fn apply(model: &mut Model, op: &Op, trial: i64) {
     }
 }
 
-async fn query(e: &Engine, sql: &str) -> Result<Vec<Vec<String>>, String> {
+async fn query(e: &Session, sql: &str) -> Result<Vec<Vec<String>>, String> {
     let r = e.execute(sql).await.map_err(|err| format!("{sql}: {err}"))?;
     Ok(result_rows(&r.batches))
 }
 
 /// Compares `t` (or `t AT(SNAPSHOT => s)`) with the model.
-async fn check_table(e: &Engine, model: &Model, snapshot: Option<&str>, trial: i64, fault: &str, op: &Op, report: &mut CrashReport) -> Result<(), String> {
+async fn check_table(e: &Session, model: &Model, snapshot: Option<&str>, trial: i64, fault: &str, op: &Op, report: &mut CrashReport) -> Result<(), String> {
     let (from, want) = match snapshot {
         Some(s) => (format!("t AT(SNAPSHOT => '{s}')"), &model.snapshots[s]),
         None => ("t".to_string(), &model.rows),
@@ -356,7 +356,7 @@ async fn check_table(e: &Engine, model: &Model, snapshot: Option<&str>, trial: i
 /// A recovery VACUUM (after the workers' key blocks expired), then: every
 /// version since the horizon reads, snapshots read as taken, and the store
 /// holds exactly what is referenced.
-async fn recover_and_audit(e: &Engine, model: &Model, trial: i64, report: &mut CrashReport) -> Result<(), String> {
+async fn recover_and_audit(e: &Session, model: &Model, trial: i64, report: &mut CrashReport) -> Result<(), String> {
     tokio::time::sleep(WORKER_BLOCK_TTL * 3).await;
     e.execute("VACUUM RETAIN '0 seconds' GRACE '0 seconds'").await.map_err(|err| format!("recovery VACUUM after trial {trial}: {err}"))?;
     let newest = e.database().refresh().await.map_err(|err| err.to_string())?;

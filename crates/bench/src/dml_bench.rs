@@ -17,7 +17,7 @@ use std::path::{Path, PathBuf};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use blobhouse_engine::{Engine, EngineError, EngineOptions};
+use blobhouse_engine::{EngineError, EngineOptions, Session};
 use blobhouse_storage::StoreOptions;
 
 use crate::answers::result_rows;
@@ -51,7 +51,7 @@ pub async fn run(dir: &Path, sf: f64, progress: &dyn Fn(&str)) -> Result<Vec<Dml
     let db_dir = dir.join(format!("dml-sf{sf}-{}", std::process::id()));
     let url = db_dir.to_string_lossy().to_string();
     // Scans read the objects each time (the cache would hide what a delete costs them).
-    let e = Engine::open(&url, &StoreOptions::default(), EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() }).await?;
+    let e = Session::open(&url, &StoreOptions::default(), EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() }).await?;
     progress(&format!("loading lineitem at SF {sf} into {url}"));
     tpch::load_tables(&e, sf, &["lineitem"], Arc::new(|_, _, _| {})).await?;
     let mut out = Vec::new();
@@ -81,7 +81,7 @@ pub async fn run(dir: &Path, sf: f64, progress: &dyn Fn(&str)) -> Result<Vec<Dml
 
 /// Row groups of lineitem holding rows that match `predicate`, and all
 /// row groups (from the row ids and the manifest).
-async fn row_groups_touched(e: &Engine, predicate: &str) -> Result<(u64, u64), EngineError> {
+async fn row_groups_touched(e: &Session, predicate: &str) -> Result<(u64, u64), EngineError> {
     let version = e.database().refresh().await?;
     let entry = version.tables.get("lineitem").cloned().ok_or_else(|| EngineError::Unsupported("lineitem is missing".into()))?;
     let data = e.database().table_data(&entry).await?;
@@ -104,7 +104,7 @@ async fn row_groups_touched(e: &Engine, predicate: &str) -> Result<(u64, u64), E
     Ok((touched.len() as u64, total))
 }
 
-async fn timed(e: &Engine, sql: &str) -> Result<Duration, EngineError> {
+async fn timed(e: &Session, sql: &str) -> Result<Duration, EngineError> {
     let started = Instant::now();
     e.execute(sql).await?;
     Ok(started.elapsed())

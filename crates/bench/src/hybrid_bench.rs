@@ -24,7 +24,7 @@ use std::time::{Duration, Instant};
 
 use blobhouse_cache::{Belady, PolicyKind};
 use blobhouse_engine::hybrid::{PushdownMode, PushdownOptions};
-use blobhouse_engine::{CacheOptions, Engine};
+use blobhouse_engine::{CacheOptions, Session};
 
 use crate::answers::{compare, result_rows, Verdict};
 use crate::plot::{self, Axes, Series};
@@ -600,7 +600,7 @@ struct Measure {
 }
 
 impl Measure {
-    fn start(engine: &Engine, link: Option<&blobhouse_testbed::Link>, pid: Option<u32>) -> Measure {
+    fn start(engine: &Session, link: Option<&blobhouse_testbed::Link>, pid: Option<u32>) -> Measure {
         Measure {
             link: link.and_then(|l| l.bytes_carried().ok()).unwrap_or_default(),
             node_cpu: pid.and_then(cpu_seconds),
@@ -624,7 +624,7 @@ impl Measure {
         });
     }
 
-    fn finish(self, engine: &Engine, link: Option<&blobhouse_testbed::Link>, pid: Option<u32>, queries: usize) -> Result<Run, String> {
+    fn finish(self, engine: &Session, link: Option<&blobhouse_testbed::Link>, pid: Option<u32>, queries: usize) -> Result<Run, String> {
         let now = engine.pushdown().map(|p| p.totals()).unwrap_or_default();
         let t = &self.totals;
         let received = now.bytes_received - t.bytes_received;

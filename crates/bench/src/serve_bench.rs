@@ -146,7 +146,7 @@ pub async fn run(store: &BenchStore<'_>, opts: &ServeBenchOptions, progress: &dy
         slow_query: Duration::from_secs(3600),
         ..ServerOptions::new()
     };
-    let server = Server::start(engine, server_options).await.map_err(|e| format!("start the server: {e}"))?;
+    let server = Server::start(engine.engine().clone(), server_options).await.map_err(|e| format!("start the server: {e}"))?;
     let script = opts.out.join("serve-clients.py");
     std::fs::write(&script, CLIENTS_PY).map_err(|e| format!("{}: {e}", script.display()))?;
     let queries: BTreeMap<String, String> = opts.queries.iter().map(|q| (q.to_string(), tpch::query(*q).to_string())).collect();

@@ -35,7 +35,7 @@ use std::sync::Arc;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 
-use blobhouse_engine::{Engine, EngineError};
+use blobhouse_engine::{EngineError, Session};
 
 use crate::tpch;
 
@@ -149,7 +149,7 @@ pub fn derivation() -> Vec<String> {
 /// Generates TPC-H at `sf` into the (empty) database, derives SSB from it
 /// and drops the TPC-H tables. `progress` reports the TPC-H load, then
 /// `("ssb", step, steps)` per derivation statement.
-pub async fn load(engine: &Engine, sf: f64, progress: tpch::Progress) -> Result<(), EngineError> {
+pub async fn load(engine: &Session, sf: f64, progress: tpch::Progress) -> Result<(), EngineError> {
     tpch::load(engine, sf, progress.clone()).await?;
     let steps = derivation();
     for (i, statement) in steps.iter().enumerate() {

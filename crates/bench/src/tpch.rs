@@ -9,7 +9,7 @@ use datafusion::arrow::error::ArrowError;
 use datafusion::arrow::datatypes::SchemaRef;
 use tokio::sync::mpsc;
 
-use blobhouse_engine::{Engine, EngineError, QueryResult};
+use blobhouse_engine::{EngineError, QueryResult, Session};
 use blobhouse_storage::{StorageError, TableWriter, Transaction};
 use tpchgen::generators::*;
 use tpchgen_arrow::*;
@@ -89,12 +89,12 @@ pub struct TableLoad {
 
 /// Generates TPC-H at scale factor `sf` and loads each table in one commit.
 /// Fails (with nothing committed for that table) if a table already exists.
-pub async fn load(engine: &Engine, sf: f64, progress: Progress) -> Result<Vec<TableLoad>, EngineError> {
+pub async fn load(engine: &Session, sf: f64, progress: Progress) -> Result<Vec<TableLoad>, EngineError> {
     load_tables(engine, sf, &TABLES, progress).await
 }
 
 /// Like [`load`], for a subset of the tables.
-pub async fn load_tables(engine: &Engine, sf: f64, tables: &[&str], progress: Progress) -> Result<Vec<TableLoad>, EngineError> {
+pub async fn load_tables(engine: &Session, sf: f64, tables: &[&str], progress: Progress) -> Result<Vec<TableLoad>, EngineError> {
     if let Some(t) = tables.iter().find(|t| !TABLES.contains(t)) {
         return Err(EngineError::Unsupported(format!("'{t}' is not a TPC-H table")));
     }
@@ -111,7 +111,7 @@ pub async fn load_tables(engine: &Engine, sf: f64, tables: &[&str], progress: Pr
     futures::future::try_join_all(loads).await
 }
 
-async fn load_table(engine: &Engine, table: &str, sf: f64, progress: Progress) -> Result<TableLoad, EngineError> {
+async fn load_table(engine: &Session, table: &str, sf: f64, progress: Progress) -> Result<TableLoad, EngineError> {
     let started = Instant::now();
     let schema = schema_of(table);
     let expected = estimated_rows(table, sf);
@@ -148,7 +148,7 @@ async fn load_table(engine: &Engine, table: &str, sf: f64, progress: Progress) -
     Ok(TableLoad { table: table.to_string(), rows, bytes, objects: count, elapsed: started.elapsed() })
 }
 
-fn engine_write_options(engine: &Engine) -> blobhouse_storage::WriteOptions {
+fn engine_write_options(engine: &Session) -> blobhouse_storage::WriteOptions {
     engine.options().write.clone()
 }
 
@@ -161,7 +161,7 @@ pub struct QueryRun {
 }
 
 /// Runs query `n` and checks its answer against the reference for `sf`.
-pub async fn run_query(engine: &Engine, n: usize, sf: f64) -> Result<QueryRun, EngineError> {
+pub async fn run_query(engine: &Session, n: usize, sf: f64) -> Result<QueryRun, EngineError> {
     let result = engine.execute(query(n)).await?;
     let verdict = answers::verify(n, sf, &result);
     Ok(QueryRun { query: n, result, verdict })

@@ -28,7 +28,7 @@ use datafusion::prelude::{SessionConfig, SessionContext};
 use object_store::ObjectStoreExt;
 use object_store::path::Path as ObjectPath;
 
-use blobhouse_engine::{Decision, Engine, EngineOptions};
+use blobhouse_engine::{Decision, EngineOptions, Session};
 use blobhouse_storage::{StoreOptions, open_location};
 use blobhouse_testbed::{ACCESS_KEY, BUCKET, SECRET_KEY, Testbed};
 
@@ -243,7 +243,7 @@ fn s3_options(endpoint: &str) -> StoreOptions {
 /// `chunk_bytes`, loaded where missing (one per scale factor and layout,
 /// kept for later runs): its URL, the unshaped store options that reach
 /// it, and the engine that loaded it (caches off).
-pub(crate) async fn prepare(store: &BenchStore<'_>, sf: f64, chunk_bytes: usize, progress: &dyn Fn(&str)) -> Result<(String, StoreOptions, Engine), String> {
+pub(crate) async fn prepare(store: &BenchStore<'_>, sf: f64, chunk_bytes: usize, progress: &dyn Fn(&str)) -> Result<(String, StoreOptions, Session), String> {
     prepare_dataset(store, Dataset::Tpch, sf, chunk_bytes, progress).await
 }
 
@@ -257,7 +257,7 @@ pub enum Dataset {
 
 /// The benchmark database of `dataset` at `sf`, loaded unless it already
 /// is: (its URL, the store options of the direct endpoint, a loader engine).
-pub async fn prepare_dataset(store: &BenchStore<'_>, dataset: Dataset, sf: f64, chunk_bytes: usize, progress: &dyn Fn(&str)) -> Result<(String, StoreOptions, Engine), String> {
+pub async fn prepare_dataset(store: &BenchStore<'_>, dataset: Dataset, sf: f64, chunk_bytes: usize, progress: &dyn Fn(&str)) -> Result<(String, StoreOptions, Session), String> {
     let prefix = match dataset {
         Dataset::Tpch => data_prefix(sf, chunk_bytes),
         Dataset::Ssb => format!("ssb-{}", data_prefix(sf, chunk_bytes).trim_start_matches("tpch-")),
@@ -272,7 +272,7 @@ pub async fn prepare_dataset(store: &BenchStore<'_>, dataset: Dataset, sf: f64, 
     };
     let mut load_options = EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() };
     load_options.write.target_chunk_bytes = chunk_bytes;
-    let loader = Engine::open(&url, &direct, load_options).await.map_err(err("open the benchmark database"))?;
+    let loader = Session::open(&url, &direct, load_options).await.map_err(err("open the benchmark database"))?;
     let have = loader.database().refresh().await.map_err(|e| e.to_string())?;
     match dataset {
         Dataset::Tpch => {
@@ -302,14 +302,14 @@ pub async fn prepare_dataset(store: &BenchStore<'_>, dataset: Dataset, sf: f64, 
 
 /// The engine of the measured runs on `url`: on the testbed it reads
 /// through the profile's shaped endpoint (catalog and manifests direct).
-pub(crate) async fn open_measured(store: &BenchStore<'_>, url: &str, direct: &StoreOptions, options: EngineOptions) -> Result<Engine, String> {
+pub(crate) async fn open_measured(store: &BenchStore<'_>, url: &str, direct: &StoreOptions, options: EngineOptions) -> Result<Session, String> {
     match store {
         BenchStore::Testbed(tb) => {
             let shaped = open_location(url, &s3_options(&tb.endpoints().s3)).map_err(|e| e.to_string())?;
             let direct_location = open_location(url, direct).map_err(|e| e.to_string())?;
-            Engine::open_location(direct_location.with_signer(shaped.signer), direct.clone(), options).await.map_err(err("open the remote engine"))
+            Session::open_location(direct_location.with_signer(shaped.signer), direct.clone(), options).await.map_err(err("open the remote engine"))
         }
-        BenchStore::Local(_) => Engine::open(url, direct, options).await.map_err(err("open the local engine")),
+        BenchStore::Local(_) => Session::open(url, direct, options).await.map_err(err("open the local engine")),
     }
 }
 
@@ -528,7 +528,7 @@ pub(crate) fn release_free_memory() {
 
 /// Every object of the database copied into an in-memory store, opened as
 /// an engine.
-async fn preload(loader: &Engine, url: &str, direct: &StoreOptions, progress: &dyn Fn(&str)) -> Result<Engine, String> {
+async fn preload(loader: &Session, url: &str, direct: &StoreOptions, progress: &dyn Fn(&str)) -> Result<Session, String> {
     let preloaded_store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
     let source = loader.database().location().clone();
     let mut listing = source.store.list(Some(&source.prefix));
@@ -539,7 +539,7 @@ async fn preload(loader: &Engine, url: &str, direct: &StoreOptions, progress: &d
         copied += bytes.len() as u64;
         preloaded_store.put(&meta.location, bytes.into()).await.map_err(|e| e.to_string())?;
     }
-    let engine = Engine::open_location(
+    let engine = Session::open_location(
         blobhouse_storage::Location::from_store(preloaded_store, source.prefix.clone(), format!("{url} (preloaded in memory)")),
         direct.clone(),
         EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() },
@@ -553,7 +553,7 @@ async fn preload(loader: &Engine, url: &str, direct: &StoreOptions, progress: &d
 /// The peers' spec (scripts/tpch-peers.py): the same objects as the
 /// database's, one prefix per table — copies in the testbed's bucket, hard
 /// links on a local disk.
-async fn peers_spec(store: &BenchStore<'_>, loader: &Engine, url: &str, direct: &StoreOptions, opts: &TpchBenchOptions) -> Result<serde_json::Value, String> {
+async fn peers_spec(store: &BenchStore<'_>, loader: &Session, url: &str, direct: &StoreOptions, opts: &TpchBenchOptions) -> Result<serde_json::Value, String> {
     let version = loader.database().refresh().await.map_err(|e| e.to_string())?;
     let location = loader.database().location().clone();
     let mut tables = serde_json::Map::new();

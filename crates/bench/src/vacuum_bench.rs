@@ -15,7 +15,7 @@ use datafusion::arrow::array::Int64Array;
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
 use datafusion::arrow::record_batch::RecordBatch;
 
-use blobhouse_engine::{Engine, EngineError, EngineOptions};
+use blobhouse_engine::{EngineError, EngineOptions, Session};
 use blobhouse_storage::{StoreOptions, TableWriter, Transaction, WriteOptions};
 
 use crate::answers::result_rows;
@@ -38,7 +38,7 @@ pub struct VacuumFigures {
 pub async fn run(dir: &std::path::Path, objects: u64, tables: u64, progress: &dyn Fn(&str)) -> Result<VacuumFigures, EngineError> {
     let db_dir = dir.join(format!("vacuum-{}", std::process::id()));
     let url = db_dir.to_string_lossy().to_string();
-    let e = Engine::open(&url, &StoreOptions::default(), EngineOptions::default()).await?;
+    let e = Session::open(&url, &StoreOptions::default(), EngineOptions::default()).await?;
     let schema = Arc::new(Schema::new(vec![Field::new("id", DataType::Int64, false)]));
     let per_table = objects / tables;
     // One row group and one object per row.

@@ -9,7 +9,7 @@ use clap::Args;
 
 use blobhouse_bench::answers::{REFERENCE_SCALE_FACTORS, Verdict};
 use blobhouse_bench::tpch::{self, TABLES};
-use blobhouse_engine::{Engine, EngineOptions};
+use blobhouse_engine::{EngineOptions, Session};
 use blobhouse_storage::StoreOptions;
 
 #[derive(Args)]
@@ -38,7 +38,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     let url = path.to_string_lossy().to_string();
     let mut options = EngineOptions::default();
     args.engine.apply(&mut options)?;
-    let engine = Engine::open(&url, &StoreOptions::default(), options).await.with_context(|| format!("cannot open {url}"))?;
+    let engine = Session::open(&url, &StoreOptions::default(), options).await.with_context(|| format!("cannot open {url}"))?;
     let current = engine.database().refresh().await?;
     let present = TABLES.iter().filter(|t| current.tables.contains_key(**t)).count();
     if present == TABLES.len() {
@@ -104,7 +104,7 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
 }
 
 /// Prints the distribution of lineitem's column-chunk sizes.
-async fn print_chunk_sizes(engine: &Engine) -> Result<()> {
+async fn print_chunk_sizes(engine: &Session) -> Result<()> {
     let current = engine.database().current();
     let Some(entry) = current.tables.get("lineitem") else { return Ok(()) };
     let manifest = engine.database().manifest(entry).await?;

@@ -15,7 +15,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use blobhouse_engine::hybrid::{PushdownMode, PushdownOptions};
-use blobhouse_engine::{Engine, EngineOptions};
+use blobhouse_engine::{EngineOptions, Session};
 use blobhouse_pushdown::{NodeOptions, StorageNode};
 
 /// mimalloc instead of the system allocator, when built with the feature
@@ -336,14 +336,14 @@ fn node_token(var: &str) -> Result<String> {
     }
 }
 
-async fn open(db: &DbArgs) -> Result<Engine> {
+async fn open(db: &DbArgs) -> Result<Session> {
     let mut options = EngineOptions::default();
     if let Some(mib) = db.chunk_mib {
         anyhow::ensure!(mib > 0, "--chunk-mib must be at least 1");
         options.write.target_chunk_bytes = mib << 20;
     }
     db.engine.apply(&mut options)?;
-    Engine::open(&db.db, &db.store.options(), options).await.with_context(|| format!("cannot open database {}", db.db))
+    Session::open(&db.db, &db.store.options(), options).await.with_context(|| format!("cannot open database {}", db.db))
 }
 
 /// Progress bars for a TPC-H load, one per table.
@@ -447,7 +447,7 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
                 metrics_listen: args.metrics_listen,
             };
             let engine = open(&args.db).await?;
-            let server = blobhouse_server::Server::start(engine, options).await?;
+            let server = blobhouse_server::Server::start(engine.engine().clone(), options).await?;
             eprintln!(
                 "serving {} to PostgreSQL clients on {}{}{}{}; Ctrl-C stops it",
                 args.db.db,

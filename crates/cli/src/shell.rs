@@ -9,14 +9,14 @@ use futures::FutureExt;
 use rustyline::error::ReadlineError;
 use tokio::signal::unix::{Signal, SignalKind, signal};
 
-use blobhouse_engine::{Engine, EngineError, QueryResult, split_complete_statements};
+use blobhouse_engine::{EngineError, QueryResult, Session, split_complete_statements};
 
 use crate::output::{Format, render};
 
 /// What the shell prints a result with and whether it says how each
 /// statement went; one engine session underneath.
 pub struct Shell<'a> {
-    engine: &'a Engine,
+    engine: &'a Session,
     format: Format,
     /// The line after each statement (rows, time, GETs, bytes; on stderr).
     timing: bool,
@@ -41,7 +41,7 @@ SQL statements end with ';' (SHOW TABLES; DESCRIBE t; EXPLAIN ANALYZE SELECT …
 Ctrl-C cancels the running statement and its downloads, and keeps the shell.";
 
 impl<'a> Shell<'a> {
-    pub fn new(engine: &'a Engine, format: Format) -> Self {
+    pub fn new(engine: &'a Session, format: Format) -> Self {
         Shell { engine, format, timing: true, interrupts: None }
     }
 
@@ -319,7 +319,7 @@ fn print_summary(r: &QueryResult) {
 /// What the caching tiers have to say (a cache directory that cannot be
 /// used, damaged entries, a full disk) and the storage node's failures the
 /// statement survived by fetching: each said once.
-fn print_warnings(engine: &Engine) {
+fn print_warnings(engine: &Session) {
     let tiers = engine.tiers().map(|t| t.take_warnings()).unwrap_or_default();
     let pushdown = engine.pushdown().map(|p| p.take_warnings()).unwrap_or_default();
     for w in tiers.into_iter().chain(pushdown) {
@@ -332,7 +332,7 @@ const LARGE_RSS: u64 = 1 << 30;
 const LARGE_POOL: u64 = 256 << 20;
 
 /// A session that ends inside BEGIN … COMMIT commits nothing: say so.
-pub async fn roll_back_open_transaction(engine: &Engine) {
+pub async fn roll_back_open_transaction(engine: &Session) {
     if engine.in_transaction() {
         engine.rollback().await;
         eprintln!("note: the open transaction was rolled back (end it with COMMIT to keep its changes)");

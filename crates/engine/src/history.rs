@@ -1,22 +1,26 @@
-//! Statements about the database's history: snapshots, versions, restore.
-//!
-//! ```sql
-//! CREATE SNAPSHOT name [AT(VERSION => n)]     -- names a version; copies nothing
-//! DROP SNAPSHOT [IF EXISTS] name
-//! SHOW SNAPSHOTS                              -- name, version, created, bytes pinned
-//! SHOW VERSIONS [n]                           -- the newest n versions (default 100)
-//! SHOW STORAGE                                -- bytes by table, by snapshot, awaiting VACUUM
-//! RESTORE DATABASE TO VERSION n | TIMESTAMP '…' | SNAPSHOT name
-//! RESTORE TABLE t [, u …] TO VERSION n | TIMESTAMP '…' | SNAPSHOT name
-//! VACUUM [RETAIN '7 days'] [GRACE '1 day'] [DRY RUN]   -- garbage collection
-//! ```
-//!
-//! DataFusion's parser knows none of these; they are recognised by their
-//! leading words and parsed here. RESTORE commits one version whose tables
-//! equal the target's (docs/lifecycle.md).
+//! Statements about the database's history: snapshots, versions,
+//! RESTORE, VACUUM and SHOW STORAGE (docs/lifecycle.md). The parser reads
+//! them ([`crate::parser`]); this module runs them in the statement's
+//! transaction. RESTORE commits one version whose tables equal the
+//! target's.
 
-use crate::session::EngineError;
-use crate::time_travel::{AsOf, parse_timestamp_ms};
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray, TimestampMillisecondArray, UInt64Array};
+use datafusion::arrow::datatypes::{DataType, Field, Schema, TimeUnit};
+use datafusion::common::DataFusionError;
+use futures::{StreamExt, TryStreamExt};
+
+use blobhouse_storage::{Transaction, VersionSummary};
+
+use crate::engine::Engine;
+use crate::env::Env;
+use crate::provider::Scope;
+use crate::result::{QueryResult, empty_result};
+use crate::time_travel::AsOf;
+use crate::transaction::stage;
+use crate::{EngineError, TxnRule};
 
 /// A history statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -32,138 +36,165 @@ pub(crate) enum History {
     Vacuum { retain: std::time::Duration, grace: std::time::Duration, dry_run: bool },
 }
 
-/// Default of `SHOW VERSIONS`.
-const SHOW_VERSIONS_DEFAULT: usize = 100;
+impl History {
+    /// Whether it answers rows (known once it ran: it only reads metadata).
+    pub(crate) fn returns_rows(&self) -> bool {
+        matches!(self, History::ShowSnapshots | History::ShowStorage | History::ShowVersions { .. } | History::Vacuum { dry_run: true, .. })
+    }
+}
 
-/// Parses `sql` if it is a history statement; `Ok(None)` for anything else.
-pub(crate) fn parse(sql: &str) -> Result<Option<History>, EngineError> {
-    let text = sql.trim().trim_end_matches(';').trim();
-    let words: Vec<&str> = text.split_whitespace().collect();
-    let kw = |i: usize, w: &str| words.get(i).is_some_and(|x| x.eq_ignore_ascii_case(w));
-    let bad = |m: String| EngineError::Unsupported(m);
-    if kw(0, "CREATE") && kw(1, "SNAPSHOT") {
-        let rest = words.get(2..).unwrap_or_default().join(" ");
-        let (name, at) = match rest.split_once(char::is_whitespace) {
-            None => (rest.clone(), None),
-            Some((name, clause)) => {
-                let probe = format!("SELECT * FROM t {clause}");
-                let Some((_, mut found)) = crate::time_travel::rewrite(&probe)? else {
-                    return Err(bad(format!("CREATE SNAPSHOT {name} {clause}: expected AT(VERSION => n), AT(TIMESTAMP => '…') or AT(SNAPSHOT => 'name')")));
-                };
-                (name.to_string(), Some(found.remove(0)))
-            }
-        };
-        return Ok(Some(History::CreateSnapshot { name: identifier(&name)?, at }));
-    }
-    if kw(0, "DROP") && kw(1, "SNAPSHOT") {
-        let (if_exists, name) = if kw(2, "IF") && kw(3, "EXISTS") { (true, words.get(4)) } else { (false, words.get(2)) };
-        let name = name.ok_or_else(|| bad("DROP SNAPSHOT needs a name".into()))?;
-        if words.len() > if if_exists { 5 } else { 3 } {
-            return Err(bad(format!("DROP SNAPSHOT takes one name, not '{text}'")));
-        }
-        return Ok(Some(History::DropSnapshot { name: identifier(name)?, if_exists }));
-    }
-    if kw(0, "SHOW") && kw(1, "STORAGE") && words.len() == 2 {
-        return Ok(Some(History::ShowStorage));
-    }
-    if kw(0, "SHOW") && kw(1, "SNAPSHOTS") && words.len() == 2 {
-        return Ok(Some(History::ShowSnapshots));
-    }
-    if kw(0, "SHOW") && kw(1, "VERSIONS") {
-        let limit = match words.get(2) {
-            None => SHOW_VERSIONS_DEFAULT,
-            Some(n) => n.parse().map_err(|_| bad(format!("SHOW VERSIONS [n]: '{n}' is not a number")))?,
-        };
-        return Ok(Some(History::ShowVersions { limit }));
-    }
-    if kw(0, "VACUUM") {
-        let mut rest = &words[1..];
-        let mut dry_run = false;
-        if rest.len() >= 2 && rest[rest.len() - 2].eq_ignore_ascii_case("DRY") && rest[rest.len() - 1].eq_ignore_ascii_case("RUN") {
-            dry_run = true;
-            rest = &rest[..rest.len() - 2];
-        }
-        // RETAIN '…' and GRACE '…', each optional, in either order.
-        let (mut retain, mut grace) = (blobhouse_storage::gc::DEFAULT_RETAIN, blobhouse_storage::gc::DEFAULT_GRACE);
-        let joined = rest.join(" ");
-        let mut tail = joined.trim();
-        while !tail.is_empty() {
-            let (word, after) = tail.split_once(char::is_whitespace).ok_or_else(|| bad(format!("VACUUM [RETAIN '7 days'] [GRACE '1 day'] [DRY RUN], not '{text}'")))?;
-            let after = after.trim_start();
-            let (interval, next) = match after.strip_prefix('\'') {
-                Some(q) => q.split_once('\'').map(|(i, n)| (i.to_string(), n.trim_start())).ok_or_else(|| bad(format!("VACUUM: unclosed quote in '{text}'")))?,
-                None => after.split_once(char::is_whitespace).map_or((after.to_string(), ""), |(i, n)| (i.to_string(), n.trim_start())),
+/// Runs a history statement in the statement's transaction.
+pub(crate) async fn run(env: &Env<'_>, h: History) -> Result<QueryResult, EngineError> {
+    let (scope, started, engine) = (&env.scope, env.started, env.engine);
+    match h {
+        History::CreateSnapshot { name, at } => {
+            let version = match &at {
+                Some(at) => Some(engine.past_version_number(scope, at).await?),
+                // (On its own, it does not come here: see `dispatch`.)
+                None => {
+                    let read_only = scope.txn.lock().await.as_ref().is_none_or(Transaction::is_read_only);
+                    if !read_only {
+                        return Err(EngineError::transaction(TxnRule::InProgress, "CREATE SNAPSHOT inside a transaction that changed something would name a version without those changes; COMMIT first, or give AT(VERSION => n)"));
+                    }
+                    Some(scope.view.version)
+                }
             };
-            let value = blobhouse_storage::gc::parse_interval(&interval).map_err(|e| bad(format!("VACUUM {word}: {e}")))?;
-            match word.to_ascii_uppercase().as_str() {
-                "RETAIN" => retain = value,
-                "GRACE" => grace = value,
-                _ => return Err(bad(format!("VACUUM [RETAIN '7 days'] [GRACE '1 day'] [DRY RUN], not '{text}'"))),
+            if version == Some(0) {
+                return Err(EngineError::Unsupported("the database has no version yet to snapshot".into()));
             }
-            tail = next;
+            stage(scope, |t| t.create_snapshot(&name, version)).await?;
+            Ok(empty_result(started))
         }
-        return Ok(Some(History::Vacuum { retain, grace, dry_run }));
+        History::DropSnapshot { name, if_exists } => {
+            stage(scope, |t| t.drop_snapshot(&name, if_exists)).await?;
+            Ok(empty_result(started))
+        }
+        History::Restore { tables, to } => {
+            let target = engine.past_version(scope, &to).await?;
+            stage(scope, |t| t.restore(&target, tables.as_deref())).await?;
+            Ok(empty_result(started))
+        }
+        History::Vacuum { retain, grace, dry_run } => {
+            if env.in_transaction {
+                return Err(EngineError::transaction(TxnRule::InProgress, "VACUUM cannot run inside a transaction block; COMMIT or ROLLBACK first"));
+            }
+            let report = blobhouse_storage::gc::vacuum(engine.database(), retain, grace, dry_run).await?;
+            Ok(vacuum_result(&report, dry_run, started))
+        }
+        History::ShowVersions { limit } => {
+            let newest = scope.view.version.max(engine.database().current().version);
+            let oldest = scope.view.gc.horizon.max(1);
+            let wanted: Vec<u64> = (oldest..=newest).rev().take(limit).collect();
+            let fetches: Vec<_> = wanted.iter().map(|v| engine.database().version_summary(*v)).collect();
+            let summaries: Vec<VersionSummary> = futures::stream::iter(fetches).buffered(16).try_collect().await?;
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("version", DataType::UInt64, false),
+                Field::new("committed_at", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), false),
+                Field::new("operation", DataType::Utf8, false),
+            ]));
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(summaries.iter().map(|s| s.version).collect::<UInt64Array>()),
+                Arc::new(TimestampMillisecondArray::from(summaries.iter().map(|s| s.committed_at_ms as i64).collect::<Vec<_>>()).with_timezone("UTC")),
+                Arc::new(summaries.iter().map(|s| Some(s.operation.as_str())).collect::<StringArray>()),
+            ];
+            let batch = RecordBatch::try_new(schema.clone(), columns).map_err(DataFusionError::from)?;
+            Ok(QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) })
+        }
+        History::ShowStorage => {
+            // (kind, name, objects, bytes)
+            let mut rows: Vec<(&str, String, u64, u64)> = Vec::new();
+            for (name, t) in &scope.view.tables {
+                rows.push(("table", name.clone(), t.objects, t.bytes));
+            }
+            for (name, s) in &scope.view.snapshots {
+                let (objects, bytes) = pinned(engine, scope, s.version).await?;
+                rows.push(("snapshot", name.clone(), objects, bytes));
+            }
+            let (objects, bytes, other) = blobhouse_storage::gc::awaiting(engine.database()).await?;
+            rows.push(("awaiting vacuum", format!("data objects retired since version {}", scope.view.gc.horizon.max(1)), objects, bytes));
+            rows.push(("awaiting vacuum", "manifests and deletion vectors".into(), other, 0));
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("kind", DataType::Utf8, false),
+                Field::new("name", DataType::Utf8, false),
+                Field::new("objects", DataType::UInt64, false),
+                Field::new("bytes", DataType::UInt64, false),
+            ]));
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(rows.iter().map(|r| Some(r.0)).collect::<StringArray>()),
+                Arc::new(rows.iter().map(|r| Some(r.1.as_str())).collect::<StringArray>()),
+                Arc::new(rows.iter().map(|r| r.2).collect::<UInt64Array>()),
+                Arc::new(rows.iter().map(|r| r.3).collect::<UInt64Array>()),
+            ];
+            let batch = RecordBatch::try_new(schema.clone(), columns).map_err(DataFusionError::from)?;
+            Ok(QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) })
+        }
+        History::ShowSnapshots => {
+            let mut rows = Vec::new();
+            for (name, s) in &scope.view.snapshots {
+                let (_, pinned) = pinned(engine, scope, s.version).await?;
+                rows.push((name.clone(), s.version, s.created_at_ms, pinned));
+            }
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("name", DataType::Utf8, false),
+                Field::new("version", DataType::UInt64, false),
+                Field::new("created_at", DataType::Timestamp(TimeUnit::Millisecond, Some("UTC".into())), false),
+                Field::new("bytes_pinned", DataType::UInt64, false),
+            ]));
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(rows.iter().map(|r| Some(r.0.as_str())).collect::<StringArray>()),
+                Arc::new(rows.iter().map(|r| r.1).collect::<UInt64Array>()),
+                Arc::new(TimestampMillisecondArray::from(rows.iter().map(|r| r.2 as i64).collect::<Vec<_>>()).with_timezone("UTC")),
+                Arc::new(rows.iter().map(|r| r.3).collect::<UInt64Array>()),
+            ];
+            let batch = RecordBatch::try_new(schema.clone(), columns).map_err(DataFusionError::from)?;
+            Ok(QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) })
+        }
     }
-    if kw(0, "RESTORE") {
-        let to = words.iter().position(|w| w.eq_ignore_ascii_case("TO")).ok_or_else(|| bad("RESTORE DATABASE | TABLE t TO VERSION n | TIMESTAMP '…' | SNAPSHOT name".into()))?;
-        let tables = if kw(1, "DATABASE") && to == 2 {
-            None
-        } else if kw(1, "TABLE") && to > 2 {
-            let list = words[2..to].join(" ");
-            Some(list.split(',').map(|t| identifier(t.trim())).collect::<Result<Vec<_>, _>>()?)
-        } else {
-            return Err(bad("RESTORE DATABASE TO … or RESTORE TABLE t [, u] TO …".into()));
-        };
-        let target = words[to + 1..].join(" ");
-        let (kind, value) = target.split_once(char::is_whitespace).ok_or_else(|| bad(format!("RESTORE … TO {target}: say VERSION n, TIMESTAMP '…' or SNAPSHOT name")))?;
-        let value = value.trim();
-        let to = match kind.to_ascii_uppercase().as_str() {
-            "VERSION" => AsOf::Version(value.parse().map_err(|_| bad(format!("'{value}' is not a version number")))?),
-            "TIMESTAMP" => AsOf::Timestamp(parse_timestamp_ms(value.trim_matches('\'')).map_err(bad)?),
-            "SNAPSHOT" => AsOf::Snapshot(identifier(value)?),
-            other => return Err(bad(format!("RESTORE … TO {other}: say VERSION, TIMESTAMP or SNAPSHOT"))),
-        };
-        return Ok(Some(History::Restore { tables, to }));
-    }
-    Ok(None)
 }
 
-/// A name: quoted as written, else lower-cased (as SQL identifiers are).
-fn identifier(s: &str) -> Result<String, EngineError> {
-    let s = s.trim();
-    if let Some(inner) = s.strip_prefix('"').and_then(|x| x.strip_suffix('"')).or_else(|| s.strip_prefix('\'').and_then(|x| x.strip_suffix('\''))) {
-        return Ok(inner.to_string());
+/// The data objects (count, bytes) version `v` references that the
+/// current view does not: what a snapshot of `v` keeps from garbage
+/// collection.
+async fn pinned(engine: &Engine, scope: &Scope, v: u64) -> Result<(u64, u64), EngineError> {
+    let then = engine.past_version(scope, &AsOf::Version(v)).await?;
+    let mut live_now = std::collections::HashSet::new();
+    for entry in scope.view.tables.values() {
+        let data = engine.database().table_data(entry).await?;
+        live_now.extend(data.objects.iter().map(|l| data.object(l).key));
     }
-    if s.is_empty() || !s.chars().all(|c| c.is_ascii_alphanumeric() || c == '_') {
-        return Err(EngineError::Unsupported(format!("'{s}' is not a name; quote it (\"…\") if it has other characters")));
+    let (mut objects, mut bytes) = (0, 0);
+    for entry in then.tables.values() {
+        let data = engine.database().table_data(entry).await?;
+        for o in data.objects.iter().map(|l| data.object(l)).filter(|o| !live_now.contains(&o.key)) {
+            objects += 1;
+            bytes += o.size;
+        }
     }
-    Ok(s.to_ascii_lowercase())
+    Ok((objects, bytes))
 }
 
-#[cfg(test)]
-mod tests {
-    use super::*;
+/// COPY … TO: runs the query in the statement's scope (so it sees the
+/// transaction's own changes, and never a deleted row) and writes one
 
-    #[test]
-    fn parses_every_form() {
-        assert_eq!(parse("CREATE SNAPSHOT Nightly").unwrap(), Some(History::CreateSnapshot { name: "nightly".into(), at: None }));
-        assert_eq!(parse("create snapshot s AT(VERSION => 7);").unwrap(), Some(History::CreateSnapshot { name: "s".into(), at: Some(AsOf::Version(7)) }));
-        assert_eq!(parse("DROP SNAPSHOT IF EXISTS s").unwrap(), Some(History::DropSnapshot { name: "s".into(), if_exists: true }));
-        assert_eq!(parse("SHOW VERSIONS 5").unwrap(), Some(History::ShowVersions { limit: 5 }));
-        assert_eq!(parse("SHOW SNAPSHOTS").unwrap(), Some(History::ShowSnapshots));
-        assert_eq!(parse("show storage;").unwrap(), Some(History::ShowStorage));
-        assert_eq!(parse("RESTORE DATABASE TO SNAPSHOT s").unwrap(), Some(History::Restore { tables: None, to: AsOf::Snapshot("s".into()) }));
-        assert_eq!(
-            parse("RESTORE TABLE a, b TO VERSION 12").unwrap(),
-            Some(History::Restore { tables: Some(vec!["a".into(), "b".into()]), to: AsOf::Version(12) })
-        );
-        assert!(matches!(parse("RESTORE TABLE t TO TIMESTAMP '2026-11-23 00:00:01'").unwrap(), Some(History::Restore { to: AsOf::Timestamp(1_795_392_001_000), .. })));
-        let day = std::time::Duration::from_secs(86400);
-        assert_eq!(parse("VACUUM").unwrap(), Some(History::Vacuum { retain: 7 * day, grace: day, dry_run: false }));
-        assert_eq!(parse("vacuum retain '0 seconds' dry run").unwrap(), Some(History::Vacuum { retain: std::time::Duration::ZERO, grace: day, dry_run: true }));
-        assert_eq!(parse("VACUUM GRACE 0s RETAIN '2 days'").unwrap(), Some(History::Vacuum { retain: 2 * day, grace: std::time::Duration::ZERO, dry_run: false }));
-        assert!(parse("VACUUM t").is_err());
-        assert!(parse("SELECT 1").unwrap().is_none());
-        assert!(parse("RESTORE DATABASE TO YESTERDAY").is_err());
-    }
+/// VACUUM's answer: what it would delete and why (dry run), or what it did.
+fn vacuum_result(r: &blobhouse_storage::gc::VacuumReport, dry_run: bool, started: Instant) -> QueryResult {
+    let (schema, columns): (Schema, Vec<ArrayRef>) = if dry_run {
+        (
+            Schema::new(vec![Field::new("path", DataType::Utf8, false), Field::new("reason", DataType::Utf8, false)]),
+            vec![
+                Arc::new(r.deleted.iter().map(|(p, _)| Some(p.as_str())).collect::<StringArray>()),
+                Arc::new(r.deleted.iter().map(|(_, why)| Some(why.as_str())).collect::<StringArray>()),
+            ],
+        )
+    } else {
+        let names = ["previous_horizon", "horizon", "versions_scanned", "candidates", "kept", "deferred", "deleted", "gets", "deletes"];
+        let values = [r.previous_horizon, r.horizon, r.versions_scanned, r.candidates, r.kept, r.deferred, r.deleted.len() as u64, r.gets, r.deletes];
+        (
+            Schema::new(names.iter().map(|n| Field::new(*n, DataType::UInt64, false)).collect::<Vec<_>>()),
+            values.iter().map(|v| Arc::new(UInt64Array::from(vec![*v])) as ArrayRef).collect(),
+        )
+    };
+    let schema = Arc::new(schema);
+    let batch = RecordBatch::try_new(schema.clone(), columns).expect("vacuum batch");
+    QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) }
 }

@@ -1,9 +1,44 @@
 //! blobhouse's SQL engine on DataFusion.
 //!
-//! - [`Engine`]: one open database with a DataFusion session; runs statements.
+//! A statement flows one way (docs/architecture.md):
+//! text → [`parser`] → `dispatch` → a family module → DataFusion's plan →
+//! [`scan`] → [`scheduler`] → `pipeline` → [`source`] → the download manager.
+//!
+//! The process and the connection:
+//! - [`Engine`] (`engine`): one open database and what the process holds
+//!   for it — store, download manager, memory budget, caches, pushdown
+//!   client — shared by every session.
+//! - [`Session`] (`session`): one connection's settings, transaction and
+//!   statements.
+//! - `env`: what one statement of a family runs with (engine, statement
+//!   context, scope).
+//!
+//! Statements:
+//! - [`parser`]: every statement parsed once into one enum; time travel is
+//!   a table reference's version clause ([`time_travel`]).
+//! - `dispatch`: the one match over statement kinds, and which transaction
+//!   each runs in.
+//! - `query`: queries, EXPLAIN, and what DataFusion plans (DESCRIBE,
+//!   `SET datafusion.…`).
+//! - `ddl`: CREATE TABLE [AS SELECT], DROP TABLE.
+//! - `dml`: DELETE and UPDATE as queries of row ids.
+//! - [`copy`]: `COPY … FROM` and `COPY … TO`.
+//! - `transaction`: BEGIN, COMMIT, ROLLBACK, SAVEPOINT; a session's
+//!   transaction state.
+//! - `history`: snapshots, versions, RESTORE, VACUUM, SHOW STORAGE.
+//! - `optimize`: OPTIMIZE (compaction).
+//! - [`settings`]: the registry of settings, SET / SHOW / RESET.
+//! - `names`: repeated output column names, as PostgreSQL allows them.
+//! - `script`: scripts cut into statements ([`split_statements`]).
+//! - [`result`]: what a statement answers.
+//! - [`error`] and [`sqlstate`]: the engine's errors and their SQLSTATEs.
+//! - [`options`]: how an engine is opened.
+//!
+//! Reading data:
 //! - [`provider`]: tables, the schema provider and the INSERT sink.
 //! - [`scan`]: the footer-free, zone-map-pruned scan operator: plans every
 //!   request of a scan up front.
+//! - `zone_maps`: the row-group statistics scans prune with.
 //! - [`scheduler`]: the object scheduler, how many bytes a scan keeps in
 //!   flight and on how many download threads.
 //! - `pipeline`: the running scan — fetcher, arrival-order hand-off to the
@@ -11,41 +46,59 @@
 //! - [`source`]: where data ranges are read from — the download manager
 //!   with presigned URLs, or object_store.
 //! - [`chunks`]: fetched column chunks served to the Parquet decoder.
-//! - [`copy`]: `COPY table FROM …`.
+//! - [`tiers`]: the memory and SSD caching tiers.
+//! - [`hybrid`]: scans that push work to the storage node (FlexPushdownDB).
+//! - [`bloom_join`]: Bloom filters of join keys sent to the storage node.
+//! - [`runtime_filter`]: join filters applied inside scans.
 //! - [`selectivity`]: filter estimates for the optimizer's join choices.
 //! - [`memory`]: the engine's one memory budget, and the process's resident
 //!   set as the kernel reports it.
 //! - [`types`]: column types as SQL names, for DESCRIBE and the shell.
-//! - [`sqlstate`]: the PostgreSQL SQLSTATE of every engine error, which
-//!   every endpoint reports.
 
 pub mod bloom_join;
 pub mod chunks;
 pub mod copy;
-pub mod hybrid;
+mod ddl;
+mod dispatch;
 mod dml;
+mod engine;
+mod env;
+pub mod error;
 mod history;
+pub mod hybrid;
+pub mod memory;
 mod names;
 mod optimize;
-mod time_travel;
-pub mod memory;
+pub mod options;
+pub mod parser;
+mod pipeline;
 pub mod provider;
+mod query;
+pub mod result;
 pub mod runtime_filter;
 pub mod scan;
 pub mod scheduler;
+mod script;
 pub mod selectivity;
-mod pipeline;
-pub mod source;
 mod session;
+pub mod settings;
+pub mod source;
 pub mod sqlstate;
 pub mod tiers;
+pub mod time_travel;
+mod transaction;
 pub mod types;
 mod zone_maps;
 
 pub use chunks::RequestPolicy;
-pub use source::DataSource;
+pub use engine::Engine;
+pub use error::{EngineError, TxnRule};
+pub use memory::MemoryBudget;
+pub use options::{CATALOG, EngineOptions, SpillOptions, scan_download_options};
+pub use result::{Answer, Described, MemoryUse, Notice, QueryResult, RowStream};
 pub use scan::{BlobScanExec, GET_PRICE_USD, ScanMetrics, collect_scan_metrics};
 pub use scheduler::{Decision, SchedulerOptions};
-pub use memory::MemoryBudget;
+pub use script::{split_complete_statements, split_statements};
+pub use session::Session;
+pub use source::DataSource;
 pub use tiers::{CacheOptions, CachedChunk, DECODED_MAX_RATIO, DecodedSize, Tiers, parse_cache_size};
-pub use session::{Answer, CATALOG, Described, RowStream, Engine, EngineError, EngineOptions, MemoryUse, Notice, QueryResult, TxnRule, SpillOptions, is_engine_setting, scan_download_options, split_complete_statements, split_statements};

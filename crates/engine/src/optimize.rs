@@ -12,6 +12,15 @@
 //! [`Change::Rewrite`]: blobhouse_storage::Change::Rewrite
 
 use std::collections::HashSet;
+use std::sync::Arc;
+
+use datafusion::physical_plan::execute_stream;
+
+use crate::env::Env;
+use crate::provider::write_stream;
+use crate::transaction::joined;
+use crate::EngineError;
+use blobhouse_storage::StorageError;
 
 use blobhouse_storage::format::TableEntry;
 use blobhouse_storage::{LiveObject, RemovedObject, TableData};
@@ -22,16 +31,24 @@ const SMALL_FRACTION: u64 = 4;
 /// An object is rewritten when more than this share of its rows is deleted.
 const DELETED_SHARE: f64 = 0.2;
 
-/// `OPTIMIZE [TABLE] name` → the table's name; `None` for other statements.
-pub(crate) fn parse_optimize(sql: &str) -> Option<String> {
-    let words: Vec<&str> = sql.trim().trim_end_matches(';').split_whitespace().collect();
-    let name = match words.as_slice() {
-        [o, name] if o.eq_ignore_ascii_case("optimize") => name,
-        [o, t, name] if o.eq_ignore_ascii_case("optimize") && t.eq_ignore_ascii_case("table") => name,
-        _ => return None,
-    };
-    let name = name.strip_prefix('"').and_then(|n| n.strip_suffix('"')).map_or_else(|| name.to_ascii_lowercase(), str::to_string);
-    Some(name)
+/// OPTIMIZE: rewrites the table's small and much-deleted objects
+/// ([`crate::optimize`]). Returns the rows rewritten.
+pub(crate) async fn run(env: &Env<'_>, table: &str) -> Result<u64, EngineError> {
+    let (scope, db, options) = (&env.scope, env.engine.database(), env.engine.options());
+    let entry = scope.view.tables.get(table).cloned().ok_or_else(|| StorageError::TableNotFound(table.to_string()))?;
+    let data = db.table_data(&entry).await?;
+    let files = db.manifest_files(&entry).await?;
+    let Some(plan) = plan(&entry, &data, &files, options.write.target_chunk_bytes) else { return Ok(0) };
+    let ctx = &env.ctx;
+    let provider = env.engine.tables().table_over(table, &entry, plan.rewrite);
+    let scan = datafusion::datasource::TableProvider::scan(&provider, &ctx.state(), None, &[], None).await?;
+    let stream = execute_stream(scan, ctx.task_ctx())?;
+    let schema = Arc::new(entry.schema.clone());
+    let (rows, objects) = write_stream(db, &schema, options, stream).await?;
+    let mut slot = scope.txn.lock().await;
+    let txn = joined(db, &mut slot, &objects).await?;
+    txn.rewrite(table, entry.id, plan.removed, objects, plan.dropped_manifests, plan.forgotten).await?;
+    Ok(rows)
 }
 
 /// What OPTIMIZE rewrites in a table version.
@@ -79,17 +96,4 @@ pub(crate) fn plan(entry: &TableEntry, data: &TableData, files: &[(blobhouse_sto
         }
     }
     Some(Plan { rewrite: TableData { manifest: data.manifest.clone(), objects: picked }, removed, dropped_manifests, forgotten })
-}
-
-#[cfg(test)]
-mod tests {
-    use super::parse_optimize;
-
-    #[test]
-    fn optimize_names_one_table() {
-        assert_eq!(parse_optimize("OPTIMIZE lineitem;"), Some("lineitem".into()));
-        assert_eq!(parse_optimize("optimize table \"Mixed\""), Some("Mixed".into()));
-        assert_eq!(parse_optimize("OPTIMIZE"), None);
-        assert_eq!(parse_optimize("SELECT 1"), None);
-    }
 }

@@ -42,7 +42,12 @@ pub const DML_SCHEMA: &str = "blobhouse_dml";
 /// transaction that its writes join.
 #[derive(Debug, Clone)]
 pub(crate) struct Scope {
+    /// What the statement reads: a committed version, with its
+    /// transaction's own changes on top.
     pub view: Arc<CatalogVersion>,
+    /// The committed version `view` builds on (the transaction's start):
+    /// what time travel to that version reads.
+    pub snapshot: Arc<CatalogVersion>,
     pub txn: Arc<tokio::sync::Mutex<Option<Transaction>>>,
     /// The past versions the statement reads tables at ([`crate::time_travel`]).
     pub past: Vec<crate::time_travel::AsOf>,

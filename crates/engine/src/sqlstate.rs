@@ -15,7 +15,7 @@ use datafusion::common::{DataFusionError, SchemaError};
 
 use blobhouse_storage::StorageError;
 
-use crate::session::{EngineError, TxnRule};
+use crate::{EngineError, TxnRule};
 
 /// A transaction that may succeed if run again (serialization failure).
 pub const SERIALIZATION_FAILURE: &str = "40001";
@@ -32,7 +32,7 @@ impl EngineError {
             EngineError::UnknownColumn { .. } => "42703",
             EngineError::DownloadManager(_) | EngineError::SpillDir { .. } => "58000",
             EngineError::Pushdown(_) => "08006",
-            EngineError::Setting { .. } => "22023",
+            EngineError::Setting { fault, .. } => fault.sqlstate(),
             EngineError::TransactionAborted { .. } => "25P02",
             EngineError::Transaction { rule, .. } => rule.sqlstate(),
         }

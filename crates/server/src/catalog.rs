@@ -54,7 +54,7 @@ impl PgCatalogContextProvider for Roles {
 /// Installs `pg_catalog` and PostgreSQL's catalog functions on `engine`'s
 /// base context; sessions opened afterwards see them.
 pub(crate) fn install(engine: &Engine, users: Arc<Users>) -> Result<(), ServerError> {
-    let ctx = engine.session();
+    let ctx = engine.base_context();
     let catalog = ctx.state().config().options().catalog.default_catalog.clone();
     datafusion_pg_catalog::pg_catalog::setup_pg_catalog(ctx, &catalog, Roles(users)).map_err(|e| ServerError::Catalog(e.to_string()))?;
     crate::functions::register(ctx);

@@ -8,7 +8,7 @@
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use blobhouse_engine::{Engine, EngineError, QueryResult};
+use blobhouse_engine::{EngineError, QueryResult, Session};
 
 use crate::metrics::{Metrics, Outcome};
 
@@ -68,7 +68,7 @@ impl Runner {
     /// a cancelled RPC) aborts the statement's task, and with it the
     /// DataFusion tasks and downloads under it, at their next yield; it is
     /// then logged and counted as cancelled.
-    pub(crate) async fn run(&self, engine: &Arc<Engine>, user: &str, sql: String) -> Result<QueryResult, Failure> {
+    pub(crate) async fn run(&self, engine: &Arc<Session>, user: &str, sql: String) -> Result<QueryResult, Failure> {
         let mut record = Record::new(&self.metrics, &self.limits, user, &sql);
         let permit = {
             let _waiting = Gauge::up(|d| self.metrics.queued(d));
@@ -181,7 +181,7 @@ impl Runner {
     /// over as they are computed. The statement keeps its place in the
     /// queue, and counts as running, until its last row is read or the
     /// rows are dropped.
-    pub(crate) async fn run_streaming(&self, engine: &Arc<Engine>, user: &str, sql: String) -> Result<Output, Failure> {
+    pub(crate) async fn run_streaming(&self, engine: &Arc<Session>, user: &str, sql: String) -> Result<Output, Failure> {
         let mut record = Record::new(&self.metrics, &self.limits, user, &sql);
         let permit = {
             let _waiting = Gauge::up(|d| self.metrics.queued(d));

@@ -4,7 +4,7 @@
 //!
 //! Flight SQL is stateless per call, so a session is named by a bearer
 //! token: the basic-auth handshake checks the user's password and opens an
-//! [`Engine::new_session`] (its own settings and transaction), and every
+//! [`Engine::connect`] (its own settings and transaction), and every
 //! later call presents the token. Statements go through the same
 //! [`Runner`] as PostgreSQL's: the same queue, metrics, logs and
 //! cancellation, which here is the client cancelling its call (ADBC's
@@ -52,7 +52,7 @@ use prost::Message;
 use tonic::metadata::MetadataValue;
 use tonic::{Request, Response, Status, Streaming};
 
-use blobhouse_engine::{Described, Engine, EngineError, QueryResult};
+use blobhouse_engine::{Described, Engine, EngineError, QueryResult, Session};
 
 use crate::auth::Users;
 use crate::exec::{Failure, Runner, changed_rows};
@@ -97,7 +97,7 @@ struct Prepared {
 
 /// One client's session: what its token opens.
 struct FlightSession {
-    engine: Arc<Engine>,
+    engine: Arc<Session>,
     user: String,
     metrics: Arc<Metrics>,
     state: Mutex<State>,
@@ -387,7 +387,7 @@ impl FlightSql {
 /// A transaction an ingest began for itself. If the ingest's call is
 /// dropped half-way (the client cancelled or went away), it is rolled back
 /// rather than left open in the session for the client's next statements.
-struct OwnTransaction(Option<Arc<Engine>>);
+struct OwnTransaction(Option<Arc<Session>>);
 
 impl OwnTransaction {
     async fn commit(mut self) -> Result<(), EngineError> {
@@ -570,7 +570,7 @@ impl FlightSqlService for FlightSql {
             return Err(Status::unauthenticated(format!("password authentication failed for user \"{user}\"")));
         }
         self.runner.metrics.session_opened();
-        let session = FlightSession { engine: Arc::new(self.engine.new_session()), user: user.to_string(), metrics: self.runner.metrics.clone(), state: Mutex::default() };
+        let session = FlightSession { engine: Arc::new(self.engine.connect()), user: user.to_string(), metrics: self.runner.metrics.clone(), state: Mutex::default() };
         let token = self.sessions.open(session)?;
         let value = MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| Status::internal("the token is not a header value"))?;
         let answer = HandshakeResponse { protocol_version: 0, payload: token.into_bytes().into() };

@@ -2,7 +2,7 @@
 //!
 //! One open [`Engine`] (its download manager, caches and memory pool) serves
 //! every connection; each connection runs in its own session
-//! ([`Engine::new_session`]). This crate holds the endpoints only — the
+//! ([`Engine::connect`]). This crate holds the endpoints only — the
 //! PostgreSQL wire protocol (`pg`, on pgwire) and Arrow Flight SQL
 //! (`flight`, on arrow-flight and tonic) — plus what they share: the
 //! statement runner (`exec`), users ([`auth`]), TLS ([`tls`]) and metrics;

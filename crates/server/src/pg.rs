@@ -4,7 +4,7 @@
 //! query, portals, cancel); datafusion-postgres's handlers share one
 //! DataFusion context among all connections and hand SQL to DataFusion
 //! directly, so blobhouse has its own: each connection that logged in
-//! (`login`) gets an [`Engine::new_session`] (its own settings and
+//! (`login`) gets an [`Engine::connect`] session (its own settings and
 //! transaction) and PostgreSQL's run-time parameters (`settings`), kept in
 //! the connection's session extensions, and every statement goes through
 //! `Engine::execute` — DDL, DML, COPY, time travel and transactions
@@ -39,7 +39,7 @@ use pgwire::messages::startup::ParameterStatus;
 use pgwire::messages::PgWireBackendMessage;
 use pgwire::types::format::FormatOptions;
 
-use blobhouse_engine::{Described, Engine, EngineError, QueryResult};
+use blobhouse_engine::{Described, Engine, EngineError, QueryResult, Session as EngineSession};
 
 use crate::auth::{UserSource, Users};
 use crate::catalog::Introspection;
@@ -55,7 +55,7 @@ use crate::settings::{self, Outcome, Settings};
 /// A connection's engine session, its parameters and its COPY … FROM
 /// STDIN in progress.
 struct Session {
-    engine: Arc<Engine>,
+    engine: Arc<EngineSession>,
     user: String,
     settings: std::sync::Mutex<Settings>,
     spool: std::sync::Mutex<Option<Spool>>,
@@ -195,7 +195,7 @@ impl Sessions {
         let session = client.session_extensions().get_or_insert_with(|| {
             self.metrics.session_opened();
             Session {
-                engine: Arc::new(self.engine.new_session()),
+                engine: Arc::new(self.engine.connect()),
                 user: login.user.clone(),
                 settings: std::sync::Mutex::new(login.settings.clone()),
                 spool: std::sync::Mutex::new(None),
@@ -436,7 +436,7 @@ impl Backend {
 /// [`params::declare`]), else as written, else — a statement that cannot
 /// be planned with placeholders, `range($1)` — with sample values of the
 /// declared types standing in.
-async fn describe_declared(engine: &Engine, sql: &str, types: &[Option<Type>]) -> PgWireResult<(bool, Described)> {
+async fn describe_declared(engine: &EngineSession, sql: &str, types: &[Option<Type>]) -> PgWireResult<(bool, Described)> {
     if let Some(typed) = params::declare_for_describe(sql, types)
         && let Ok(described) = engine.describe(&typed).await
     {

@@ -101,6 +101,12 @@ const PARAMETERS: &[Parameter] = &[
     Parameter { name: "transaction_read_only", default: "off", check: Check::Only("off", "read-only transactions are not supported; every transaction may write"), reported: false, description: "Sets the current transaction's read-only status." },
 ];
 
+/// Whether `name` is an engine setting of the engine's registry or one of
+/// DataFusion's, which the engine answers.
+fn is_engine_setting(name: &str) -> bool {
+    name.trim().to_ascii_lowercase().starts_with("datafusion.") || blobhouse_engine::settings::lookup(name).is_some_and(|s| s.scope == blobhouse_engine::settings::Scope::Engine)
+}
+
 fn parameter(name: &str) -> Option<&'static Parameter> {
     let name = match name.to_ascii_lowercase().as_str() {
         // PostgreSQL's other names for the same parameters.
@@ -178,7 +184,7 @@ impl Settings {
 
     /// Applies a parameter of the connection's startup message.
     pub(crate) fn startup(&mut self, name: &str, value: &str) -> Result<(), SettingError> {
-        if blobhouse_engine::is_engine_setting(name) {
+        if is_engine_setting(name) {
             return Err(error("0A000", format!("{name} cannot be a startup parameter: it is engine-wide; SET it after connecting")));
         }
         self.assign(name, Some(value)).map(|_| ())
@@ -206,7 +212,7 @@ impl Settings {
                 }
                 Reset::ConfigurationParameter(name) => {
                     let name = name.to_string();
-                    if blobhouse_engine::is_engine_setting(&name) {
+                    if is_engine_setting(&name) {
                         return None;
                     }
                     Some(self.assign(&name, None))
@@ -220,7 +226,7 @@ impl Settings {
         match set {
             Set::SingleAssignment { variable, values, scope, .. } => {
                 let name = variable.to_string();
-                if blobhouse_engine::is_engine_setting(&name) {
+                if is_engine_setting(&name) {
                     return None;
                 }
                 if matches!(scope, Some(ContextModifier::Global)) {

@@ -3,7 +3,7 @@
 
 use std::time::{Duration, Instant};
 
-use blobhouse_engine::{Engine, EngineOptions};
+use blobhouse_engine::{EngineOptions, Session};
 use blobhouse_storage::{StoreOptions, open_location};
 use blobhouse_testkit::MinioServer;
 use object_store::path::Path;
@@ -15,7 +15,7 @@ use crate::on_both_backends;
 on_both_backends!(missing_tables_and_type_errors, malformed_csv_names_the_line_and_changes_nothing, corrupt_objects_are_reported);
 
 async fn open_err(url: &str, opts: &StoreOptions) -> String {
-    match Engine::open(url, opts, EngineOptions::default()).await {
+    match Session::open(url, opts, EngineOptions::default()).await {
         Ok(_) => panic!("opening {url} should fail"),
         Err(e) => e.to_string(),
     }

@@ -6,7 +6,7 @@ use std::sync::Arc;
 
 use blobhouse_bench::tpch;
 use blobhouse_cache::PolicyKind;
-use blobhouse_engine::{CacheOptions, Engine, EngineOptions};
+use blobhouse_engine::{CacheOptions, EngineOptions, Session};
 
 use crate::common::*;
 use crate::tpch::assert_22_answers;
@@ -29,7 +29,7 @@ fn ssd_only(dir: &std::path::Path) -> CacheOptions {
 
 /// Waits until the SSD tier's background writes are done (nothing is
 /// written for a while).
-async fn ssd_settled(e: &Engine) {
+async fn ssd_settled(e: &Session) {
     let ssd = e.tiers().and_then(|t| t.ssd()).expect("an SSD tier");
     let mut last = u64::MAX;
     while ssd.stats().written != last {
@@ -280,7 +280,7 @@ const CACHE_WORKER_ENV: &str = "BLOBHOUSE_CACHE_WORKER";
 async fn cache_worker() {
     let task: CacheTask = serde_json::from_str(&std::env::var(CACHE_WORKER_ENV).expect("run by a test")).unwrap();
     let cache = ssd_only(&task.cache_dir);
-    let e = Engine::open(&task.url, &task.store, with_cache(cache)).await.unwrap();
+    let e = Session::open(&task.url, &task.store, with_cache(cache)).await.unwrap();
     loop {
         for s in &task.statements {
             let r = run(&e, s).await;
@@ -408,7 +408,7 @@ async fn decoded_and_compressed_chunks_give_the_same_answers(b: Backend) {
         let db = loaded(b, &format!("cache-decoded-{name}")).await;
         let e = db.engine(with_cache(CacheOptions { memory: Some(64 << 20), decoded_max_ratio: ratio, ..CacheOptions::default() })).await;
         let mut got = Vec::new();
-        let round = async |e: &Engine, got: &mut Vec<Vec<String>>| {
+        let round = async |e: &Session, got: &mut Vec<Vec<String>>| {
             for q in queries {
                 let cold = lines(&run(e, q).await);
                 let warm = run(e, q).await;

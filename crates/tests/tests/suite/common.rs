@@ -2,7 +2,7 @@
 
 use std::sync::Arc;
 
-use blobhouse_engine::{Engine, EngineOptions, QueryResult};
+use blobhouse_engine::{EngineOptions, QueryResult, Session};
 use blobhouse_storage::{Location, StoreOptions, open_location};
 use blobhouse_testkit::{AuditStore, MinioServer};
 use datafusion::arrow::util::pretty::pretty_format_batches;
@@ -10,7 +10,7 @@ use datafusion::arrow::util::pretty::pretty_format_batches;
 /// Every read of a data object (`.parquet`) so far, from the audited store
 /// (object_store path) and the engine's download manager (S3 path): the
 /// object's path or URL and the range (`None` for an unbounded GET).
-pub fn data_reads(db: &TestDb, e: &Engine) -> Vec<(String, Option<std::ops::Range<u64>>)> {
+pub fn data_reads(db: &TestDb, e: &Session) -> Vec<(String, Option<std::ops::Range<u64>>)> {
     let mut out = Vec::new();
     for req in db.audit.requests() {
         if let blobhouse_testkit::Request::Get { path, range, .. } = req
@@ -82,11 +82,11 @@ impl TestDb {
 
     /// A new engine handle on the database (its own key leases and caches);
     /// its download manager (on S3) keeps a request log for [`data_reads`].
-    pub async fn engine(&self, mut options: EngineOptions) -> Engine {
+    pub async fn engine(&self, mut options: EngineOptions) -> Session {
         if let Some(dm) = options.download.as_mut() {
             dm.record_requests = true;
         }
-        Engine::open_location(self.location.clone(), self.store_options.clone(), options).await.expect("open engine")
+        Session::open_location(self.location.clone(), self.store_options.clone(), options).await.expect("open engine")
     }
 }
 
@@ -112,7 +112,7 @@ pub fn minio_options(minio: &MinioServer) -> StoreOptions {
 }
 
 /// Runs SQL that must succeed.
-pub async fn run(engine: &Engine, sql: &str) -> QueryResult {
+pub async fn run(engine: &Session, sql: &str) -> QueryResult {
     match engine.execute(sql).await {
         Ok(r) => r,
         Err(e) => panic!("{sql}\nfailed: {e}"),
@@ -120,7 +120,7 @@ pub async fn run(engine: &Engine, sql: &str) -> QueryResult {
 }
 
 /// Runs SQL that must fail, returning the error text.
-pub async fn fail(engine: &Engine, sql: &str) -> String {
+pub async fn fail(engine: &Session, sql: &str) -> String {
     match engine.execute(sql).await {
         Ok(r) => panic!("{sql}\nshould have failed but returned {} rows", r.rows()),
         Err(e) => e.to_string(),

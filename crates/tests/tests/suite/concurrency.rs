@@ -1,13 +1,13 @@
 //! Concurrent writers: every row present exactly once.
 
-use blobhouse_engine::{Engine, EngineOptions};
+use blobhouse_engine::{EngineOptions, Session};
 
 use crate::common::*;
 use crate::on_both_backends;
 
 on_both_backends!(concurrent_inserts_keep_every_row_exactly_once);
 
-async fn insert_many(e: &Engine, writer: u32, n: u32) {
+async fn insert_many(e: &Session, writer: u32, n: u32) {
     for i in 0..n {
         run(e, &format!("INSERT INTO c VALUES ({writer}, {i}), ({writer}, {})", i + 1000)).await;
     }

@@ -144,7 +144,7 @@ print("ok")
     .await;
     assert_ok(&out);
     // Both protocols see one database.
-    assert_eq!(scalar(&run(server.engine(), "SELECT count(*) AS n FROM ingested").await), "1");
+    assert_eq!(scalar(&run(&server.engine().connect(), "SELECT count(*) AS n FROM ingested").await), "1");
 }
 
 /// An autocommit ADBC connection with `run(query)` (for the shared
@@ -198,7 +198,7 @@ async fn flight_sql_over_tls_only_when_configured() {
     blobhouse_testbed::make_certificates(dir.path()).expect("openssl makes a CA and a certificate");
     let ca = std::fs::read_to_string(dir.path().join("ca.pem")).expect("the CA");
     let tls = TlsFiles { cert: dir.path().join("cert.pem"), key: dir.path().join("key.pem") };
-    let server = Server::start(db.engine(EngineOptions::default()).await, ServerOptions { tls: Some(tls), ..alice_on_loopback() }).await.expect("the TLS server starts");
+    let server = Server::start(db.engine(EngineOptions::default()).await.engine().clone(), ServerOptions { tls: Some(tls), ..alice_on_loopback() }).await.expect("the TLS server starts");
     let trusted = format!("\"adbc.flight.sql.client_option.tls_root_certs\": {ca:?}");
     let body = r#"
 with connect(autocommit=True) as c:

@@ -172,7 +172,7 @@ async fn a_damaged_version_or_a_missing_checkpoint_is_named_in_the_error() {
     run(&e, "INSERT INTO t VALUES (1)").await;
     let dir = std::path::PathBuf::from(&db.url);
     let bucket = dir.join("log/00000000000000000");
-    let open = || blobhouse_engine::Engine::open_location(db.location.clone(), db.store_options.clone(), EngineOptions::default());
+    let open = || blobhouse_engine::Session::open_location(db.location.clone(), db.store_options.clone(), EngineOptions::default());
 
     // Version 2 is a delta over checkpoint 1: without it, it cannot be read.
     let checkpoint = bucket.join("00000000000000000001.json");
@@ -190,13 +190,13 @@ async fn a_damaged_version_or_a_missing_checkpoint_is_named_in_the_error() {
     assert!(err.contains("corrupt object") && err.contains("00000000000000000002.json"), "{err}");
 }
 
-async fn readings_manifest(e: &blobhouse_engine::Engine) -> std::sync::Arc<blobhouse_storage::format::Manifest> {
+async fn readings_manifest(e: &blobhouse_engine::Session) -> std::sync::Arc<blobhouse_storage::format::Manifest> {
     let current = e.database().current();
     e.database().manifest(&current.tables["readings"]).await.unwrap()
 }
 
 /// Reads of the byte range `at` of some data object so far.
-fn reads_of(db: &TestDb, e: &blobhouse_engine::Engine, at: std::ops::Range<u64>) -> usize {
+fn reads_of(db: &TestDb, e: &blobhouse_engine::Session, at: std::ops::Range<u64>) -> usize {
     data_reads(db, e).into_iter().filter(|(_, r)| r.as_ref() == Some(&at)).count()
 }
 

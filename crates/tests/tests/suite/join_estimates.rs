@@ -10,7 +10,7 @@ use blobhouse_engine::EngineOptions;
 
 use crate::common::*;
 
-async fn orders_and_lineitem(name: &str) -> (TestDb, blobhouse_engine::Engine) {
+async fn orders_and_lineitem(name: &str) -> (TestDb, blobhouse_engine::Session) {
     let db = TestDb::new(Backend::Local, name);
     let e = db.engine(EngineOptions::default()).await;
     tpch::load_tables(&e, 0.01, &["orders", "lineitem"], Arc::new(|_, _, _| {})).await.expect("load orders and lineitem");

@@ -4,7 +4,7 @@
 
 use std::collections::BTreeSet;
 
-use blobhouse_engine::{Engine, EngineOptions};
+use blobhouse_engine::{EngineOptions, Session};
 use blobhouse_testkit::Request;
 
 use crate::common::*;
@@ -35,7 +35,7 @@ pub(crate) async fn stored(db: &TestDb) -> BTreeSet<String> {
 
 /// The store holds exactly what the newest version and the snapshots
 /// reference (`blobhouse_storage::gc::audit`).
-pub(crate) async fn assert_nothing_unreferenced(_db: &TestDb, e: &Engine, when: &str) {
+pub(crate) async fn assert_nothing_unreferenced(_db: &TestDb, e: &Session, when: &str) {
     let (missing, left) = blobhouse_storage::gc::audit(e.database()).await.unwrap();
     assert!(missing.is_empty(), "{when}: referenced but gone: {missing:?}");
     assert!(left.is_empty(), "{when}: unreferenced but left: {left:?}");
@@ -228,8 +228,8 @@ async fn concurrent_vacuums_writers_and_snapshot_readers(b: Backend) {
     run(&e, "CREATE TABLE t (w INT, i INT)").await;
     run(&e, "INSERT INTO t SELECT 0, CAST(v AS INT) FROM generate_series(1, 100) AS s(v)").await;
     run(&e, "CREATE SNAPSHOT base").await;
-    let writers: Vec<Engine> = futures::future::join_all((0..2).map(|_| db.engine(EngineOptions::default()))).await;
-    let vacuums: Vec<Engine> = futures::future::join_all((0..2).map(|_| db.engine(EngineOptions::default()))).await;
+    let writers: Vec<Session> = futures::future::join_all((0..2).map(|_| db.engine(EngineOptions::default()))).await;
+    let vacuums: Vec<Session> = futures::future::join_all((0..2).map(|_| db.engine(EngineOptions::default()))).await;
     let reader = db.engine(EngineOptions::default()).await;
     let stop = std::sync::atomic::AtomicBool::new(false);
     let read = async {
@@ -253,7 +253,7 @@ async fn concurrent_vacuums_writers_and_snapshot_readers(b: Backend) {
     assert!(deleted_data > 10, "the VACUUMs deleted {deleted_data} data objects and vectors");
 }
 
-async fn write(e: &Engine, w: i32) {
+async fn write(e: &Session, w: i32) {
     for i in 0..12 {
         run(e, &format!("INSERT INTO t VALUES ({w}, {i}), ({w}, {})", i + 100)).await;
         // The other writer's OPTIMIZE may rewrite the object first: then the
@@ -275,7 +275,7 @@ async fn write(e: &Engine, w: i32) {
     }
 }
 
-async fn vacuum(e: &Engine) {
+async fn vacuum(e: &Session) {
     for _ in 0..6 {
         // Conflicts between the two VACUUMs are re-planned inside.
         run(e, "VACUUM RETAIN '0 seconds'").await;

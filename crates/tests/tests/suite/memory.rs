@@ -7,7 +7,7 @@ use std::path::Path;
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
-use blobhouse_engine::{Engine, EngineOptions, QueryResult};
+use blobhouse_engine::{EngineOptions, QueryResult, Session};
 
 use crate::common::*;
 use crate::on_both_backends;
@@ -209,7 +209,7 @@ async fn scans_hold_their_row_groups_in_the_budget_and_fetch_less_ahead_under_a_
     assert!(free.memory.pool_peak >= 2 * per_group, "unlimited, the scan fetches ahead: {:?}, {per_group} B per row group", free.memory);
     let mut o = EngineOptions::default();
     o.memory_limit = Some(limit);
-    let tight: Engine = db.engine(o).await;
+    let tight: Session = db.engine(o).await;
     let held = run(&tight, sql).await;
     assert_eq!(rows(&held), rows(&free));
     assert!(held.memory.pool_peak <= (limit as u64) + per_group, "the scan stays within the limit of {limit} B: {:?}", held.memory);

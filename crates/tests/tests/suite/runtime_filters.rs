@@ -14,7 +14,7 @@ on_both_backends!(a_join_skips_the_row_groups_its_keys_exclude, a_selective_join
 /// lineitem at SF 0.01 in many row groups (generated in l_orderkey order),
 /// and an engine whose scans download no head start before they are read,
 /// so that everything after the first row group waits for the join's filter.
-async fn lineitem(b: Backend, name: &str) -> (TestDb, blobhouse_engine::Engine) {
+async fn lineitem(b: Backend, name: &str) -> (TestDb, blobhouse_engine::Session) {
     let db = TestDb::new(b, name);
     let mut options = small_chunks(4 << 10);
     options.scan.prefetch = 0;
@@ -25,7 +25,7 @@ async fn lineitem(b: Backend, name: &str) -> (TestDb, blobhouse_engine::Engine) 
 
 /// The same query without runtime filters (DataFusion's switch), for the
 /// answer and the bytes to compare with.
-async fn without_runtime_filters(e: &blobhouse_engine::Engine, sql: &str) -> blobhouse_engine::QueryResult {
+async fn without_runtime_filters(e: &blobhouse_engine::Session, sql: &str) -> blobhouse_engine::QueryResult {
     run(e, "SET datafusion.optimizer.enable_join_dynamic_filter_pushdown = false").await;
     let r = run(e, sql).await;
     run(e, "SET datafusion.optimizer.enable_join_dynamic_filter_pushdown = true").await;
@@ -86,7 +86,7 @@ async fn resetting_a_scan_drops_its_runtime_filters() {
     use datafusion::common::tree_node::TreeNodeRecursion;
     let (_db, e) = lineitem(Backend::Local, "rf-reset").await;
     run(&e, "CREATE TABLE wanted (k BIGINT NOT NULL)").await;
-    let mut plan = e.session().sql("SELECT l_quantity FROM lineitem JOIN wanted ON l_orderkey = k").await.unwrap().create_physical_plan().await.unwrap();
+    let mut plan = e.context().sql("SELECT l_quantity FROM lineitem JOIN wanted ON l_orderkey = k").await.unwrap().create_physical_plan().await.unwrap();
     let scan = loop {
         if plan.downcast_ref::<blobhouse_engine::BlobScanExec>().is_some()
             && datafusion::physical_plan::displayable(plan.as_ref()).one_line().to_string().contains("table=lineitem")

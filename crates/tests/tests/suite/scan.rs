@@ -24,7 +24,7 @@ on_both_backends!(
 );
 
 /// lineitem at SF 0.01 with small chunks, so it has many row groups.
-async fn lineitem(b: Backend, name: &str) -> (TestDb, blobhouse_engine::Engine, Arc<Manifest>) {
+async fn lineitem(b: Backend, name: &str) -> (TestDb, blobhouse_engine::Session, Arc<Manifest>) {
     let db = TestDb::new(b, name);
     let e = db.engine(small_chunks(4 << 10)).await;
     tpch::load_tables(&e, 0.01, &["lineitem"], Arc::new(|_, _, _| {})).await.expect("load lineitem");
@@ -96,7 +96,7 @@ async fn the_page_index_skips_pages_and_keeps_answers_and_row_ids(b: Backend) {
     let manifest = e.database().manifest(&current.tables["lineitem"]).await.unwrap();
     assert!(manifest.objects.iter().all(|o| o.page_index_at.is_some() && o.page_index.is_none()), "every object records where its page index lies");
     let rows: u64 = manifest.objects.iter().map(|o| o.rows).sum();
-    let index_reads = |e: &blobhouse_engine::Engine| {
+    let index_reads = |e: &blobhouse_engine::Session| {
         let at: Vec<std::ops::Range<u64>> = manifest.objects.iter().map(|o| o.page_index_at.unwrap().range()).collect();
         data_reads(&db, e).into_iter().filter(|(_, r)| r.as_ref().is_some_and(|r| at.contains(r))).count()
     };
@@ -203,7 +203,7 @@ async fn a_scan_nobody_reads_yet_downloads_only_a_head_start(b: Backend) {
     let largest_row_group = manifest.objects.iter().flat_map(|o| &o.row_groups).map(|rg| rg.columns.iter().map(|c| c.length).sum::<u64>()).max().unwrap();
     assert!(largest_row_group < 128 << 10, "row groups of {largest_row_group} bytes leave no room to tell a head start from a full budget");
 
-    let df = e.session().sql("SELECT * FROM lineitem").await.unwrap();
+    let df = e.context().sql("SELECT * FROM lineitem").await.unwrap();
     let task = Arc::new(df.task_ctx());
     let plan = df.create_physical_plan().await.unwrap();
     let streams: Vec<_> = (0..plan.properties().partitioning.partition_count()).map(|p| plan.execute(p, task.clone()).unwrap()).collect();
@@ -238,7 +238,7 @@ async fn the_scan_reports_zone_map_statistics(backend: Backend) {
     run(&e, "CREATE TABLE t (id BIGINT NOT NULL, name VARCHAR)").await;
     run(&e, "INSERT INTO t VALUES (5, 'b'), (1, NULL), (9, 'a')").await;
     run(&e, "INSERT INTO t VALUES (-3, 'c')").await;
-    let mut plan = e.session().sql("SELECT id, name FROM t").await.unwrap().create_physical_plan().await.unwrap();
+    let mut plan = e.context().sql("SELECT id, name FROM t").await.unwrap().create_physical_plan().await.unwrap();
     while plan.downcast_ref::<blobhouse_engine::BlobScanExec>().is_none() {
         plan = plan.children().first().map(|c| (*c).clone()).expect("a BlobScanExec under the plan");
     }

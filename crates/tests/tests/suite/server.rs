@@ -23,7 +23,7 @@ pub(crate) fn alice_on_loopback() -> ServerOptions {
 }
 
 pub(crate) async fn server(db: &TestDb) -> Server {
-    Server::start(db.engine(EngineOptions::default()).await, alice_on_loopback()).await.expect("the server starts")
+    Server::start(db.engine(EngineOptions::default()).await.engine().clone(), alice_on_loopback()).await.expect("the server starts")
 }
 
 /// Runs psql with `args` as alice (password from the environment), off the
@@ -150,8 +150,8 @@ print("ok")
 async fn sqlalchemys_inspector_lists_tables_and_columns_and_reflects_tables() {
     let db = TestDb::new(Backend::Local, "server-sqlalchemy");
     let server = server(&db).await;
-    run(server.engine(), "CREATE TABLE orders (id BIGINT NOT NULL, customer VARCHAR, total DECIMAL(12, 2), placed DATE)").await;
-    run(server.engine(), "CREATE TABLE customers (id INT, name VARCHAR)").await;
+    run(&server.engine().connect(), "CREATE TABLE orders (id BIGINT NOT NULL, customer VARCHAR, total DECIMAL(12, 2), placed DATE)").await;
+    run(&server.engine().connect(), "CREATE TABLE customers (id INT, name VARCHAR)").await;
     let script = format!(
         r#"
 import sqlalchemy as sa
@@ -190,7 +190,7 @@ async fn the_server_refuses_to_start_open_or_with_broken_tls() {
     let anywhere = "0.0.0.0:0".parse().expect("an address");
     for (pg_listen, flight_listen) in [(anywhere, None), (loopback, Some(anywhere))] {
         let open = ServerOptions { pg_listen, flight_listen, ..ServerOptions::new() };
-        match Server::start(db.engine(EngineOptions::default()).await, open).await {
+        match Server::start(db.engine(EngineOptions::default()).await.engine().clone(), open).await {
             Err(e @ ServerError::OpenWithoutUsers { .. }) => assert!(e.to_string().contains("0.0.0.0") && e.to_string().contains("127.0.0.1"), "{e}"),
             Err(e) => panic!("wrong error: {e}"),
             Ok(_) => panic!("an open server started (PostgreSQL on {pg_listen}, Flight SQL on {flight_listen:?})"),
@@ -204,7 +204,7 @@ async fn the_server_refuses_to_start_open_or_with_broken_tls() {
     let mut users = Users::new();
     users.add_password("alice", PASSWORD).expect("a valid user");
     let tls = ServerOptions { pg_listen: "127.0.0.1:0".parse().expect("an address"), users, tls: Some(TlsFiles { cert: cert.clone(), key }), ..ServerOptions::new() };
-    match Server::start(db.engine(EngineOptions::default()).await, tls).await {
+    match Server::start(db.engine(EngineOptions::default()).await.engine().clone(), tls).await {
         Err(e @ ServerError::Tls { .. }) => {
             let text = e.to_string();
             assert!((text.contains("server.crt") || text.contains("server.key")) && text.contains("does not start"), "{text}");
@@ -222,7 +222,7 @@ async fn tls_is_required_when_configured_and_never_faked() {
     blobhouse_testbed::make_certificates(dir.path()).expect("openssl makes a CA and a certificate");
     let ca = dir.path().join("ca.pem");
     let tls = TlsFiles { cert: dir.path().join("cert.pem"), key: dir.path().join("key.pem") };
-    let server = Server::start(db.engine(EngineOptions::default()).await, ServerOptions { tls: Some(tls), ..alice_on_loopback() }).await.expect("the TLS server starts");
+    let server = Server::start(db.engine(EngineOptions::default()).await.engine().clone(), ServerOptions { tls: Some(tls), ..alice_on_loopback() }).await.expect("the TLS server starts");
 
     // A client that verifies the certificate gets in, over TLS.
     let verified = format!("sslmode=verify-full sslrootcert={}", ca.display());
@@ -269,7 +269,7 @@ pub(crate) async fn tpch_answers_through(name: &str, client: &str) -> Server {
     let db = TestDb::new(Backend::Local, &format!("server-tpch-{name}"));
     let engine = db.engine(EngineOptions::default()).await;
     tpch::load(&engine, 0.01, std::sync::Arc::new(|_, _, _| {})).await.expect("load TPC-H");
-    let server = Server::start(engine, alice_on_loopback()).await.expect("the server starts");
+    let server = Server::start(engine.engine().clone(), alice_on_loopback()).await.expect("the server starts");
     let dir = tempfile::tempdir().expect("tempdir");
     let queries: Vec<String> = (1..=22).map(|q| tpch::query(q).to_string()).collect();
     std::fs::write(dir.path().join("queries.json"), serde_json::to_string(&queries).expect("json")).expect("write the queries");
@@ -394,11 +394,11 @@ pub(crate) async fn stop_through(name: &str, client: &str, how: Stop) {
     let options = EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() };
     let slow = [Toxic::new("slow", "bandwidth", 1.0, serde_json::json!({"rate": 32}))];
     let engine = crate::tpch::engine_through_proxy(&db, &format!("{how:?}-{name}").to_lowercase(), &slow, options).await;
-    let server = Server::start(engine, alice_on_loopback()).await.expect("the server starts");
+    let server = Server::start(engine.engine().clone(), alice_on_loopback()).await.expect("the server starts");
     let long = "SELECT sum(l_extendedprice * (1 - l_discount)), max(l_comment) FROM lineitem";
     // Planning the query (EXPLAIN runs nothing) keeps its objects' footers
     // and its columns' zone maps: those stay when it stops.
-    run(server.engine(), &format!("EXPLAIN {long}")).await;
+    run(&server.engine().connect(), &format!("EXPLAIN {long}")).await;
     let idle = server.engine().memory().reserved();
     let script = format!(
         r#"
@@ -466,7 +466,7 @@ print(run("SELECT 41 + 1")[0][0], flush=True)
         assert!(after.loops.cancelled > during.loops.cancelled, "the downloads were not stopped but finished: {after:?}");
         tokio::time::sleep(std::time::Duration::from_millis(500)).await;
         assert_eq!(downloads(&server).loops.received_bytes, after.loops.received_bytes, "bytes still arrive after the hang-up");
-        assert_eq!(run(server.engine(), "SELECT 41 + 1 AS answer").await.rows(), 1, "the server serves on");
+        assert_eq!(run(&server.engine().connect(), "SELECT 41 + 1 AS answer").await.rows(), 1, "the server serves on");
         return;
     }
     writeln!(stdin, "go").expect("tell the script to cancel");
@@ -516,7 +516,7 @@ async fn a_statement_over_the_memory_limit_fails_alone() {
         engine.memory().reserved() - engine.tiers().map_or(0, |t| t.reclaimable())
     };
     let idle = beyond_cache(&engine);
-    let server = Server::start(engine, alice_on_loopback()).await.expect("the server starts");
+    let server = Server::start(engine.engine().clone(), alice_on_loopback()).await.expect("the server starts");
     let script = format!(
         r#"
 import threading, psycopg

@@ -40,7 +40,7 @@ async fn malformed_messages_on_both_protocols_never_crash_the_server_or_disturb_
     }));
     let db = TestDb::new(Backend::Local, "server-fuzz");
     let server = server(&db).await;
-    run(server.engine(), "CREATE TABLE t AS SELECT * FROM (VALUES (1, 'a'), (2, 'b')) AS v(id, name)").await;
+    run(&server.engine().connect(), "CREATE TABLE t AS SELECT * FROM (VALUES (1, 'a'), (2, 'b')) AS v(id, name)").await;
     let (pg, flight) = (server.pg_addr(), server.flight_addr().expect("Flight SQL is served"));
 
     // The good client: one psycopg and one ADBC connection, a statement on
@@ -96,7 +96,7 @@ print(counts["ok"], counts["failed"], errors[:3], flush=True)
 
     assert_eq!(PANICS.load(std::sync::atomic::Ordering::Relaxed), 0, "seed {seed}: the protocol code panicked (see the messages above)");
     // Both listeners still serve, and the good client never failed.
-    let health = run(server.engine(), "SELECT count(*) FROM t").await;
+    let health = run(&server.engine().connect(), "SELECT count(*) FROM t").await;
     assert_eq!(scalar(&health), "2");
     writeln!(stdin, "stop").expect("tell the good client to stop");
     line.clear();

@@ -6,7 +6,7 @@
 use blobhouse_bench::answers::{Verdict, compare, parse_answer, result_rows};
 use blobhouse_bench::ssb;
 use blobhouse_engine::hybrid::PushdownMode;
-use blobhouse_engine::{CacheOptions, Engine, EngineOptions};
+use blobhouse_engine::{CacheOptions, EngineOptions, Session};
 use blobhouse_pushdown::NodeOptions;
 
 use crate::common::*;
@@ -36,7 +36,7 @@ fn queries() -> Vec<(&'static str, &'static str)> {
     ssb::QUERIES.iter().map(|q| (*q, ssb::query(q).unwrap())).chain([("3.4-wide", Q34_WIDE)]).collect()
 }
 
-async fn answers(e: &Engine) -> Vec<Vec<Vec<String>>> {
+async fn answers(e: &Session) -> Vec<Vec<Vec<String>>> {
     let mut all = Vec::new();
     for (q, sql) in queries() {
         let r = e.execute(sql).await.unwrap_or_else(|err| panic!("SSB Q{q}: {err}"));

@@ -21,7 +21,7 @@ async fn tpch_answers_match_the_official_answers(b: Backend) {
 }
 
 /// Runs the 22 queries at SF 0.01 and fails with every wrong answer listed.
-pub(crate) async fn assert_22_answers(e: &blobhouse_engine::Engine, context: &str) {
+pub(crate) async fn assert_22_answers(e: &blobhouse_engine::Session, context: &str) {
     let mut failures = Vec::new();
     for q in 1..=22 {
         match tpch::run_query(e, q, 0.01).await {
@@ -76,7 +76,7 @@ async fn tpch_answers_stay_exact_through_resets_truncations_and_stalls() {
 /// An engine on `db` (MinIO) whose data reads go through a toxiproxy of
 /// its own, shaped by `toxics`; the catalog and manifests go to MinIO
 /// directly.
-pub(crate) async fn engine_through_proxy(db: &TestDb, name: &str, toxics: &[blobhouse_testbed::Toxic], options: EngineOptions) -> blobhouse_engine::Engine {
+pub(crate) async fn engine_through_proxy(db: &TestDb, name: &str, toxics: &[blobhouse_testbed::Toxic], options: EngineOptions) -> blobhouse_engine::Session {
     let minio = blobhouse_testkit::MinioServer::shared();
     let tb = &minio.testbed;
     let port = blobhouse_testbed::process::free_port().unwrap();
@@ -91,7 +91,7 @@ pub(crate) async fn engine_through_proxy(db: &TestDb, name: &str, toxics: &[blob
     through_proxy.endpoint = Some(format!("http://127.0.0.1:{port}"));
     let signer = blobhouse_storage::open_location(&db.url, &through_proxy).unwrap().signer;
     assert!(signer.is_some());
-    blobhouse_engine::Engine::open_location(db.location.clone().with_signer(signer), db.store_options.clone(), options).await.unwrap()
+    blobhouse_engine::Session::open_location(db.location.clone().with_signer(signer), db.store_options.clone(), options).await.unwrap()
 }
 
 /// The object scheduler changes when bytes arrive and which partition
@@ -125,7 +125,7 @@ async fn tpch_answers_are_the_same_with_and_without_the_scheduler() {
 }
 
 /// The scheduler's decisions in the scans of `sql`.
-async fn last_scan_timeline(e: &blobhouse_engine::Engine, sql: &str) -> Vec<blobhouse_engine::Decision> {
+async fn last_scan_timeline(e: &blobhouse_engine::Session, sql: &str) -> Vec<blobhouse_engine::Decision> {
     run(e, sql).await.scheduler.into_iter().flat_map(|(_, d)| d).collect()
 }
 

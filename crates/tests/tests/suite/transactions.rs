@@ -3,7 +3,7 @@
 //! snapshot isolation forbids (lost update) and allows (write skew) —
 //! docs/transactions.md explains each.
 
-use blobhouse_engine::{Engine, EngineOptions};
+use blobhouse_engine::{EngineOptions, Session};
 use blobhouse_testkit::Request;
 
 use crate::common::*;
@@ -35,7 +35,7 @@ fn puts_and_deletes(db: &TestDb, from: usize) -> (Vec<String>, Vec<String>) {
     (puts, deletes)
 }
 
-async fn accounts(db: &TestDb) -> Engine {
+async fn accounts(db: &TestDb) -> Session {
     let e = db.engine(EngineOptions::default()).await;
     run(&e, "CREATE TABLE acc (id INT NOT NULL, bal BIGINT NOT NULL)").await;
     // One row per INSERT: each account in a data object of its own.
@@ -313,7 +313,7 @@ async fn killed_session_worker() {
     let (url, store): (String, blobhouse_storage::StoreOptions) = serde_json::from_str(&task).unwrap();
     let mut options = EngineOptions::default();
     options.key_block_ttl = std::time::Duration::from_millis(100);
-    let e = Engine::open(&url, &store, options).await.unwrap();
+    let e = Session::open(&url, &store, options).await.unwrap();
     run(&e, "BEGIN").await;
     run(&e, "INSERT INTO acc SELECT CAST(v AS INT), 1 FROM generate_series(100, 2000) AS t(v)").await;
     run(&e, "DELETE FROM acc WHERE id = 1").await;

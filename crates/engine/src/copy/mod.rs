@@ -4,15 +4,17 @@
 //! Loading is ours (DataFusion has no COPY … FROM). Export is ours too,
 //! with PostgreSQL's and DuckDB's syntax, because it must read the
 //! statement's transaction view and open any store URL the way `--db`
-//! does; DataFusion's writers do the writing. The statement is parsed
-//! with sqlparser's PostgreSQL dialect (its COPY grammar), the source is read
+//! does; DataFusion's writers do the writing. The statement is parsed by
+//! [`crate::parser`] with sqlparser's COPY grammar, the source is read
 //! with DataFusion's CSV or Parquet reader using the *table's* schema (CSV: no
 //! inference, so a malformed line is reported with its line number), and the
 //! rows are committed in one new table version, or not at all.
 
-use datafusion::sql::sqlparser::ast::{CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, Statement};
-use datafusion::sql::sqlparser::dialect::PostgreSqlDialect;
-use datafusion::sql::sqlparser::parser::Parser;
+mod run;
+
+pub(crate) use run::{copy_from, copy_to};
+
+use datafusion::sql::sqlparser::ast::{CopyLegacyCsvOption, CopyLegacyOption, CopyOption, CopySource, CopyTarget, ObjectName, Query, Statement};
 
 use std::io::BufRead;
 
@@ -48,49 +50,47 @@ pub struct CopyFrom {
 /// A parsed `COPY … TO` statement.
 #[derive(Debug, Clone, PartialEq, Eq)]
 pub struct CopyTo {
-    /// The query whose rows are exported (a table becomes `SELECT * FROM` it).
-    pub query: String,
+    /// What is exported: a query's rows or a table's.
+    pub query: CopyQuery,
     pub target: String,
     pub format: CopyFormat,
     pub header: bool,
     pub delimiter: u8,
 }
 
-/// Parses `sql` if it is a `COPY … FROM` statement; `Ok(None)` for anything else.
-pub fn parse_copy_from(sql: &str) -> Result<Option<CopyFrom>, EngineError> {
-    match parse_copy(sql)? {
-        Some(Copy::From(c)) => Ok(Some(c)),
+/// What `COPY … TO` exports.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum CopyQuery {
+    Table(ObjectName),
+    Query(Box<Query>),
+}
+
+#[cfg(test)]
+fn parse_copy_from(sql: &str) -> Result<Option<CopyFrom>, EngineError> {
+    match crate::parser::parse(sql, "generic", 50)?.statement {
+        crate::parser::Statement::CopyFrom(c) => Ok(Some(c)),
         _ => Ok(None),
     }
 }
 
-/// Parses `sql` if it is a `COPY … TO` statement; `Ok(None)` for anything else.
-pub fn parse_copy_to(sql: &str) -> Result<Option<CopyTo>, EngineError> {
-    match parse_copy(sql)? {
-        Some(Copy::To(c)) => Ok(Some(c)),
+#[cfg(test)]
+fn parse_copy_to(sql: &str) -> Result<Option<CopyTo>, EngineError> {
+    match crate::parser::parse(sql, "generic", 50)?.statement {
+        crate::parser::Statement::CopyTo(c) => Ok(Some(c)),
         _ => Ok(None),
     }
 }
 
-enum Copy {
+/// A COPY statement, either way.
+pub(crate) enum Copy {
     From(CopyFrom),
     To(CopyTo),
 }
 
-fn parse_copy(sql: &str) -> Result<Option<Copy>, EngineError> {
-    let trimmed = sql.trim_start();
-    if trimmed.len() < 4 || !trimmed[..4].eq_ignore_ascii_case("copy") {
-        return Ok(None);
-    }
-    let Ok(mut statements) = Parser::parse_sql(&PostgreSqlDialect {}, sql) else {
-        // Not our grammar (e.g. DataFusion's COPY … TO options): leave it to DataFusion.
-        return Ok(None);
-    };
-    if statements.len() != 1 {
-        return Ok(None);
-    }
-    let Statement::Copy { source, to, target, options, legacy_options, .. } = statements.remove(0) else {
-        return Ok(None);
+/// A parsed COPY statement as blobhouse runs it.
+pub(crate) fn from_ast(statement: Statement) -> Result<Copy, EngineError> {
+    let Statement::Copy { source, to, target, options, legacy_options, .. } = statement else {
+        return Err(EngineError::Unsupported(format!("'{statement}' is not a COPY statement")));
     };
     let verb = if to { "TO" } else { "FROM" };
     let bad = |message: String| EngineError::Unsupported(format!("COPY … {verb}: {message}"));
@@ -98,9 +98,9 @@ fn parse_copy(sql: &str) -> Result<Option<Copy>, EngineError> {
         (CopySource::Table { columns, .. }, _) if !columns.is_empty() => {
             return Err(bad("a column list is not supported; COPY (SELECT columns FROM t) TO … selects columns".into()));
         }
-        (CopySource::Table { table_name, .. }, true) => format!("SELECT * FROM {table_name}"),
-        (CopySource::Query(q), true) => q.to_string(),
-        (CopySource::Table { table_name, .. }, false) => table_name.to_string(),
+        (CopySource::Table { table_name, .. }, true) => CopyQuery::Table(table_name),
+        (CopySource::Query(q), true) => CopyQuery::Query(q),
+        (CopySource::Table { table_name, .. }, false) => CopyQuery::Table(table_name),
         (CopySource::Query(_), false) => return Err(bad("the target must be a table".into())),
     };
     let CopyTarget::File { filename } = target else {
@@ -169,11 +169,15 @@ fn parse_copy(sql: &str) -> Result<Option<Copy>, EngineError> {
         header = explicit_header && header;
     }
     if to {
-        return Ok(Some(Copy::To(CopyTo { query, target: filename, format, header, delimiter })));
+        return Ok(Copy::To(CopyTo { query, target: filename, format, header, delimiter }));
     }
-    let table = query.rsplit('.').next().unwrap_or_default().to_string();
-    let table = if table.starts_with('"') { table.trim_matches('"').to_string() } else { table.to_ascii_lowercase() };
-    Ok(Some(Copy::From(CopyFrom { table, source: filename, format, header, delimiter })))
+    let CopyQuery::Table(name) = query else { unreachable!("COPY … FROM reads into a table") };
+    let table = match name.0.last().and_then(|p| p.as_ident()) {
+        Some(id) if id.quote_style.is_some() => id.value.clone(),
+        Some(id) => id.value.to_ascii_lowercase(),
+        None => return Err(bad(format!("'{name}' is not a table name"))),
+    };
+    Ok(Copy::From(CopyFrom { table, source: filename, format, header, delimiter }))
 }
 
 fn ascii(c: char) -> Result<u8, String> {
@@ -369,9 +373,11 @@ mod tests {
         assert!(parse_copy_from("SELECT 1").unwrap().is_none());
         assert!(parse_copy_from("COPY t TO 'out.csv'").unwrap().is_none());
         let t = parse_copy_to("COPY (SELECT a FROM t WHERE a > 1) TO 's3://b/x' WITH (FORMAT csv, HEADER false)").unwrap().unwrap();
-        assert_eq!((t.query.as_str(), t.target.as_str(), t.format, t.header), ("SELECT a FROM t WHERE a > 1", "s3://b/x", CopyFormat::Csv, false));
+        assert!(matches!(&t.query, CopyQuery::Query(q) if q.to_string() == "SELECT a FROM t WHERE a > 1"));
+        assert_eq!((t.target.as_str(), t.format, t.header), ("s3://b/x", CopyFormat::Csv, false));
         let t = parse_copy_to("COPY t TO '/tmp/t.out'").unwrap().unwrap();
-        assert_eq!((t.query.as_str(), t.format), ("SELECT * FROM t", CopyFormat::Parquet));
+        assert!(matches!(&t.query, CopyQuery::Table(n) if n.to_string() == "t"));
+        assert_eq!(t.format, CopyFormat::Parquet);
         assert!(parse_copy_from("COPY t FROM 'a.csv' WITH (FORMAT orc)").is_err());
     }
 

@@ -1,0 +1,269 @@
+//! [`Engine`]: one open database and everything a process holds for it —
+//! the storage handle, the download manager, the memory budget, the
+//! caching tiers, the footer cache, the storage node's client and the
+//! DataFusion state every statement starts from. It is shared: every
+//! `Session` (a shell, a server connection, a benchmark's client) and,
+//! next, every cluster worker reads through the same one. Nothing in it
+//! belongs to one connection; that is the session's.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+
+use datafusion::catalog::{CatalogProvider, CatalogProviderList, MemoryCatalogProvider, MemoryCatalogProviderList};
+use datafusion::execution::context::SessionContext;
+use datafusion::execution::disk_manager::{DiskManagerBuilder, DiskManagerMode};
+use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+use datafusion::execution::session_state::{SessionState, SessionStateBuilder};
+use datafusion::prelude::SessionConfig;
+
+use blobhouse_io::DownloadManager;
+use blobhouse_storage::format::CatalogVersion;
+use blobhouse_storage::{Database, Location, StorageError, StoreOptions, open_location};
+
+use crate::memory::MemoryBudget;
+use crate::options::{CATALOG, COLLECT_LEFT_BYTES, sort_merge_reservation};
+use crate::provider::{BlobSchemaProvider, DML_SCHEMA, Scope};
+use crate::scan::MetadataCache;
+use crate::source::DataSource;
+use crate::time_travel::AsOf;
+use crate::{EngineError, EngineOptions, selectivity};
+
+/// An open database, shared by its sessions (cheap to clone).
+#[derive(Clone)]
+pub struct Engine {
+    shared: Arc<Shared>,
+}
+
+struct Shared {
+    db: Arc<Database>,
+    /// The DataFusion state sessions start from: configuration, runtime
+    /// (memory pool, spill directories), functions, optimizer rules, and
+    /// the schemas an embedder adds beside the tables.
+    base: SessionContext,
+    options: Arc<EngineOptions>,
+    store_options: StoreOptions,
+    source: DataSource,
+    memory: MemoryBudget,
+    /// The tables; each statement gets a copy bound to its [`Scope`].
+    tables: Arc<BlobSchemaProvider>,
+    pushdown: Option<Arc<crate::hybrid::Pushdown>>,
+}
+
+impl Engine {
+    /// Opens (creating if needed) the database at `url`.
+    pub async fn open(url: &str, store_options: &StoreOptions, options: EngineOptions) -> Result<Engine, EngineError> {
+        let loc = open_location(url, store_options)?;
+        Self::open_location(loc, store_options.clone(), options).await
+    }
+
+    /// Opens the database at an already-built location (tests wrap stores).
+    pub async fn open_location(loc: Location, store_options: StoreOptions, options: EngineOptions) -> Result<Engine, EngineError> {
+        let source = match (&options.download, &loc.signer) {
+            (Some(dm), Some(signer)) => {
+                let dm = DownloadManager::new(dm.clone()).map_err(EngineError::DownloadManager)?;
+                DataSource::managed(loc.store.clone(), dm, signer.clone())
+            }
+            _ => DataSource::store(loc.store.clone()),
+        };
+        let db = Database::open_with(loc, true, options.key_block_ttl).await?;
+        let options = Arc::new(options);
+        let mut config = SessionConfig::new()
+            .with_default_catalog_and_schema(CATALOG, "public")
+            .with_information_schema(true)
+            .with_target_partitions(options.target_partitions)
+            .with_batch_size(options.batch_size);
+        config.options_mut().execution.sort_spill_reservation_bytes = sort_merge_reservation(options.memory_limit);
+        // Join sides are chosen with our filter estimates ([`crate::selectivity`]).
+        config.options_mut().optimizer.use_statistics_registry = true;
+        // A hash table up to this size is built once and shared by all
+        // partitions (the probe side is then not repartitioned). DataFusion's
+        // 1 MiB default came from compressed sizes; in decoded bytes SF 10's
+        // `supplier` keys are 5 MiB, and sharing them made Q2, Q7 and Q11
+        // 25–40 % faster (docs/notes/2026-11-23-join-estimates.md).
+        config.options_mut().optimizer.hash_join_single_partition_threshold = COLLECT_LEFT_BYTES;
+        let memory = MemoryBudget::new(options.memory_limit);
+        let spill_mode = match &options.spill.dir {
+            Some(dir) => {
+                std::fs::create_dir_all(dir).map_err(|source| EngineError::SpillDir { dir: dir.clone(), source })?;
+                DiskManagerMode::Directories(vec![dir.clone()])
+            }
+            None => DiskManagerMode::OsTmpDirectory,
+        };
+        let runtime = RuntimeEnvBuilder::new()
+            .with_memory_pool(memory.pool())
+            .with_disk_manager_builder(DiskManagerBuilder::default().with_mode(spill_mode).with_max_temp_directory_size(options.spill.max_bytes));
+        let pushdown = match &options.pushdown {
+            Some(p) => Some(crate::hybrid::Pushdown::new(p.clone()).map_err(EngineError::Pushdown)?),
+            None => None,
+        };
+        let mut state = SessionStateBuilder::new()
+            .with_config(config)
+            .with_runtime_env(runtime.build_arc()?)
+            .with_default_features()
+            .with_statistics_registry(selectivity::registry());
+        if let Some(p) = &pushdown {
+            // Last, over the final plan: DataFusion's rules place the
+            // filters and split the aggregations first.
+            let mut rules = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
+            rules.push(Arc::new(crate::hybrid::HybridRule::new(p.clone())));
+            rules.push(Arc::new(crate::bloom_join::BloomRule::new(p.clone())));
+            state = state.with_physical_optimizer_rules(rules);
+        }
+        let base = SessionContext::new_with_state(state.build());
+        let tiers = crate::tiers::Tiers::new(&options.cache, options.memory_limit, &memory.pool(), options.requests.clone());
+        if let Some(t) = &tiers {
+            let weak: std::sync::Weak<dyn crate::memory::Reclaim> = Arc::downgrade(t) as std::sync::Weak<dyn crate::memory::Reclaim>;
+            memory.set_reclaimer(weak);
+            if t.ssd().is_some() {
+                db.observe_uploads(Arc::new(crate::tiers::WriteThrough { tiers: t.clone(), location: db.location().clone() }));
+            }
+        }
+        let source = source.with_tiers(tiers);
+        let metadata = Arc::new(MetadataCache::new(&memory.pool()));
+        db.account_caches_in(&memory.pool());
+        let tables = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), metadata, source.clone()));
+        base.catalog(CATALOG).expect("the default catalog exists").register_schema("public", tables.clone())?;
+        Ok(Engine { shared: Arc::new(Shared { db, base, options, store_options, source, memory, tables, pushdown }) })
+    }
+
+    /// The DataFusion context sessions start from. Embedders extend it
+    /// before connecting sessions: functions they register are callable in
+    /// every statement, and schemas they add to its default catalog (beside
+    /// `public`, the tables) are visible to every statement — how the
+    /// server adds PostgreSQL's `pg_catalog`.
+    pub fn base_context(&self) -> &SessionContext {
+        &self.shared.base
+    }
+
+    /// The storage handle.
+    pub fn database(&self) -> &Arc<Database> {
+        &self.shared.db
+    }
+
+    /// The options it was opened with.
+    pub fn options(&self) -> &EngineOptions {
+        &self.shared.options
+    }
+
+    /// The store options, for the other stores a statement opens (COPY).
+    pub(crate) fn store_options(&self) -> &StoreOptions {
+        &self.shared.store_options
+    }
+
+    /// The engine's memory budget (limit, what is reserved, peaks).
+    pub fn memory(&self) -> &MemoryBudget {
+        &self.shared.memory
+    }
+
+    /// The download manager reading this database's data, if any (stores
+    /// that presign to plain HTTP; see [`DataSource`]).
+    pub fn download_manager(&self) -> Option<&DownloadManager> {
+        self.shared.source.download_manager()
+    }
+
+    /// The caching tiers its scans consult, if any.
+    pub fn tiers(&self) -> Option<&Arc<crate::tiers::Tiers>> {
+        self.shared.source.tiers()
+    }
+
+    /// The storage node its scans push work to, if any.
+    pub fn pushdown(&self) -> Option<&Arc<crate::hybrid::Pushdown>> {
+        self.shared.pushdown.as_ref()
+    }
+
+    /// The directories spill files go to (created on first spill).
+    pub fn spill_dirs(&self) -> Vec<PathBuf> {
+        self.shared.base.runtime_env().disk_manager.temp_dir_paths()
+    }
+
+    /// Changes the memory limit of the running engine (what `SET
+    /// memory_limit` does) for every session: the budget, and what sorts
+    /// set aside for merging (taken per statement).
+    pub fn set_memory_limit(&self, limit: Option<usize>) {
+        self.shared.memory.set_limit(limit);
+    }
+
+    /// The tables, for the statements that read them directly (OPTIMIZE).
+    pub(crate) fn tables(&self) -> &Arc<BlobSchemaProvider> {
+        &self.shared.tables
+    }
+
+    /// A DataFusion context for one statement: `session`'s settings and
+    /// functions, the tables seen through `scope`, the past versions the
+    /// statement reads, and a memory pool of its own within the budget.
+    pub(crate) async fn statement_context(&self, session: &SessionState, scope: &Scope) -> Result<SessionContext, EngineError> {
+        let catalog = MemoryCatalogProvider::new();
+        let tables = &self.shared.tables;
+        catalog.register_schema("public", Arc::new(tables.scoped(scope.clone(), false))).expect("memory catalog registers");
+        catalog.register_schema(DML_SCHEMA, Arc::new(tables.scoped(scope.clone(), true))).expect("memory catalog registers");
+        // Schemas an embedder registered beside the tables (a server's
+        // pg_catalog) are seen by every statement.
+        let default_catalog = session.config().options().catalog.default_catalog.clone();
+        if let Some(base) = self.shared.base.catalog(&default_catalog) {
+            for name in base.schema_names().into_iter().filter(|n| n != "public" && n != DML_SCHEMA) {
+                if let Some(schema) = base.schema(&name) {
+                    catalog.register_schema(&name, schema).expect("memory catalog registers");
+                }
+            }
+        }
+        for at in &scope.past {
+            let version = self.past_version(scope, at).await?;
+            catalog.register_schema(&at.schema(), Arc::new(tables.at(version))).expect("memory catalog registers");
+        }
+        let catalogs = MemoryCatalogProviderList::new();
+        catalogs.register_catalog(default_catalog, Arc::new(catalog));
+        // The statement's operators take from the engine's budget through a
+        // pool of its own, so that one statement over its share of a spent
+        // budget fails rather than the others (memory::StatementPool).
+        let runtime = RuntimeEnvBuilder::from_runtime_env(session.runtime_env()).with_memory_pool(self.shared.memory.statement_pool()).build_arc()?;
+        let mut state = SessionStateBuilder::new_from_existing(session.clone()).with_catalog_list(Arc::new(catalogs)).with_runtime_env(runtime).build();
+        state.config_mut().options_mut().execution.sort_spill_reservation_bytes = sort_merge_reservation(self.shared.memory.limit());
+        Ok(SessionContext::new_with_state(state))
+    }
+
+    /// The number of the version `at` names, as `scope` sees the history.
+    pub(crate) async fn past_version_number(&self, scope: &Scope, at: &AsOf) -> Result<u64, EngineError> {
+        let v = match at {
+            AsOf::Version(v) => *v,
+            AsOf::Timestamp(ms) => self.shared.db.version_at(*ms).await?,
+            AsOf::Snapshot(name) => scope.view.snapshots.get(name).ok_or_else(|| StorageError::SnapshotNotFound(name.clone()))?.version,
+        };
+        if v < scope.view.gc.horizon && !scope.view.snapshots.values().any(|s| s.version == v) {
+            return Err(StorageError::VersionExpired { version: v, horizon: scope.view.gc.horizon }.into());
+        }
+        if v == 0 {
+            return Err(EngineError::Unsupported("version 0 is the empty database; versions start at 1 (SHOW VERSIONS lists them)".into()));
+        }
+        Ok(v)
+    }
+
+    /// The version `at` names, as committed: inside a transaction, the
+    /// version it started from is read without the transaction's changes.
+    pub(crate) async fn past_version(&self, scope: &Scope, at: &AsOf) -> Result<Arc<CatalogVersion>, EngineError> {
+        let v = self.past_version_number(scope, at).await?;
+        if v == scope.snapshot.version {
+            return Ok(scope.snapshot.clone());
+        }
+        Ok(Arc::new(self.shared.db.read_version(v).await?))
+    }
+
+    /// An object that a statement reading version `read` needed was gone:
+    /// when a VACUUM has since moved the horizon past `read`, say so (the
+    /// statement outlived the retention), rather than report a missing
+    /// object as if the database were damaged.
+    pub(crate) async fn explain_expiry<T>(&self, result: Result<T, EngineError>, read: u64) -> Result<T, EngineError> {
+        let Err(e) = result else { return result };
+        let text = e.to_string();
+        let missing = ["not found", "NotFound", "NoSuchKey", "404"].iter().any(|m| text.contains(m));
+        match self.shared.db.refresh().await {
+            Ok(now) if missing && now.gc.horizon > read => Err(EngineError::transaction(
+                crate::TxnRule::Expired,
+                format!(
+                    "this statement read version {read}, which a VACUUM expired while it ran (versions before {} are gone): run it again, and keep VACUUM's RETAIN longer than your longest statement or transaction ({text})",
+                    now.gc.horizon
+                ),
+            )),
+            _ => Err(e),
+        }
+    }
+}

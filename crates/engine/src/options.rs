@@ -1,0 +1,122 @@
+//! [`EngineOptions`]: how an engine is opened — writes, scans, memory,
+//! spill, caches and pushdown — and the DataFusion settings derived from them.
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use blobhouse_io::ManagerOptions;
+use blobhouse_storage::WriteOptions;
+
+use crate::chunks::RequestPolicy;
+use crate::memory;
+use crate::scheduler::SchedulerOptions;
+
+
+/// Engine settings.
+#[derive(Debug, Clone)]
+pub struct EngineOptions {
+    /// How new data objects are written.
+    pub write: WriteOptions,
+    /// How scans cut their reads into requests.
+    pub requests: RequestPolicy,
+    /// How scans pace their downloads (the object scheduler).
+    pub scan: SchedulerOptions,
+    /// Parallelism of query execution (default: the number of cores).
+    pub target_partitions: usize,
+    /// Rows per record batch in execution.
+    pub batch_size: usize,
+    /// The download manager for data reads from object stores; `None`
+    /// reads them through object_store.
+    pub download: Option<ManagerOptions>,
+    /// The engine's memory budget ([`crate::memory`]): everything big it
+    /// holds — query operators (hash tables, sorts, aggregates, repartition
+    /// queues), the scans' fetched-ahead row groups, decoded footers —
+    /// shares this many bytes. Beyond it operators spill where DataFusion
+    /// can, and otherwise the query fails with an error naming the largest
+    /// consumers, rather than the kernel killing the process. Default: half
+    /// the machine's memory; `None`: no limit (still accounted). Changed
+    /// at run time by `SET memory_limit = '4G'`.
+    pub memory_limit: Option<usize>,
+    /// Where operators spill, and how much.
+    pub spill: SpillOptions,
+    /// How long this engine hands out object keys from one declared key
+    /// block (`blobhouse_storage::keys`): crash recovery can collect a dead
+    /// engine's uploads only after that. Default 10 minutes.
+    pub key_block_ttl: Duration,
+    /// The caching tiers (`crate::tiers`): a memory tier of a quarter of
+    /// the memory limit by default, no SSD tier unless a directory is given.
+    pub cache: crate::tiers::CacheOptions,
+    /// The storage node scans push work to (`crate::hybrid`); `None`: no
+    /// pushdown.
+    pub pushdown: Option<crate::hybrid::PushdownOptions>,
+}
+
+/// The local directory that sorts, aggregations and sort-merge joins spill
+/// to when the memory limit is reached.
+#[derive(Debug, Clone)]
+pub struct SpillOptions {
+    /// Spill files go into a fresh subdirectory of this one, removed with
+    /// the engine; each file is deleted as soon as its operator is done or
+    /// dropped (a finished, failed or cancelled query leaves nothing).
+    /// `None`: the system's temporary directory.
+    pub dir: Option<PathBuf>,
+    /// Most bytes of spill files at once; a query that would spill more
+    /// fails with "Resources exhausted" naming the limit.
+    pub max_bytes: u64,
+}
+
+impl Default for SpillOptions {
+    fn default() -> Self {
+        SpillOptions { dir: None, max_bytes: 100 << 30 }
+    }
+}
+
+
+
+impl Default for EngineOptions {
+    fn default() -> Self {
+        EngineOptions {
+            write: WriteOptions::default(),
+            requests: RequestPolicy::default(),
+            scan: SchedulerOptions::default(),
+            target_partitions: std::thread::available_parallelism().map(|n| n.get()).unwrap_or(2),
+            batch_size: 8192,
+            download: Some(scan_download_options()),
+            memory_limit: Some(memory::default_limit()),
+            spill: SpillOptions::default(),
+            key_block_ttl: blobhouse_storage::keys::DEFAULT_BLOCK_TTL,
+            cache: crate::tiers::CacheOptions::default(),
+            pushdown: None,
+        }
+    }
+}
+
+/// The download manager as scans use it: the object scheduler decides the
+/// bytes each scan keeps in flight from the scan's own view of retrieval
+/// and processing, so the manager does not pace on top of it with its own
+/// latency model and link probe (two controllers in series: the manager's
+/// slow start held short queries to 16 requests for half a second). It
+/// still caps requests in flight and memory, hedges and retries.
+pub fn scan_download_options() -> ManagerOptions {
+    let mut o = ManagerOptions::default();
+    o.loop_options.concurrency = None;
+    o.loop_options.max_in_flight = 512;
+    o
+}
+
+/// Largest hash-join build side that is built once and shared by the
+/// partitions (see `Engine::open_location`).
+pub(crate) const COLLECT_LEFT_BYTES: usize = 8 << 20;
+
+/// The name of the database's DataFusion catalog (its tables are
+/// `blobhouse.public.name`): what PostgreSQL clients see as the database.
+pub const CATALOG: &str = "blobhouse";
+
+/// What each sort sets aside to merge its spill files: DataFusion's 10 MiB,
+/// less under a small limit (a 64th of it, at least 1 MiB). A sort-merge
+/// join sorts both inputs in every partition at once, so at 10 MiB each a
+/// 96 MiB limit had no room left to sort anything.
+pub(crate) fn sort_merge_reservation(limit: Option<usize>) -> usize {
+    const DATAFUSION_DEFAULT: usize = 10 << 20;
+    limit.map_or(DATAFUSION_DEFAULT, |l| (l / 64).clamp(1 << 20, DATAFUSION_DEFAULT))
+}

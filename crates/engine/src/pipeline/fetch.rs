@@ -1,0 +1,252 @@
+//! The fetcher of a running scan: downloads the scan's row groups as the
+//! object scheduler and the memory budget allow — from the caching tiers
+//! where they hold the chunks, else from the store — skips those the
+//! runtime filters exclude, and queues them in the order they arrive.
+
+use std::collections::VecDeque;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::Instant;
+
+use bytes::{Bytes, BytesMut};
+use datafusion::common::{DataFusionError, Result};
+use futures::StreamExt;
+use futures::stream::FuturesUnordered;
+use tokio::sync::mpsc;
+
+use crate::chunks::{FetchedChunks, Span};
+use crate::runtime_filter::RuntimeFilters;
+use crate::scan::ScanUnit;
+use crate::scheduler::Controller;
+use crate::source::DataSource;
+use crate::tiers::DecodedFills;
+use crate::zone_maps::ZoneMaps;
+
+use super::counters::{CpuSpan, ScanCounters};
+use super::{Arrived, Shared, UnitData};
+
+/// Downloads row groups as the scheduler allows and queues them as they
+/// arrive. Ends when all arrived, a download failed, or nobody listens.
+pub(super) async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource, shared: Arc<Shared>, tx: mpsc::UnboundedSender<Result<Arrived>>, cpu: Arc<CpuSpan>, mut skipper: Option<Skipper>) {
+    let start = Instant::now();
+    cpu.begin(&source);
+    let dm = source.download_manager().cloned();
+    let mut ctl = Controller::new(shared.opts.clone(), dm.as_ref().map_or(1, |d| d.threads()));
+    let counters = shared.counters.clone();
+    counters.timeline.lock().expect("not poisoned").clear();
+    let adaptive = shared.opts.adaptive;
+    let apply_threads = |n: usize| {
+        if let (Some(dm), true) = (&dm, adaptive) {
+            counters.loop_threads.set(dm.set_active_threads(n));
+        }
+    };
+    apply_threads(ctl.threads());
+    let mut running = FuturesUnordered::new();
+    let (mut epoch_start, mut peak, mut fetched) = (start, 0u64, 0u64);
+    let mut last_arrival = start;
+    loop {
+        while let Some(unit) = queue.front() {
+            if let Some(s) = &mut skipper
+                && !s.keeps(unit.index)
+            {
+                queue.pop_front();
+                counters.row_groups_skipped.add(1);
+                continue;
+            }
+            if !shared.may_start(&ctl, unit.bytes(), running.len()) {
+                break;
+            }
+            let unit = queue.pop_front().expect("peeked");
+            // Checked against the budget in may_start; held until the row
+            // group is decoded (Consumer) or the pipeline is dropped.
+            shared.reservation.grow(unit.bytes() as usize);
+            let in_flight = shared.in_flight.fetch_add(unit.bytes(), Ordering::Relaxed) + unit.bytes();
+            peak = peak.max(in_flight);
+            let (source, counters) = (source.clone(), shared.counters.clone());
+            running.push(async move {
+                let t = Instant::now();
+                let r = fetch_unit(&source, &unit, &counters).await;
+                (unit, r, t.elapsed())
+            });
+        }
+        if running.is_empty() && queue.is_empty() {
+            break;
+        }
+        let next_epoch = epoch_start + shared.opts.epoch;
+        tokio::select! {
+            Some((unit, result, took)) = running.next(), if !running.is_empty() => {
+                shared.in_flight.fetch_sub(unit.bytes(), Ordering::Relaxed);
+                counters.fetch_time.add_duration(took);
+                match result {
+                    Ok((data, from_store)) => {
+                        let bytes = unit.bytes();
+                        fetched += from_store;
+                        last_arrival = Instant::now();
+                        // The scheduler models the store: a unit the caches
+                        // served says nothing about its latency.
+                        if from_store > 0 {
+                            shared.epoch.retrieved.fetch_add(from_store, Ordering::Relaxed);
+                            shared.epoch.requests.fetch_add(1, Ordering::Relaxed);
+                            shared.epoch.request_nanos.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
+                        }
+                        shared.ready_bytes.fetch_add(bytes, Ordering::Relaxed);
+                        shared.ready_units.fetch_add(1, Ordering::Relaxed);
+                        if tx.send(Ok(Arrived { unit, data, at: last_arrival })).is_err() {
+                            break; // every partition is gone
+                        }
+                    }
+                    Err(e) => {
+                        let _ = tx.send(Err(e));
+                        break;
+                    }
+                }
+            }
+            _ = shared.space.notified() => {}
+            _ = tokio::time::sleep_until(next_epoch.into()) => {}
+        }
+        let now = Instant::now();
+        if now >= next_epoch {
+            if adaptive {
+                let decision = ctl.epoch(&shared.take_epoch(now - epoch_start), now - start);
+                if decision.threads != counters.loop_threads.value() {
+                    apply_threads(decision.threads);
+                }
+                counters.scheduler_epochs.add(1);
+                counters.timeline.lock().expect("not poisoned").push(decision);
+            }
+            epoch_start = now;
+        }
+    }
+    if adaptive {
+        // The last, partial epoch: recorded (a scan shorter than an epoch
+        // still shows what it saw), not acted on.
+        let now = Instant::now();
+        let decision = ctl.epoch(&shared.take_epoch(now - epoch_start), now - start);
+        counters.timeline.lock().expect("not poisoned").push(decision);
+    }
+    let secs = last_arrival.duration_since(start).as_secs_f64();
+    if secs > 0.0 {
+        counters.retrieval_mib_s.set((fetched as f64 / secs / (1 << 20) as f64).round() as usize);
+    }
+    counters.in_flight_peak_mib.set((peak >> 20) as usize);
+    counters.in_flight_target_mib.set((ctl.target_bytes() >> 20) as usize);
+    if let Some(dm) = &dm
+        && adaptive
+    {
+        // Other users of the manager start from all threads again.
+        dm.set_active_threads(dm.threads());
+    }
+    cpu.end(&source, counters.download_cpu.as_ref());
+}
+
+/// Decides, with the runtime filters as they are now, which row groups
+/// still need downloading.
+pub(super) struct Skipper {
+    pub(super) filters: RuntimeFilters,
+    pub(super) zone_maps: Arc<ZoneMaps>,
+    /// The filters' generation `keep` was computed for.
+    pub(super) generation: Option<u64>,
+    /// Per unit; `None`: every unit.
+    pub(super) keep: Option<Vec<bool>>,
+}
+
+impl Skipper {
+    fn keeps(&mut self, unit: usize) -> bool {
+        let generation = self.filters.generation();
+        if self.generation != Some(generation) {
+            self.generation = Some(generation);
+            // A filter that cannot be read prunes nothing: it is only an optimisation.
+            self.keep = self.filters.current().ok().flatten().map(|p| self.zone_maps.prune(p));
+        }
+        self.keep.as_ref().is_none_or(|k| k.get(unit).copied().unwrap_or(true))
+    }
+}
+
+/// A unit's column chunks: from the caching tiers where they have them,
+/// else from the store. Also returns the bytes that came from the store.
+async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> Result<(UnitData, u64)> {
+    let compressed = |chunks| FetchedChunks::new(chunks, unit.object.size, unit.object.display.clone());
+    let Some(tiers) = source.tiers() else {
+        let spans = fetch_spans(source, unit, &unit.spans, m).await?;
+        let from_store = spans.iter().map(|(_, b)| b.len() as u64).sum();
+        return Ok((UnitData { compressed: compressed(spans), decoded: Vec::new(), fills: None }, from_store));
+    };
+    let mut served = tiers.lookup(unit.segments().collect()).await;
+    // From here, admitted chunks that are not handed over are given back.
+    let mut fills = DecodedFills::new(tiers.clone(), std::mem::take(&mut served.to_decode));
+    m.memory_hits.add(served.memory_hits);
+    m.memory_bytes.add(served.memory_bytes as usize);
+    m.ssd_hits.add(served.ssd_hits);
+    m.ssd_bytes.add(served.ssd_bytes as usize);
+    m.cache_misses.add(served.missing.len() - served.routed_to_store);
+    m.routed_to_store.add(served.routed_to_store);
+    let planned: usize = unit.spans.iter().map(|s| s.requests.len()).sum();
+    let mut from_store = 0;
+    if !served.missing.is_empty() {
+        let spans = match served.missing.len() == unit.chunks.len() {
+            true => unit.spans.clone(),
+            false => tiers.requests_for(&served.missing),
+        };
+        let issued: usize = spans.iter().map(|s| s.requests.len()).sum();
+        m.gets_avoided.add(planned.saturating_sub(issued));
+        let started = Instant::now();
+        let fetched = match fetch_spans(source, unit, &spans, m).await {
+            Ok(f) => FetchedChunks::new(f, unit.object.size, unit.object.display.clone()),
+            Err(e) => {
+                tiers.failed(&served.missing);
+                return Err(e);
+            }
+        };
+        let mut for_tiers = Vec::with_capacity(served.missing.len());
+        for missing in std::mem::take(&mut served.missing) {
+            use parquet::file::reader::ChunkReader;
+            if missing.decode {
+                fills.push(missing.index, missing.key.clone());
+            }
+            let range = &missing.range;
+            let bytes = fetched.get_bytes(range.start, (range.end - range.start) as usize)?;
+            from_store += bytes.len() as u64;
+            served.chunks.push((range.start, bytes.clone()));
+            for_tiers.push((missing, bytes));
+        }
+        tiers.observe_store(from_store, started.elapsed());
+        tiers.fetched(&for_tiers);
+    } else {
+        m.gets_avoided.add(planned);
+    }
+    let fills = (!fills.is_empty()).then_some(fills);
+    Ok((UnitData { compressed: compressed(served.chunks), decoded: served.decoded, fills }, from_store))
+}
+
+/// Issues the range requests of `spans` (of `unit`'s object) concurrently
+/// and reassembles each span.
+async fn fetch_spans(source: &DataSource, unit: &ScanUnit, spans: &[Span], m: &ScanCounters) -> Result<Vec<(u64, Bytes)>> {
+    let object = &unit.object;
+    let requests: Vec<std::ops::Range<u64>> = spans.iter().flat_map(|s| s.requests.iter().cloned()).collect();
+    if requests.is_empty() {
+        return Ok(Vec::new());
+    }
+    // Counted when issued: a cancelled request was still paid for.
+    m.get_requests.add(requests.len());
+    let got = source.get_ranges(&object.path, &object.display, &requests).await.map_err(|e| DataFusionError::External(Box::new(e)))?;
+    let fetched = got.bytes;
+    m.bytes_fetched.add(fetched.iter().map(Bytes::len).sum());
+    m.retries.add(got.retries as usize);
+    m.hedged.add(got.hedged as usize);
+    m.first_byte_time.add_duration(got.first_byte);
+    let mut parts = fetched.into_iter();
+    let mut out = Vec::with_capacity(spans.len());
+    for span in spans {
+        let bytes = if span.requests.len() == 1 {
+            parts.next().expect("one part per request")
+        } else {
+            let mut buf = BytesMut::with_capacity((span.range.end - span.range.start) as usize);
+            for _ in &span.requests {
+                buf.extend_from_slice(&parts.next().expect("one part per request"));
+            }
+            buf.freeze()
+        };
+        out.push((span.range.start, bytes));
+    }
+    Ok(out)
+}

@@ -1,0 +1,212 @@
+//! The running scan: one fetcher downloads row groups under the object
+//! scheduler's budget; the query's partitions take whichever row group
+//! arrived first and decode it as they consume it.
+//!
+//! ```text
+//!  planned units ──► fetcher ──(≤ target bytes in flight, ≤ memory undelivered)──► download manager
+//!                       │ arrivals, in the order they complete
+//!                       ▼
+//!                 ready queue ──► partition 0: decode batch, hand on, decode …
+//!                             ──► partition 1: …
+//! ```
+//!
+//! Why one queue for all partitions: a slow request then delays only its
+//! own row group, never a partition that has other data to work on (the
+//! morsel-driven hand-off of Umbra). Why decode in the consumer's poll:
+//! decoding is part of processing, so the time between two polls of a
+//! partition is exactly what the scheduler needs to know about the query's
+//! speed, and only one row group per partition is ever decoded at a time.
+//!
+//! Memory: what a scan holds — bytes in flight, row groups downloaded and
+//! not yet taken, the row group each partition decodes — is a reservation
+//! in the engine's budget ([`crate::memory`]), named `BlobScan[table]`.
+//! A download starts only while the budget has room for it beyond a quarter
+//! of the limit kept for the operators, so scans shrink what they fetch
+//! ahead when hash tables and sorts need the memory, and the scheduler's
+//! own cap ([`SchedulerOptions::memory`]) is a per-scan ceiling within it.
+//! One row group may always be read, so a scan never stalls for good.
+//!
+//! Cancellation: dropping every partition stream (a LIMIT reached, an
+//! error elsewhere) drops the fetcher, whose pending downloads are then
+//! cancelled in the download manager.
+
+mod counters;
+mod decode;
+mod fetch;
+
+use std::sync::Arc;
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::time::{Duration, Instant};
+
+use datafusion::arrow::array::ArrayRef;
+use datafusion::common::Result;
+use datafusion::common::runtime::SpawnedTask;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation};
+use tokio::sync::{Notify, mpsc};
+
+use crate::chunks::FetchedChunks;
+use crate::runtime_filter::RuntimeFilters;
+use crate::scan::ScanUnit;
+use crate::scheduler::{Controller, EpochStats, SchedulerOptions};
+use crate::source::DataSource;
+use crate::tiers::DecodedFills;
+use crate::zone_maps::ZoneMaps;
+
+pub(crate) use counters::{CpuSpan, ScanCounters};
+use fetch::{Skipper, fetch_all};
+
+/// A downloaded row group waiting for a partition.
+struct Arrived {
+    unit: ScanUnit,
+    data: UnitData,
+    at: Instant,
+}
+
+/// A unit's column chunks as they came.
+struct UnitData {
+    /// Those in Parquet form, for the decoder.
+    compressed: FetchedChunks,
+    /// (index in the unit's chunks, array) of those the memory tier held
+    /// decoded.
+    decoded: Vec<(usize, ArrayRef)>,
+    /// Those the memory tier waits for decoded (their bytes are among
+    /// `compressed`).
+    fills: Option<DecodedFills>,
+}
+
+/// What the fetcher and the partitions share.
+struct Shared {
+    opts: SchedulerOptions,
+    partitions: usize,
+    in_flight: AtomicU64,
+    /// Downloaded, not yet taken by a partition.
+    ready_bytes: AtomicU64,
+    ready_units: AtomicUsize,
+    /// A partition took a row group (budget freed), or asked for data for
+    /// the first time (the prefetch limit lifted).
+    space: Notify,
+    /// Some partition has asked for data.
+    polled: AtomicBool,
+    epoch: EpochCounters,
+    counters: ScanCounters,
+    /// The engine's budget, and this scan's share of it: bytes in flight,
+    /// ready, and being decoded.
+    pool: Arc<dyn MemoryPool>,
+    reservation: MemoryReservation,
+}
+
+/// Of the engine's memory limit, the share scans may fill with data fetched
+/// ahead; the rest stays for the operators above them.
+const SCAN_SHARE_NUM: usize = 3;
+const SCAN_SHARE_DEN: usize = 4;
+
+/// The current epoch's statistics, as atomics (updated per batch).
+#[derive(Default)]
+struct EpochCounters {
+    retrieved: AtomicU64,
+    processed: AtomicU64,
+    processing_nanos: AtomicU64,
+    requests: AtomicU64,
+    request_nanos: AtomicU64,
+    /// Bit i: partition i (mod 64) consumed something.
+    partitions: AtomicU64,
+}
+
+impl Shared {
+    /// Whether a row group of `bytes` may start downloading now.
+    fn may_start(&self, ctl: &Controller, bytes: u64, running: usize) -> bool {
+        let in_flight = self.in_flight.load(Ordering::Relaxed);
+        let held = in_flight + self.ready_bytes.load(Ordering::Relaxed);
+        if !self.opts.adaptive {
+            // Fixed policy: one row group ahead per partition.
+            return running + self.ready_units.load(Ordering::Relaxed) < self.partitions;
+        }
+        // Until the query asks for this scan, only a head start.
+        let limit = if self.polled.load(Ordering::Relaxed) { self.opts.memory } else { self.opts.prefetch.min(self.opts.memory) };
+        // Always allow one, so a row group larger than the budget still runs.
+        (in_flight + bytes <= ctl.target_bytes() || in_flight == 0) && (held + bytes <= limit || held == 0) && (held == 0 || self.pool_has_room(bytes))
+    }
+
+    /// Whether the engine's budget has room for `bytes` more of fetched-ahead
+    /// data, leaving the operators their share of the limit.
+    fn pool_has_room(&self, bytes: u64) -> bool {
+        match self.pool.memory_limit() {
+            MemoryLimit::Finite(limit) => self.pool.reserved().saturating_add(bytes as usize) <= limit / SCAN_SHARE_DEN * SCAN_SHARE_NUM,
+            MemoryLimit::Infinite | MemoryLimit::Unknown => true,
+        }
+    }
+
+    fn processed(&self, partition: usize, bytes: u64, busy: Duration) {
+        self.epoch.processed.fetch_add(bytes, Ordering::Relaxed);
+        self.epoch.processing_nanos.fetch_add(busy.as_nanos() as u64, Ordering::Relaxed);
+        self.epoch.partitions.fetch_or(1 << (partition % 64), Ordering::Relaxed);
+    }
+
+    fn take_epoch(&self, elapsed: Duration) -> EpochStats {
+        let e = &self.epoch;
+        EpochStats {
+            elapsed,
+            retrieved_bytes: e.retrieved.swap(0, Ordering::Relaxed),
+            processed_bytes: e.processed.swap(0, Ordering::Relaxed),
+            processing_time: Duration::from_nanos(e.processing_nanos.swap(0, Ordering::Relaxed)),
+            partitions: e.partitions.swap(0, Ordering::Relaxed).count_ones() as usize,
+            requests: e.requests.swap(0, Ordering::Relaxed),
+            request_time: Duration::from_nanos(e.request_nanos.swap(0, Ordering::Relaxed)),
+        }
+    }
+}
+
+/// What a scan hands to [`Pipeline::start`].
+pub(crate) struct ScanToRun<'a> {
+    pub table: &'a str,
+    pub units: Vec<ScanUnit>,
+    /// The caching tiers already saw this access (a hybrid scan told them).
+    pub tiers_planned: bool,
+    pub partitions: usize,
+    pub source: DataSource,
+    pub opts: SchedulerOptions,
+    pub counters: ScanCounters,
+    pub cpu: Arc<CpuSpan>,
+    /// With them, row groups the runtime filters exclude by their zone
+    /// maps are skipped when their turn to download comes.
+    pub runtime: Option<(RuntimeFilters, Arc<ZoneMaps>)>,
+}
+
+/// One execution of a scan: the fetcher and the queue its partitions read.
+pub(crate) struct Pipeline {
+    shared: Arc<Shared>,
+    ready: tokio::sync::Mutex<mpsc::UnboundedReceiver<Result<Arrived>>>,
+    /// Dropping it aborts the fetcher and so cancels its downloads.
+    _fetcher: SpawnedTask<()>,
+}
+
+impl Pipeline {
+    /// Starts downloading the scan's units (in plan order) for its
+    /// partitions, in `pool`.
+    pub fn start(scan: ScanToRun<'_>, pool: &Arc<dyn MemoryPool>) -> Pipeline {
+        let ScanToRun { table, units, tiers_planned, partitions, source, opts, counters, cpu, runtime } = scan;
+        let reservation = MemoryConsumer::new(format!("BlobScan[{table}]")).register(pool);
+        let shared = Arc::new(Shared {
+            opts,
+            partitions: partitions.max(1),
+            in_flight: AtomicU64::new(0),
+            ready_bytes: AtomicU64::new(0),
+            ready_units: AtomicUsize::new(0),
+            space: Notify::new(),
+            polled: AtomicBool::new(false),
+            epoch: EpochCounters::default(),
+            counters,
+            pool: pool.clone(),
+            reservation,
+        });
+        if let Some(tiers) = source.tiers().filter(|_| !tiers_planned) {
+            // The scan's access, for the tiers' policies (one scan = one access).
+            let keys: Vec<(blobhouse_cache::SegmentKey, crate::tiers::DecodedSize)> = units.iter().flat_map(ScanUnit::segments).collect();
+            tiers.plan(&keys);
+        }
+        let (tx, rx) = mpsc::unbounded_channel();
+        let skipper = runtime.map(|(filters, zone_maps)| Skipper { filters, zone_maps, generation: None, keep: None });
+        let fetcher = SpawnedTask::spawn(fetch_all(units.into(), source, shared.clone(), tx, cpu, skipper));
+        Pipeline { shared, ready: tokio::sync::Mutex::new(rx), _fetcher: fetcher }
+    }
+}

@@ -1,0 +1,171 @@
+//! Queries and EXPLAIN, and every other statement DataFusion plans: the
+//! plan decides what it is (a query's rows, a CREATE or DROP TABLE for
+//! [`crate::ddl`], a DESCRIBE, a `SET datafusion.…`), and a query is
+//! planned down to its physical plan and run — collected, or streamed.
+
+use std::sync::Arc;
+use std::time::Instant;
+
+use datafusion::arrow::array::{ArrayRef, RecordBatch, StringArray};
+use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::common::DataFusionError;
+use datafusion::dataframe::DataFrame;
+use datafusion::execution::context::SessionContext;
+use datafusion::logical_expr::{DdlStatement, DescribeTable, LogicalPlan, Statement};
+use datafusion::physical_plan::{ExecutionPlan, collect, execute_stream};
+use datafusion::sql::parser::Statement as DFStatement;
+
+use crate::env::Env;
+use crate::result::{MemoryUse, QueryResult, RowStream, count_result, empty_result};
+use crate::scan::{collect_scan_metrics, collect_scheduler_timelines};
+use crate::EngineError;
+
+/// What `SHOW TABLES` runs: the database's tables, not the catalogs and
+/// views DataFusion and the server add beside them.
+pub(crate) const SHOW_TABLES: &str = "SELECT table_name AS name FROM information_schema.tables WHERE table_schema = 'public' ORDER BY table_name";
+
+/// A query planned down to the physical plan, ready to run.
+pub(crate) struct Planned {
+    task: Arc<datafusion::execution::TaskContext>,
+    physical: Arc<dyn ExecutionPlan>,
+}
+
+/// Plans `statement` in `ctx` down to the physical plan when it is a
+/// plain query (its plan reads and returns rows, nothing else); `None`
+/// otherwise.
+pub(crate) async fn plan_query(ctx: &SessionContext, statement: DFStatement) -> Result<Option<Planned>, EngineError> {
+    let plan = ctx.state().statement_to_plan(statement).await?;
+    if matches!(
+        plan,
+        LogicalPlan::Ddl(_) | LogicalPlan::Dml(_) | LogicalPlan::Statement(_) | LogicalPlan::DescribeTable(_) | LogicalPlan::Copy(_) | LogicalPlan::Explain(_) | LogicalPlan::Analyze(_)
+    ) {
+        return Ok(None);
+    }
+    let df = ctx.execute_logical_plan(plan).await?;
+    Ok(Some(plan_physical(df).await?))
+}
+
+/// Runs a statement DataFusion plans, in the statement's scope.
+/// `session` is the session's own context, where `SET datafusion.…` lands.
+pub(crate) async fn run(env: &Env<'_>, statement: DFStatement, session: &SessionContext) -> Result<QueryResult, EngineError> {
+    let started = env.started;
+    let plan = env.ctx.state().statement_to_plan(statement).await?;
+    match plan {
+        LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
+            let rows = crate::ddl::create_table(env, create).await?;
+            Ok(count_result(rows, started))
+        }
+        LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
+            crate::ddl::drop_table(env, &drop).await?;
+            Ok(empty_result(started))
+        }
+        LogicalPlan::Ddl(other) => Err(EngineError::Unsupported(format!(
+            "{} is not supported yet; blobhouse supports CREATE TABLE [AS SELECT], DROP TABLE, INSERT, DELETE, UPDATE, COPY … FROM and queries",
+            other.name()
+        ))),
+        LogicalPlan::DescribeTable(describe) => Ok(describe_result(&describe, started)),
+        plan @ LogicalPlan::Statement(Statement::SetVariable(_) | Statement::ResetVariable(_)) => {
+            // DataFusion's settings are the session's: they outlive the statement.
+            session.execute_logical_plan(plan).await?.collect().await?;
+            Ok(empty_result(started))
+        }
+        plan => {
+            let analyze = matches!(plan, LogicalPlan::Analyze(_));
+            let df = env.ctx.execute_logical_plan(plan).await?;
+            let mut result = run_planned(plan_physical(df).await?, started).await?;
+            if analyze {
+                // EXPLAIN ANALYZE: one more row with what the query held.
+                record_memory(env.engine, &mut result);
+                let text = result.memory.describe();
+                append_explain_row(&mut result, "Memory", &text);
+                if let Some(cache) = result.scan.cache_summary() {
+                    append_explain_row(&mut result, "Cache", &cache);
+                }
+            }
+            Ok(result)
+        }
+    }
+}
+
+/// Fills in what the statement held: the budget's and the process's peaks.
+pub(crate) fn record_memory(engine: &crate::Engine, result: &mut QueryResult) {
+    result.memory.pool_peak = engine.memory().peak() as u64;
+    result.memory.limit = engine.memory().limit().map(|l| l as u64);
+    result.memory.rss_peak = crate::memory::process_memory().map(|m| m.peak_rss);
+}
+
+pub(crate) async fn plan_physical(df: DataFrame) -> Result<Planned, DataFusionError> {
+    let task = Arc::new(df.task_ctx());
+    let physical = df.create_physical_plan().await?;
+    Ok(Planned { task, physical })
+}
+
+/// Starts a planned query; its rows come as they are computed.
+pub(crate) fn stream_planned(planned: Planned) -> Result<RowStream, EngineError> {
+    let Planned { task, physical } = planned;
+    let schema = physical.schema();
+    let batches = execute_stream(physical, task)?;
+    Ok(RowStream { schema, batches })
+}
+
+/// Runs a planned query to the end; what came before it (planning, and
+/// finding the newest version) counts as its planning time.
+pub(crate) async fn run_planned(planned: Planned, started: Instant) -> Result<QueryResult, DataFusionError> {
+    let Planned { task, physical } = planned;
+    let planning = started.elapsed();
+    let schema = physical.schema();
+    let batches = collect(physical.clone(), task).await?;
+    let (spilled_bytes, spills) = spill_totals(&physical);
+    Ok(QueryResult {
+        schema,
+        batches,
+        scan: collect_scan_metrics(&physical),
+        elapsed: started.elapsed(),
+        planning,
+        scheduler: collect_scheduler_timelines(&physical),
+        memory: MemoryUse { spilled_bytes, spills, ..MemoryUse::default() },
+        pushdown: crate::hybrid::collect_pushdown(&physical),
+        notices: Vec::new(),
+        rolled_back: false,
+    })
+}
+
+/// Bytes spilled and spill files written by every operator of an executed plan.
+fn spill_totals(plan: &Arc<dyn ExecutionPlan>) -> (u64, u64) {
+    let (mut bytes, mut count) = plan.metrics().map_or((0, 0), |m| (m.spilled_bytes().unwrap_or(0) as u64, m.spill_count().unwrap_or(0) as u64));
+    for child in plan.children() {
+        let (b, c) = spill_totals(child);
+        bytes += b;
+        count += c;
+    }
+    (bytes, count)
+}
+
+/// What each sort sets aside to merge its spill files: DataFusion's 10 MiB,
+/// less under a small limit (a 64th of it, at least 1 MiB). A sort-merge
+/// join sorts both inputs in every partition at once, so at 10 MiB each a
+/// 96 MiB limit had no room left to sort anything.
+
+/// names (`INTEGER`, `VARCHAR`) rather than Arrow's (`Int32`, `Utf8View`).
+fn describe_result(describe: &DescribeTable, started: Instant) -> QueryResult {
+    let schema: SchemaRef = Arc::new(describe.output_schema.as_arrow().clone());
+    let fields = describe.schema.fields();
+    let names: Vec<&str> = fields.iter().map(|f| f.name().as_str()).collect();
+    let types: Vec<String> = fields.iter().map(|f| crate::types::sql_type_name(f.data_type())).collect();
+    let nullable: Vec<&str> = fields.iter().map(|f| if f.is_nullable() { "YES" } else { "NO" }).collect();
+    let columns: Vec<ArrayRef> = vec![Arc::new(StringArray::from(names)), Arc::new(StringArray::from(types)), Arc::new(StringArray::from(nullable))];
+    let batch = RecordBatch::try_new(schema.clone(), columns).expect("DESCRIBE's output schema is three strings");
+    QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) }
+}
+
+/// Adds a row to EXPLAIN ANALYZE's (plan_type, plan) output.
+fn append_explain_row(result: &mut QueryResult, plan_type: &str, text: &str) {
+    let columns: Result<Vec<ArrayRef>, _> = [plan_type, text]
+        .iter()
+        .zip(result.schema.fields())
+        .map(|(v, f)| datafusion::arrow::compute::cast(&StringArray::from(vec![*v]), f.data_type()))
+        .collect();
+    if let Ok(batch) = columns.and_then(|c| RecordBatch::try_new(result.schema.clone(), c)) {
+        result.batches.push(batch);
+    }
+}
