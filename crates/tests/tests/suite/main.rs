@@ -23,5 +23,6 @@ mod server_clients;
 mod server_fuzz;
 mod sql;
 mod ssb;
+mod time_travel;
 mod tpch;
 mod transactions;
