@@ -96,15 +96,10 @@ impl Session {
         self.values().statement_timeout()
     }
 
-    /// Starts the session's settings for `user` with a client's startup
-    /// parameters; a parameter it cannot honour is an error.
-    pub fn start(&self, user: &str, parameters: &[(String, String)]) -> Result<(), EngineError> {
-        let mut values = Values::for_user(user);
-        for (name, value) in parameters {
-            values.startup(name, value)?;
-        }
+    /// Replaces the session's settings: a server starts each connection's
+    /// from its login ([`Values::for_user`], [`Values::startup`]).
+    pub fn set_settings(&self, values: Values) {
         *self.values() = values;
-        Ok(())
     }
 
     /// Parses `sql` in the session's dialect, with its settings read in.

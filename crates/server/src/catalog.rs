@@ -452,7 +452,7 @@ fn settings_table(statement: &mut datafusion::sql::sqlparser::ast::Statement) {
                 && name.0.last().is_some_and(|p| p.to_string().eq_ignore_ascii_case("pg_settings"))
             {
                 let quoted = |s: &str| format!("'{}'", s.replace('\'', "''"));
-                let rows: Vec<String> = crate::settings::defaults()
+                let rows: Vec<String> = blobhouse_engine::settings::session_defaults()
                     .into_iter()
                     .map(|(name, value, description)| format!("({}, {}, CAST(NULL AS TEXT), 'blobhouse', {}, 'user', 'string', 'default', {}, {})", quoted(name), quoted(&value), quoted(description), quoted(&value), quoted(&value)))
                     .collect();

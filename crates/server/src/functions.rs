@@ -138,7 +138,7 @@ fn serial_sequence() -> ScalarUDF {
 
 /// `current_setting(name)`: a run-time parameter's default value (the
 /// server replaces calls with a literal name by the connection's own
-/// value before planning: `settings::inline_current_setting`); an unknown
+/// value before planning: the engine inlines `current_setting`); an unknown
 /// name is an error, as in PostgreSQL.
 fn current_setting() -> ScalarUDF {
     let answer: ScalarFunctionImplementation = Arc::new(move |args| {
@@ -149,7 +149,8 @@ fn current_setting() -> ScalarUDF {
             .iter()
             .map(|name| {
                 let Some(name) = name else { return Ok(None) };
-                crate::settings::Settings::new("").get(name).map(Some).ok_or_else(|| datafusion::error::DataFusionError::Execution(crate::settings::unknown(name).message))
+                let setting = blobhouse_engine::settings::lookup(name).filter(|s| s.scope == blobhouse_engine::settings::Scope::Session);
+                setting.map(|s| Some(s.default.to_string())).ok_or_else(|| datafusion::error::DataFusionError::Execution(format!("unrecognized configuration parameter \"{name}\"")))
             })
             .collect::<datafusion::error::Result<StringArray>>()?;
         shaped_like(args, Arc::new(values))

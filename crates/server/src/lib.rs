@@ -6,8 +6,9 @@
 //! PostgreSQL wire protocol (`pg`, on pgwire) and Arrow Flight SQL
 //! (`flight`, on arrow-flight and tonic) — plus what they share: the
 //! statement runner (`exec`), users ([`auth`]), TLS ([`tls`]) and metrics;
-//! for PostgreSQL also its startup (`login`), its run-time parameters
-//! (`settings`) and the encoding of results (`respond`).
+//! for PostgreSQL also its startup (`login`) and the encoding of results
+//! (`respond`). Run-time parameters (SET, SHOW, `statement_timeout`) are the
+//! engine session's, from the engine's one registry of settings.
 //! It never falls back to plaintext and never starts on a non-loopback
 //! address without users.
 
@@ -24,7 +25,7 @@ mod metrics;
 mod params;
 mod pg;
 mod respond;
-mod settings;
+
 pub mod tls;
 
 use std::net::SocketAddr;

@@ -29,7 +29,7 @@ use pgwire::error::{ErrorInfo, PgWireError, PgWireResult};
 use pgwire::messages::startup::PasswordMessageFamily;
 use pgwire::messages::{PgWireBackendMessage, PgWireFrontendMessage};
 
-use crate::settings::Settings;
+use blobhouse_engine::settings::Values as Settings;
 
 /// Set on a connection once its login succeeded, with the parameters its
 /// startup asked for; a connection without it runs no statement.
@@ -43,7 +43,7 @@ pub(crate) struct LoggedIn {
 /// name=value`, `--name=value`) each on its own.
 pub(crate) fn startup_settings(metadata: &HashMap<String, String>) -> Result<Settings, ErrorInfo> {
     let user = metadata.get(pgwire::api::METADATA_USER).cloned().unwrap_or_default();
-    let mut settings = Settings::new(&user);
+    let mut settings = Settings::for_user(&user);
     let mut pairs: Vec<(String, String)> = Vec::new();
     for (key, value) in metadata {
         match key.as_str() {
@@ -55,7 +55,7 @@ pub(crate) fn startup_settings(metadata: &HashMap<String, String>) -> Result<Set
     pairs.sort();
     for (name, value) in pairs {
         if let Err(e) = settings.startup(&name, &value) {
-            return Err(ErrorInfo::new("FATAL".into(), e.sqlstate.into(), format!("{} (in the connection's startup parameters)", e.message)));
+            return Err(ErrorInfo::new("FATAL".into(), e.sqlstate().into(), format!("{e} (in the connection's startup parameters)")));
         }
     }
     Ok(settings)
@@ -88,7 +88,7 @@ impl ServerParameterProvider for Parameters {
     where
         C: ClientInfo,
     {
-        let settings = startup_settings(client.metadata()).unwrap_or_else(|_| Settings::new(client.metadata().get(pgwire::api::METADATA_USER).map_or("", String::as_str)));
+        let settings = startup_settings(client.metadata()).unwrap_or_else(|_| Settings::for_user(client.metadata().get(pgwire::api::METADATA_USER).map_or("", String::as_str)));
         let mut out: HashMap<String, String> = settings.reported().into_iter().map(|(k, v)| (k.to_string(), v)).collect();
         out.insert("server_version".into(), format!("16.0 (blobhouse {})", env!("CARGO_PKG_VERSION")));
         out.insert("in_hot_standby".into(), "off".into());

@@ -4,18 +4,18 @@
 //! query, portals, cancel); datafusion-postgres's handlers share one
 //! DataFusion context among all connections and hand SQL to DataFusion
 //! directly, so blobhouse has its own: each connection that logged in
-//! (`login`) gets an [`Engine::connect`] session (its own settings and
-//! transaction) and PostgreSQL's run-time parameters (`settings`), kept in
-//! the connection's session extensions, and every statement goes through
-//! `Engine::execute` — DDL, DML, COPY, time travel and transactions
-//! included. Results are encoded by `respond`.
+//! (`login`) gets an [`Engine::connect`] session — its own settings
+//! (PostgreSQL's run-time parameters, started from the login's startup
+//! parameters) and transaction — kept in the connection's session
+//! extensions, and every statement goes through `Session::execute` — SET
+//! and SHOW, DDL, DML, COPY, time travel and transactions included.
+//! Results are encoded by `respond`.
 
 use std::collections::HashMap;
 use std::fmt::Debug;
 use std::sync::Arc;
 
 use async_trait::async_trait;
-use datafusion::arrow::array::RecordBatch;
 use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
 use futures::{Sink, SinkExt, StreamExt, stream};
 use pgwire::api::auth::StartupHandler;
@@ -50,14 +50,12 @@ use crate::login::{LoggedIn, Parameters, Startup};
 use crate::metrics::Metrics;
 use crate::params;
 use crate::respond::{CommandKind, error_info, failure_info, fields, respond, rows, streamed, wire_schema};
-use crate::settings::{self, Outcome, Settings};
 
 /// A connection's engine session, its parameters and its COPY … FROM
 /// STDIN in progress.
 struct Session {
     engine: Arc<EngineSession>,
     user: String,
-    settings: std::sync::Mutex<Settings>,
     spool: std::sync::Mutex<Option<Spool>>,
     /// Open SQL cursors by name (held across awaits: one connection's
     /// statements run one at a time).
@@ -92,11 +90,6 @@ impl Session {
     /// The COPY in progress (the lock is never held across an await).
     fn spool(&self) -> std::sync::MutexGuard<'_, Option<Spool>> {
         self.spool.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
-    }
-
-    /// The connection's parameters (the lock is never held across an await).
-    fn settings(&self) -> std::sync::MutexGuard<'_, Settings> {
-        self.settings.lock().unwrap_or_else(|poisoned| poisoned.into_inner())
     }
 
     /// Starts a COPY … FROM STDIN: checks the table, opens the spool, and
@@ -194,10 +187,11 @@ impl Sessions {
         }
         let session = client.session_extensions().get_or_insert_with(|| {
             self.metrics.session_opened();
+            let engine = self.engine.connect();
+            engine.set_settings(login.settings.clone());
             Session {
-                engine: Arc::new(self.engine.connect()),
+                engine: Arc::new(engine),
                 user: login.user.clone(),
-                settings: std::sync::Mutex::new(login.settings.clone()),
                 spool: std::sync::Mutex::new(None),
                 cursors: tokio::sync::Mutex::new(HashMap::new()),
                 streaming: std::sync::Mutex::new(None),
@@ -267,7 +261,7 @@ impl Backend {
     /// session's `statement_timeout` covers the rows too (not for a
     /// cursor's query, whose rows are read by later statements).
     async fn run_streaming(&self, session: &Arc<Session>, sql: String, timed: bool) -> Result<Output, ErrorInfo> {
-        let timeout = session.settings().statement_timeout().filter(|_| timed);
+        let timeout = session.engine.statement_timeout().filter(|_| timed);
         let started = tokio::time::Instant::now();
         let output = within(timeout, self.runner.run_streaming(&session.engine, &session.user, sql)).await?;
         Ok(match (output, timeout) {
@@ -281,7 +275,7 @@ impl Backend {
     /// request or a closed connection), within the session's
     /// `statement_timeout`.
     async fn run(&self, session: &Arc<Session>, sql: String) -> Result<QueryResult, ErrorInfo> {
-        let timeout = session.settings().statement_timeout();
+        let timeout = session.engine.statement_timeout();
         within(timeout, self.runner.run(&session.engine, &session.user, sql)).await
     }
 
@@ -318,28 +312,14 @@ impl Backend {
     {
         let Asked { sql, kind_of, described, format, delivery } = *asked;
         let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
-        let handled = session.settings().handle(sql);
-        if let Some(outcome) = handled {
-            return match outcome.map_err(setting_error)? {
-                Outcome::Changed(changed) => {
-                    for (name, value) in changed {
-                        client.feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(name.to_string(), value))).await?;
-                    }
-                    let word = sql.split_whitespace().next().unwrap_or("SET").to_ascii_uppercase();
-                    Ok(Response::Execution(Tag::new(&word)))
-                }
-                show @ Outcome::Show { .. } => {
-                    let (schema, batch) = settings_rows(&show);
-                    rows(schema, vec![batch], format, options)
-                }
-            };
-        }
         if let Some(statement) = cursors::parse(sql) {
             let options = Arc::new(FormatOptions::from_client_metadata(client.metadata()));
             return self.cursor(client, session, statement.map_err(cursor_error)?, format, options).await;
         }
-        let inlined = settings::inline_current_setting(sql, &session.settings());
-        let sql = self.parser.introspection.rewrite(inlined.as_deref().unwrap_or(sql)).into_owned();
+        let sql = self.parser.introspection.rewrite(sql).into_owned();
+        // A SET or RESET of a reported parameter is answered with its new
+        // value (ParameterStatus), as PostgreSQL does.
+        let reported = matches!(CommandKind::of(&sql), CommandKind::Plain(ref w) if w == "SET" || w == "RESET").then(|| session.engine.reported_settings());
         let output = match delivery {
             Delivery::Collect => self.run(session, sql).await.map(Output::Done),
             Delivery::Stream | Delivery::Feed => self.run_streaming(session, sql, true).await,
@@ -361,6 +341,13 @@ impl Backend {
                 return Ok(Response::Execution(Tag::new("SELECT").with_rows(sent)));
             }
         };
+        if let Some(before) = reported {
+            for (name, value) in session.engine.reported_settings() {
+                if !before.iter().any(|(n, v)| *n == name && *v == value) {
+                    client.feed(PgWireBackendMessage::ParameterStatus(ParameterStatus::new(name.to_string(), value))).await?;
+                }
+            }
+        }
         for notice in &result.notices {
             let mut info = ErrorInfo::new(notice.severity.into(), notice.sqlstate.into(), notice.message.clone());
             info.severity_nonlocalized = Some(notice.severity.into());
@@ -488,29 +475,6 @@ fn timed_out(limit: std::time::Duration) -> ErrorInfo {
     ErrorInfo::new("ERROR".into(), "57014".into(), format!("canceling statement due to statement timeout ({} ms; SET statement_timeout changes it)", limit.as_millis()))
 }
 
-/// The schema a parameter statement answers with, if rows.
-fn settings_schema(outcome: &Outcome) -> Option<SchemaRef> {
-    match outcome {
-        Outcome::Changed(_) => None,
-        show => Some(settings_rows(show).0),
-    }
-}
-
-/// `SHOW`'s rows: one column named for the parameter, or for `SHOW ALL`
-/// PostgreSQL's name, setting and description.
-fn settings_rows(outcome: &Outcome) -> (SchemaRef, RecordBatch) {
-    use datafusion::arrow::array::StringArray;
-    let Outcome::Show { column, rows, all } = outcome else {
-        let schema = Arc::new(Schema::empty());
-        return (schema.clone(), RecordBatch::new_empty(schema));
-    };
-    let names: Vec<&str> = if *all { vec!["name", "setting", "description"] } else { vec![column.as_str()] };
-    let schema = Arc::new(Schema::new(names.iter().map(|n| Field::new(*n, DataType::Utf8, false)).collect::<Vec<_>>()));
-    let columns = (0..names.len()).map(|i| Arc::new(StringArray::from(rows.iter().map(|r| r[i].clone()).collect::<Vec<_>>())) as _).collect();
-    let batch = RecordBatch::try_new(schema.clone(), columns).expect("SHOW's columns fit its schema");
-    (schema, batch)
-}
-
 /// A parsed (described) statement of the extended protocol.
 #[derive(Debug, Clone)]
 pub(crate) struct Prepared {
@@ -541,12 +505,6 @@ impl QueryParser for Parser {
         let sql = sql.trim().trim_end_matches(';').trim();
         if sql.is_empty() {
             return Ok(None);
-        }
-        // Parameter statements are described without being carried out.
-        let handled = session.settings().clone().handle(sql);
-        if let Some(outcome) = handled {
-            let outcome = outcome.map_err(setting_error)?;
-            return Ok(Some(Prepared { sql: sql.to_string(), schema: settings_schema(&outcome), parameters: Vec::new(), cursor: false }));
         }
         match cursors::parse(sql) {
             Some(Err(e)) => return Err(cursor_error(e)),
@@ -790,11 +748,6 @@ fn deallocate(sql: &str) -> Option<Option<String>> {
         [name] => Some(Some(name.trim_matches('"').to_string())),
         _ => None,
     }
-}
-
-/// A refused parameter statement.
-fn setting_error(e: settings::SettingError) -> PgWireError {
-    user_error(e.sqlstate, e.message)
 }
 
 fn engine_error(e: EngineError) -> PgWireError {

@@ -19,7 +19,7 @@ use datafusion::sql::sqlparser::ast::{ContextModifier, Expr, FunctionArg, Functi
 use datafusion::sql::sqlparser::parser::{Parser, ParserError};
 use datafusion::sql::sqlparser::tokenizer::{Token, Word};
 
-pub use registry::{Check, SETTINGS, Scope, Setting, lookup};
+pub use registry::{Check, SETTINGS, Scope, Setting, lookup, markdown_table};
 
 use crate::engine::Engine;
 use crate::memory::{format_bytes, parse_limit};
@@ -393,10 +393,10 @@ pub(crate) fn run(engine: &Engine, values: &std::sync::Mutex<Values>, statement:
     }
 }
 
-/// Every setting with its default and description: what `pg_settings`
-/// lists.
-pub fn defaults() -> Vec<(&'static str, String, &'static str)> {
-    SETTINGS.iter().map(|s| (s.name, s.default.to_string(), s.description)).collect()
+/// Every session setting with its default and description: what
+/// `pg_settings` lists (engine settings are read with SHOW).
+pub fn session_defaults() -> Vec<(&'static str, &'static str, &'static str)> {
+    SETTINGS.iter().filter(|s| s.scope == Scope::Session).map(|s| (s.name, s.default, s.description)).collect()
 }
 
 /// `current_setting('name')` and `current_setting('name', missing_ok)`

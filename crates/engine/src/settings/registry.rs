@@ -21,7 +21,8 @@ use super::SettingFault;
 pub struct Setting {
     /// As PostgreSQL spells it in `SHOW ALL` (names match without case).
     pub name: &'static str,
-    /// Its value until set (engine settings: what the engine was opened with, see `default_note`).
+    /// Its value until set; for an engine setting, what an engine is opened
+    /// with unless told otherwise (in words: it depends on the machine).
     pub default: &'static str,
     pub check: Check,
     /// Session or engine.
@@ -110,8 +111,8 @@ pub const SETTINGS: &[Setting] = &[
     Setting { name: "transaction_read_only", default: "off", scope: Scope::Session, aliases: &[], check: Check::Only("off", "read-only transactions are not supported; every transaction may write"), reported: false, description: "Sets the current transaction's read-only status." },
     Setting { name: "memory_limit", default: "half the machine's memory (--memory-limit)", scope: Scope::Engine, aliases: &["blobhouse.memory_limit", "datafusion.runtime.memory_limit"], check: Check::Size, reported: false, description: "The engine's memory budget, shared by every statement: operators spill beyond it, or the statement fails naming the largest consumers (docs/memory.md)." },
     Setting { name: "cache_memory", default: "a quarter of memory_limit (--cache-memory)", scope: Scope::Engine, aliases: &["blobhouse.cache_memory"], check: Check::Size, reported: false, description: "Bytes of the memory caching tier; 0 empties it and stops it admitting (docs/cache.md)." },
-    Setting { name: "cache_policy", default: "wlfu (--cache-policy)", scope: Scope::Engine, aliases: &["blobhouse.cache_policy"], check: Check::OneOf(&["lru", "lfu", "wlfu"]), reported: false, description: "What the memory caching tier keeps (docs/cache.md)." },
-    Setting { name: "pushdown", default: "off, or --pushdown with --storage-node", scope: Scope::Engine, aliases: &["blobhouse.pushdown"], check: Check::OneOf(&["off", "on", "auto"]), reported: false, description: "Whether scans push filters and aggregations to the storage node (docs/pushdown.md)." },
+    Setting { name: "cache_policy", default: "lfu", scope: Scope::Engine, aliases: &["blobhouse.cache_policy"], check: Check::OneOf(&["lru", "lfu", "wlfu"]), reported: false, description: "What the memory caching tier keeps (docs/cache.md)." },
+    Setting { name: "pushdown", default: "off (--pushdown with --storage-node)", scope: Scope::Engine, aliases: &["blobhouse.pushdown"], check: Check::OneOf(&["off", "on", "auto"]), reported: false, description: "Whether scans push filters and aggregations to the storage node (docs/pushdown.md)." },
     Setting { name: "pushdown_bloom", default: "on", scope: Scope::Engine, aliases: &["blobhouse.pushdown_bloom"], check: Check::Bool, reported: false, description: "Whether hash joins send Bloom filters of their keys to the storage node (docs/pushdown.md)." },
 ];
 
@@ -213,3 +214,40 @@ fn millis(value: &str) -> Option<u64> {
     (ms >= 0.0 && ms <= i32::MAX as f64).then_some(ms as u64)
 }
 
+
+impl Check {
+    /// The values it takes, for people (the docs' table).
+    pub fn describe(&self) -> String {
+        match self {
+            Check::Any => "any text".into(),
+            Check::ReadOnly => "read only".into(),
+            Check::OneOf(values) => values.join(", "),
+            Check::Only(value, _) => format!("{value} only"),
+            Check::Int(min, max) => format!("an integer from {min} to {max}"),
+            Check::Millis => "a duration: ms (default), s, min, h, d; 0 is off".into(),
+            Check::Encoding => "UTF8 only".into(),
+            Check::DateStyle => "ISO, with MDY, DMY or YMD".into(),
+            Check::SearchPath => "public, pg_catalog, information_schema".into(),
+            Check::Isolation => "read committed, repeatable read (both snapshot isolation)".into(),
+            Check::Bool => "on, off".into(),
+            Check::Size => "a size (4G, 512MB, 60% of memory) or none".into(),
+        }
+    }
+}
+
+/// The registry as a markdown table: docs/settings.md holds exactly this
+/// (a test checks it), so the docs cannot drift from the code.
+pub fn markdown_table() -> String {
+    let cell = |s: &str| s.replace('|', "\\|");
+    let mut out = String::from("| setting | scope | default | values | also named | description |\n|---|---|---|---|---|---|\n");
+    for s in SETTINGS {
+        let scope = match s.scope {
+            Scope::Session => "session",
+            Scope::Engine => "engine",
+        };
+        let default = if s.default.is_empty() { "(empty)".to_string() } else { format!("`{}`", cell(s.default)) };
+        let aliases = s.aliases.iter().map(|a| format!("`{a}`")).collect::<Vec<_>>().join(", ");
+        out += &format!("| `{}` | {scope} | {default} | {} | {aliases} | {} |\n", s.name, cell(&s.check.describe()), cell(s.description));
+    }
+    out
+}

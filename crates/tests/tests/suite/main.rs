@@ -21,6 +21,7 @@ mod scan;
 mod server;
 mod server_clients;
 mod server_fuzz;
+mod settings;
 mod sql;
 mod ssb;
 mod time_travel;
