@@ -158,7 +158,7 @@ pub async fn worker(task: &WorkerTask) -> Result<WorkerReport, EngineError> {
             let seen = result_rows(&r.batches).first().map(|row| row.join("|")).unwrap_or_default();
             report.checks += 1;
             if seen != expected {
-                report.broken.push(format!("saw {seen}, expected {expected} (version {})", e.database().current().version));
+                report.broken.push(format!("saw {seen}, expected {expected} (version {})", e.engine().database().current().version));
             }
         }
         return Ok(report);

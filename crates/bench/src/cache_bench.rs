@@ -192,7 +192,7 @@ pub struct CacheBenchResult {
 
 /// Bytes of every column chunk of `tables`.
 pub(crate) async fn data_bytes(e: &Session, tables: &[&str]) -> Result<u64, String> {
-    let db = e.database();
+    let db = e.engine().database();
     let catalog = db.refresh().await.map_err(|e| e.to_string())?;
     let mut total = 0;
     for &t in tables {
@@ -261,12 +261,12 @@ pub async fn run(store: &BenchStore<'_>, opts: &CacheBenchOptions, progress: &dy
             options.memory_limit = Some(limit + size as usize);
         }
         let engine = open_measured(store, &url, &direct, options).await?;
-        if let Some(w) = engine.tiers().map(|t| t.take_warnings()).filter(|w| !w.is_empty()) {
+        if let Some(w) = engine.engine().tiers().map(|t| t.take_warnings()).filter(|w| !w.is_empty()) {
             return Err(format!("{name}: the caches could not be set up: {}", w.join("; ")));
         }
-        let recording = trace.is_none() && slow.is_none() && engine.tiers().is_some();
+        let recording = trace.is_none() && slow.is_none() && engine.engine().tiers().is_some();
         if recording {
-            engine.tiers().expect("checked").record_trace();
+            engine.engine().tiers().expect("checked").record_trace();
         }
         let mut config = Config { name: name.clone(), tier, percent, runs: Vec::new() };
         let started = Instant::now();
@@ -303,7 +303,7 @@ pub async fn run(store: &BenchStore<'_>, opts: &CacheBenchOptions, progress: &dy
             ));
         }
         if recording {
-            trace = Some(engine.tiers().expect("checked").take_trace());
+            trace = Some(engine.engine().tiers().expect("checked").take_trace());
         }
         progress(&format!("{name}: done in {:.0} s", started.elapsed().as_secs_f64()));
         drop(engine);

@@ -359,9 +359,9 @@ async fn check_table(e: &Session, model: &Model, snapshot: Option<&str>, trial: 
 async fn recover_and_audit(e: &Session, model: &Model, trial: i64, report: &mut CrashReport) -> Result<(), String> {
     tokio::time::sleep(WORKER_BLOCK_TTL * 3).await;
     e.execute("VACUUM RETAIN '0 seconds' GRACE '0 seconds'").await.map_err(|err| format!("recovery VACUUM after trial {trial}: {err}"))?;
-    let newest = e.database().refresh().await.map_err(|err| err.to_string())?;
+    let newest = e.engine().database().refresh().await.map_err(|err| err.to_string())?;
     for v in newest.gc.horizon.max(1)..=newest.version {
-        if let Err(err) = e.database().read_version(v).await {
+        if let Err(err) = e.engine().database().read_version(v).await {
             report.torn_versions += 1;
             report.violations.push(format!("after trial {trial}: version {v} does not read: {err}"));
         }
@@ -369,7 +369,7 @@ async fn recover_and_audit(e: &Session, model: &Model, trial: i64, report: &mut 
     for s in model.snapshots.keys() {
         check_table(e, model, Some(s), trial, "recovery check", &Op::Vacuum, report).await?;
     }
-    let (missing, orphans) = blobhouse_storage::gc::audit(e.database()).await.map_err(|err| err.to_string())?;
+    let (missing, orphans) = blobhouse_storage::gc::audit(e.engine().database()).await.map_err(|err| err.to_string())?;
     if !missing.is_empty() || !orphans.is_empty() {
         report.violations.push(format!("after trial {trial}'s recovery: {} referenced objects missing ({:?}…), {} orphans ({:?}…)", missing.len(), missing.first(), orphans.len(), orphans.first()));
     }

@@ -82,9 +82,9 @@ pub async fn run(dir: &Path, sf: f64, progress: &dyn Fn(&str)) -> Result<Vec<Dml
 /// Row groups of lineitem holding rows that match `predicate`, and all
 /// row groups (from the row ids and the manifest).
 async fn row_groups_touched(e: &Session, predicate: &str) -> Result<(u64, u64), EngineError> {
-    let version = e.database().refresh().await?;
+    let version = e.engine().database().refresh().await?;
     let entry = version.tables.get("lineitem").cloned().ok_or_else(|| EngineError::Unsupported("lineitem is missing".into()))?;
-    let data = e.database().table_data(&entry).await?;
+    let data = e.engine().database().table_data(&entry).await?;
     let ids = e.execute(&format!("SELECT __blobhouse_row_id FROM blobhouse_dml.lineitem WHERE {predicate}")).await?;
     let mut touched = BTreeSet::new();
     for row in result_rows(&ids.batches) {

@@ -531,7 +531,7 @@ impl Bench<'_> {
         let engine = open_measured(self.store, &self.url, &self.direct, options).await?;
         let name = format!("{experiment}: {} {}{} θ={theta}", mode.name(), if cached { format!("{} ", policy.name()) } else { String::new() }, if cached { format!("{percent}%") } else { String::new() });
         let recording = experiment == "policy" && policy == PolicyChoice::Online(PolicyKind::Lfu);
-        if let Some(t) = engine.tiers() {
+        if let Some(t) = engine.engine().tiers() {
             if recording {
                 t.record_trace();
             }
@@ -565,11 +565,11 @@ impl Bench<'_> {
             }
         }
         let run = measured.finish(&engine, self.link.as_ref(), self.node_pid, queries.len() - warm)?;
-        if let Some(w) = engine.pushdown().map(|p| p.take_warnings()).filter(|w| !w.is_empty()) {
+        if let Some(w) = engine.engine().pushdown().map(|p| p.take_warnings()).filter(|w| !w.is_empty()) {
             progress(&format!("{name}: the node failed at times ({}); those row groups were fetched", w.join("; ")));
         }
         if recording {
-            self.trace = engine.tiers().map(|t| t.take_trace());
+            self.trace = engine.engine().tiers().map(|t| t.take_trace());
         }
         let run = Run { experiment, mode, policy, percent: if cached { percent } else { 0.0 }, theta, wrong, ..run };
         progress(&format!(
@@ -604,7 +604,7 @@ impl Measure {
         Measure {
             link: link.and_then(|l| l.bytes_carried().ok()).unwrap_or_default(),
             node_cpu: pid.and_then(cpu_seconds),
-            totals: engine.pushdown().map(|p| p.totals()).unwrap_or_default(),
+            totals: engine.engine().pushdown().map(|p| p.totals()).unwrap_or_default(),
             ..Measure::default()
         }
     }
@@ -625,7 +625,7 @@ impl Measure {
     }
 
     fn finish(self, engine: &Session, link: Option<&blobhouse_testbed::Link>, pid: Option<u32>, queries: usize) -> Result<Run, String> {
-        let now = engine.pushdown().map(|p| p.totals()).unwrap_or_default();
+        let now = engine.engine().pushdown().map(|p| p.totals()).unwrap_or_default();
         let t = &self.totals;
         let received = now.bytes_received - t.bytes_received;
         let traffic = match link {

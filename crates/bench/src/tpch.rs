@@ -101,7 +101,7 @@ pub async fn load_tables(engine: &Session, sf: f64, tables: &[&str], progress: P
     if !(sf > 0.0 && sf.is_finite()) {
         return Err(EngineError::Unsupported(format!("scale factor must be positive, not {sf}")));
     }
-    let current = engine.database().refresh().await?;
+    let current = engine.engine().database().refresh().await?;
     if let Some(t) = tables.iter().find(|t| current.tables.contains_key(**t)) {
         return Err(StorageError::TableExists(t.to_string()).into());
     }
@@ -124,7 +124,7 @@ async fn load_table(engine: &Session, table: &str, sf: f64, progress: Progress) 
             }
         }
     });
-    let mut writer = TableWriter::new(engine.database().clone(), schema.clone(), engine_write_options(engine));
+    let mut writer = TableWriter::new(engine.engine().database().clone(), schema.clone(), engine_write_options(engine));
     while let Some(batch) = rx.recv().await {
         let written = match batch {
             Ok(batch) => writer.write(&batch).await.map_err(EngineError::from),
@@ -141,7 +141,7 @@ async fn load_table(engine: &Session, table: &str, sf: f64, progress: Progress) 
     let objects = writer.finish().await?;
     let bytes = objects.iter().map(|o| o.size).sum();
     let count = objects.len();
-    let mut txn = Transaction::begin(engine.database(), engine.database().refresh().await?);
+    let mut txn = Transaction::begin(engine.engine().database(), engine.engine().database().refresh().await?);
     txn.create_table(table, schema.as_ref().clone(), false, objects).await?;
     txn.commit().await?;
     progress(table, rows, rows);
@@ -149,7 +149,7 @@ async fn load_table(engine: &Session, table: &str, sf: f64, progress: Progress) 
 }
 
 fn engine_write_options(engine: &Session) -> blobhouse_storage::WriteOptions {
-    engine.options().write.clone()
+    engine.engine().options().write.clone()
 }
 
 /// One query's run.

@@ -273,7 +273,7 @@ pub async fn prepare_dataset(store: &BenchStore<'_>, dataset: Dataset, sf: f64, 
     let mut load_options = EngineOptions { cache: blobhouse_engine::CacheOptions::off(), ..EngineOptions::default() };
     load_options.write.target_chunk_bytes = chunk_bytes;
     let loader = Session::open(&url, &direct, load_options).await.map_err(err("open the benchmark database"))?;
-    let have = loader.database().refresh().await.map_err(|e| e.to_string())?;
+    let have = loader.engine().database().refresh().await.map_err(|e| e.to_string())?;
     match dataset {
         Dataset::Tpch => {
             let missing: Vec<&str> = tpch::TABLES.iter().copied().filter(|t| !have.tables.contains_key(*t)).collect();
@@ -396,7 +396,7 @@ pub async fn run(store: &BenchStore<'_>, opts: &TpchBenchOptions, progress: &dyn
             let (mut pool_peak, mut rss_peak) = (0u64, 0u64);
             let mut peer_best: BTreeMap<String, Result<Duration, String>> = BTreeMap::new();
             let mut peer_rss: BTreeMap<String, u64> = BTreeMap::new();
-            let dm_before = remote.download_manager().map(|d| d.stats().loops).unwrap_or_default();
+            let dm_before = remote.engine().download_manager().map(|d| d.stats().loops).unwrap_or_default();
             for _ in 0..opts.repeats.max(1) {
                 if opts.arrow {
                     let t = Instant::now();
@@ -445,7 +445,7 @@ pub async fn run(store: &BenchStore<'_>, opts: &TpchBenchOptions, progress: &dyn
                 let text = datafusion::arrow::util::pretty::pretty_format_batches(&e.batches).map_err(|e| e.to_string())?.to_string();
                 std::fs::write(dir.join(format!("q{q:02}.txt")), text).map_err(|e| e.to_string())?;
             }
-            let dm_after = remote.download_manager().map(|d| d.stats().loops).unwrap_or_default();
+            let dm_after = remote.engine().download_manager().map(|d| d.stats().loops).unwrap_or_default();
             let verdict = match answers::verify(q, opts.sf, &r) {
                 Verdict::Verified => "verified".to_string(),
                 Verdict::NoReference => "no reference".to_string(),
@@ -496,7 +496,7 @@ pub async fn run(store: &BenchStore<'_>, opts: &TpchBenchOptions, progress: &dyn
         release_free_memory();
     }
     drop(peers);
-    if let Some(dm) = remote.download_manager() {
+    if let Some(dm) = remote.engine().download_manager() {
         let s = dm.stats().loops;
         progress(&format!(
             "download manager: {} requests, {} retries, {} hedges ({} won), {} attempts cut at their deadline, {} cancelled, {} failed",
@@ -530,7 +530,7 @@ pub(crate) fn release_free_memory() {
 /// an engine.
 async fn preload(loader: &Session, url: &str, direct: &StoreOptions, progress: &dyn Fn(&str)) -> Result<Session, String> {
     let preloaded_store: Arc<dyn object_store::ObjectStore> = Arc::new(object_store::memory::InMemory::new());
-    let source = loader.database().location().clone();
+    let source = loader.engine().database().location().clone();
     let mut listing = source.store.list(Some(&source.prefix));
     let mut copied = 0u64;
     while let Some(meta) = futures::StreamExt::next(&mut listing).await {
@@ -554,8 +554,8 @@ async fn preload(loader: &Session, url: &str, direct: &StoreOptions, progress: &
 /// database's, one prefix per table — copies in the testbed's bucket, hard
 /// links on a local disk.
 async fn peers_spec(store: &BenchStore<'_>, loader: &Session, url: &str, direct: &StoreOptions, opts: &TpchBenchOptions) -> Result<serde_json::Value, String> {
-    let version = loader.database().refresh().await.map_err(|e| e.to_string())?;
-    let location = loader.database().location().clone();
+    let version = loader.engine().database().refresh().await.map_err(|e| e.to_string())?;
+    let location = loader.engine().database().location().clone();
     let mut tables = serde_json::Map::new();
     // Outside the database's prefix, in the same bucket: the store root is the bucket.
     let root = match store {
@@ -567,7 +567,7 @@ async fn peers_spec(store: &BenchStore<'_>, loader: &Session, url: &str, direct:
         BenchStore::Local(dir) => Some(dir.canonicalize().map_err(|e| format!("{}: {e}", dir.display()))?.join("peers").join(data_prefix(opts.sf, opts.chunk_bytes))),
     };
     for t in tpch::TABLES {
-        let manifest = loader.database().manifest(&version.tables[t]).await.map_err(|e| e.to_string())?;
+        let manifest = loader.engine().database().manifest(&version.tables[t]).await.map_err(|e| e.to_string())?;
         let mut keys = Vec::new();
         let prefix = match &local_peers {
             None => format!("peers/{}/{t}/", data_prefix(opts.sf, opts.chunk_bytes)),

@@ -45,13 +45,13 @@ pub async fn run(dir: &std::path::Path, objects: u64, tables: u64, progress: &dy
     let options = WriteOptions { max_row_group_rows: Some(1), max_object_bytes: 1, ..WriteOptions::default() };
     let started = Instant::now();
     for t in 0..tables {
-        let mut writer = TableWriter::new(e.database().clone(), schema.clone(), options.clone());
+        let mut writer = TableWriter::new(e.engine().database().clone(), schema.clone(), options.clone());
         for i in 0..per_table {
             let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from(vec![(t * per_table + i) as i64]))]).map_err(datafusion::error::DataFusionError::from)?;
             writer.write(&batch).await?;
         }
         let written = writer.finish().await?;
-        let mut txn = Transaction::begin(e.database(), e.database().refresh().await?);
+        let mut txn = Transaction::begin(e.engine().database(), e.engine().database().refresh().await?);
         txn.create_table(&format!("t{t}"), schema.as_ref().clone(), false, written).await?;
         txn.commit().await?;
         if t % 10 == 9 {
@@ -71,7 +71,7 @@ pub async fn run(dir: &std::path::Path, objects: u64, tables: u64, progress: &dy
     // The comparison: listing every object once.
     let started = Instant::now();
     let listed: Vec<object_store::ObjectMeta> =
-        futures::TryStreamExt::try_collect(e.database().store().list(Some(&e.database().location().child("objects")))).await.map_err(|err| EngineError::Unsupported(err.to_string()))?;
+        futures::TryStreamExt::try_collect(e.engine().database().store().list(Some(&e.engine().database().location().child("objects")))).await.map_err(|err| EngineError::Unsupported(err.to_string()))?;
     let full_listing_secs = started.elapsed().as_secs_f64();
     let figures = VacuumFigures {
         objects: per_table * tables,

@@ -39,14 +39,14 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
     let mut options = EngineOptions::default();
     args.engine.apply(&mut options)?;
     let engine = Session::open(&url, &StoreOptions::default(), options).await.with_context(|| format!("cannot open {url}"))?;
-    let current = engine.database().refresh().await?;
+    let current = engine.engine().database().refresh().await?;
     let present = TABLES.iter().filter(|t| current.tables.contains_key(**t)).count();
     if present == TABLES.len() {
         println!("Reusing TPC-H SF {} loaded earlier in {} (--fresh reloads it).", args.sf, path.display());
     } else if present > 0 {
         bail!("{} holds some TPC-H tables but not all eight; run with --fresh to reload", path.display());
     } else {
-        println!("Generating TPC-H SF {} and loading it into {} …", args.sf, engine.database().location().url);
+        println!("Generating TPC-H SF {} and loading it into {} …", args.sf, engine.engine().database().location().url);
         let (multi, progress) = crate::load_progress();
         let started = std::time::Instant::now();
         let loads = tpch::load(&engine, args.sf, progress).await.context("TPC-H load failed")?;
@@ -105,9 +105,9 @@ pub async fn run(args: DemoArgs) -> Result<ExitCode> {
 
 /// Prints the distribution of lineitem's column-chunk sizes.
 async fn print_chunk_sizes(engine: &Session) -> Result<()> {
-    let current = engine.database().current();
+    let current = engine.engine().database().current();
     let Some(entry) = current.tables.get("lineitem") else { return Ok(()) };
-    let manifest = engine.database().manifest(entry).await?;
+    let manifest = engine.engine().database().manifest(entry).await?;
     let mut sizes: Vec<u64> = manifest.objects.iter().flat_map(|o| o.row_groups.iter().flat_map(|rg| rg.columns.iter().map(|c| c.length))).collect();
     if sizes.is_empty() {
         return Ok(());

@@ -503,7 +503,7 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
         }
         Command::Load(LoadCommand::Tpch { sf, db }) => {
             let engine = open(&db).await?;
-            eprintln!("Loading TPC-H SF {sf} into {}", engine.database().location().url);
+            eprintln!("Loading TPC-H SF {sf} into {}", engine.engine().database().location().url);
             let (_multi, progress) = load_progress();
             let started = std::time::Instant::now();
             let loads = blobhouse_bench::tpch::load(&engine, sf, progress).await.context("TPC-H load failed; no partially loaded table was committed")?;
@@ -514,7 +514,7 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
         }
         Command::Load(LoadCommand::Ssb { sf, db }) => {
             let engine = open(&db).await?;
-            eprintln!("Loading SSB SF {sf} into {}", engine.database().location().url);
+            eprintln!("Loading SSB SF {sf} into {}", engine.engine().database().location().url);
             let (_multi, progress) = load_progress();
             let started = std::time::Instant::now();
             blobhouse_bench::ssb::load(&engine, sf, progress).await.context("SSB load failed: the database may hold some of its tables; load into a new database")?;

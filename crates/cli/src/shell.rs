@@ -320,8 +320,8 @@ fn print_summary(r: &QueryResult) {
 /// used, damaged entries, a full disk) and the storage node's failures the
 /// statement survived by fetching: each said once.
 fn print_warnings(engine: &Session) {
-    let tiers = engine.tiers().map(|t| t.take_warnings()).unwrap_or_default();
-    let pushdown = engine.pushdown().map(|p| p.take_warnings()).unwrap_or_default();
+    let tiers = engine.engine().tiers().map(|t| t.take_warnings()).unwrap_or_default();
+    let pushdown = engine.engine().pushdown().map(|p| p.take_warnings()).unwrap_or_default();
     for w in tiers.into_iter().chain(pushdown) {
         eprintln!("warning: {w}");
     }

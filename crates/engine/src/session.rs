@@ -271,13 +271,3 @@ impl Session {
         self.txn.in_transaction()
     }
 }
-
-/// A session is a handle on its engine: the shared resources (database,
-/// memory budget, caches, download manager) are reached through it.
-impl std::ops::Deref for Session {
-    type Target = Engine;
-
-    fn deref(&self) -> &Engine {
-        &self.engine
-    }
-}

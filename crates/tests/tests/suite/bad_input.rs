@@ -85,7 +85,7 @@ async fn malformed_csv_names_the_line_and_changes_nothing(b: Backend) {
     let e = db.engine(EngineOptions::default()).await;
     run(&e, "CREATE TABLE t (a INT NOT NULL, b VARCHAR)").await;
     run(&e, "INSERT INTO t VALUES (1, 'one'), (2, 'two')").await;
-    let version = e.database().refresh().await.unwrap().version;
+    let version = e.engine().database().refresh().await.unwrap().version;
     let dir = tempfile::tempdir().unwrap();
     let csv = dir.path().join("bad.csv");
     let mut text = String::from("a,b\n");
@@ -106,16 +106,16 @@ async fn malformed_csv_names_the_line_and_changes_nothing(b: Backend) {
     let err = fail(&e, &format!("COPY t FROM '{}' WITH (FORMAT csv, HEADER false)", first.display())).await;
     assert!(err.contains("at line 1.") && !err.contains("line 0"), "{err}");
     assert_eq!(scalar(&run(&e, "SELECT count(*) FROM t").await), "2");
-    assert_eq!(e.database().refresh().await.unwrap().version, version, "a failed COPY must not commit");
+    assert_eq!(e.engine().database().refresh().await.unwrap().version, version, "a failed COPY must not commit");
 }
 
 async fn corrupt_objects_are_reported(b: Backend) {
     let db = TestDb::new(b, "corrupt");
     let e = db.engine(EngineOptions::default()).await;
     run(&e, "CREATE TABLE t AS SELECT value AS v FROM generate_series(1, 1000)").await;
-    let current = e.database().current();
+    let current = e.engine().database().current();
     let entry = &current.tables["t"];
-    let manifest = e.database().manifest(entry).await.unwrap();
+    let manifest = e.engine().database().manifest(entry).await.unwrap();
     let object = &manifest.objects[0];
     // Damage the store behind blobhouse's back (not through the audited store).
     let raw = open_location(&db.url, &db.store_options).unwrap();

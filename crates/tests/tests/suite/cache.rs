@@ -30,7 +30,7 @@ fn ssd_only(dir: &std::path::Path) -> CacheOptions {
 /// Waits until the SSD tier's background writes are done (nothing is
 /// written for a while).
 async fn ssd_settled(e: &Session) {
-    let ssd = e.tiers().and_then(|t| t.ssd()).expect("an SSD tier");
+    let ssd = e.engine().tiers().and_then(|t| t.ssd()).expect("an SSD tier");
     let mut last = u64::MAX;
     while ssd.stats().written != last {
         last = ssd.stats().written;
@@ -58,11 +58,11 @@ async fn tpch_answers_are_exact_under_every_tier_and_policy() {
     for (name, cache) in configs {
         let e = db.engine(with_cache(cache)).await;
         assert_22_answers(&e, &format!(" (cache {name}, first round)")).await;
-        if e.tiers().and_then(|t| t.ssd()).is_some() {
+        if e.engine().tiers().and_then(|t| t.ssd()).is_some() {
             ssd_settled(&e).await;
         }
         assert_22_answers(&e, &format!(" (cache {name}, second round)")).await;
-        let tiers = e.tiers();
+        let tiers = e.engine().tiers();
         assert_eq!(tiers.is_none(), name == "off", "{name}");
         let memory_hits = tiers.and_then(|t| t.memory()).map_or(0, |m| m.stats().hits);
         let ssd_hits = tiers.and_then(|t| t.ssd()).map_or(0, |s| s.stats().hits);
@@ -101,11 +101,11 @@ async fn a_later_engine_reads_the_ssd_entries_of_an_earlier_one(b: Backend) {
     let first = db.engine(with_cache(cache.clone())).await;
     let answer = lines(&run(&first, sql).await);
     ssd_settled(&first).await;
-    let stats = first.tiers().unwrap().ssd().unwrap().stats();
-    assert!(stats.written > 0, "{stats:?} {:?}", first.tiers().unwrap().take_warnings());
+    let stats = first.engine().tiers().unwrap().ssd().unwrap().stats();
+    assert!(stats.written > 0, "{stats:?} {:?}", first.engine().tiers().unwrap().take_warnings());
     drop(first);
     let second = db.engine(with_cache(cache)).await;
-    assert!(second.tiers().unwrap().ssd().unwrap().stats().recovered > 0);
+    assert!(second.engine().tiers().unwrap().ssd().unwrap().stats().recovered > 0);
     let r = run(&second, sql).await;
     assert_eq!(lines(&r), answer);
     assert!(r.scan.ssd_hits > 0 && r.scan.get_requests == 0, "{:?}", r.scan);
@@ -140,7 +140,7 @@ async fn damaged_ssd_entries_are_refetched_never_served(b: Backend) {
     let r = run(&second, sql).await;
     assert_eq!(lines(&r), answer);
     assert_eq!(r.scan.ssd_hits, 0, "{:?}", r.scan);
-    let tiers = second.tiers().unwrap();
+    let tiers = second.engine().tiers().unwrap();
     let stats = tiers.ssd().unwrap().stats();
     assert!(stats.corrupt > 0, "{stats:?}");
     let warnings = tiers.take_warnings();
@@ -222,7 +222,7 @@ async fn a_slower_ssd_is_routed_around() {
             ssd_hits += r.scan.ssd_hits;
             routed += r.scan.routed_to_store;
         }
-        figures.push((delay_ms, ssd_hits, routed, e.tiers().unwrap().router()));
+        figures.push((delay_ms, ssd_hits, routed, e.engine().tiers().unwrap().router()));
     }
     eprintln!("routing (delay ms, SSD hits, routed to the store, router): {figures:?}");
     let (slow, fast) = (&figures[0], &figures[1]);
@@ -241,7 +241,7 @@ async fn a_load_leaves_its_data_on_the_ssd(b: Backend) {
     run(&e, "CREATE TABLE t (k BIGINT, v VARCHAR)").await;
     run(&e, "INSERT INTO t SELECT v, 'row ' || CAST(v AS VARCHAR) FROM generate_series(1, 50000) AS s(v)").await;
     ssd_settled(&e).await;
-    let ssd = e.tiers().unwrap().ssd().unwrap().stats();
+    let ssd = e.engine().tiers().unwrap().ssd().unwrap().stats();
     assert!(ssd.written >= 2, "both columns written through: {ssd:?}");
     let r = run(&e, "SELECT count(*), sum(k), max(v) FROM t").await;
     assert_eq!(lines(&r), vec!["50000|1250025000|row 9999"]);
@@ -284,7 +284,7 @@ async fn cache_worker() {
     loop {
         for s in &task.statements {
             let r = run(&e, s).await;
-            let warnings = e.tiers().map(|t| t.take_warnings()).unwrap_or_default();
+            let warnings = e.engine().tiers().map(|t| t.take_warnings()).unwrap_or_default();
             println!("CACHE-WORKER {}", serde_json::json!({"answer": lines(&r), "ssd_hits": r.scan.ssd_hits, "gets": r.scan.get_requests, "warnings": warnings}));
         }
         if !task.forever {
@@ -341,7 +341,7 @@ async fn killed_processes_leave_no_entry_served_wrong() {
         killed_with_output += usize::from(String::from_utf8_lossy(&out.stdout).contains("CACHE-WORKER {"));
     }
     let e = db.engine(with_cache(ssd_only(dir.path()))).await;
-    let ssd = e.tiers().unwrap().ssd().unwrap();
+    let ssd = e.engine().tiers().unwrap().ssd().unwrap();
     let recovered = ssd.stats().recovered;
     assert_22_answers(&e, " (after killed cache processes)").await;
     let stats = ssd.stats();
@@ -421,7 +421,7 @@ async fn decoded_and_compressed_chunks_give_the_same_answers(b: Backend) {
         run(&e, "DELETE FROM lineitem WHERE l_orderkey BETWEEN 20100 AND 20200 OR l_orderkey > 59500").await;
         run(&e, "UPDATE orders SET o_totalprice = o_totalprice + 1 WHERE o_orderkey < 1000").await;
         round(&e, &mut got).await;
-        let tiers = e.tiers().unwrap();
+        let tiers = e.engine().tiers().unwrap();
         let (decoded, decoded_bytes) = tiers.decoded_segments();
         let stats = tiers.memory().unwrap().stats();
         let segments = tiers.memory().unwrap().held().len();

@@ -23,7 +23,7 @@ pub fn data_reads(db: &TestDb, e: &Session) -> Vec<(String, Option<std::ops::Ran
             out.push((path, range));
         }
     }
-    if let Some(dm) = e.download_manager() {
+    if let Some(dm) = e.engine().download_manager() {
         out.extend(dm.request_log().into_iter().filter(|r| r.url.ends_with(".parquet")).map(|r| (r.url, r.range)));
     }
     out

@@ -19,7 +19,7 @@ async fn concurrent_inserts_keep_every_row_exactly_once(b: Backend) {
     let e1 = db.engine(EngineOptions::default()).await;
     let e2 = db.engine(EngineOptions::default()).await;
     run(&e1, "CREATE TABLE c (writer INT NOT NULL, seq INT NOT NULL)").await;
-    let before = e1.database().refresh().await.unwrap().version;
+    let before = e1.engine().database().refresh().await.unwrap().version;
     const N: u32 = 12;
     tokio::join!(insert_many(&e1, 1, N), insert_many(&e2, 2, N));
     let total = run(&e1, "SELECT count(*) FROM c").await;
@@ -31,6 +31,6 @@ async fn concurrent_inserts_keep_every_row_exactly_once(b: Backend) {
         assert_eq!(scalar(&r), (2 * N).to_string(), "writer {w}");
     }
     // Each INSERT committed exactly one database version.
-    let after = e2.database().refresh().await.unwrap().version;
+    let after = e2.engine().database().refresh().await.unwrap().version;
     assert_eq!(after - before, 2 * N as u64);
 }

@@ -50,9 +50,9 @@ async fn delete_and_update_change_exactly_the_rows_they_select(b: Backend) {
     assert_eq!(scalar(&run(&e, "SELECT count(DISTINCT id) FROM t").await), "900");
 
     // Nothing matches: no new version.
-    let before = e.database().refresh().await.unwrap().version;
+    let before = e.engine().database().refresh().await.unwrap().version;
     assert_eq!(scalar(&run(&e, "DELETE FROM t WHERE id < 0").await), "0");
-    assert_eq!(e.database().refresh().await.unwrap().version, before);
+    assert_eq!(e.engine().database().refresh().await.unwrap().version, before);
 
     // EXPLAIN ANALYZE counts the rows the scan dropped as deleted: 1 + 97 + 3,
     // and the 3 old versions of the updated rows.

@@ -63,7 +63,7 @@ async fn the_thousand_and_first_insert_writes_little_and_opening_takes_few_reque
     assert_eq!(lines(&run(&cold, answer).await), before);
     let (data_before, manifests_before) = reads(&db);
     assert_eq!(scalar(&run(&e, "OPTIMIZE t").await), "1000", "rows rewritten");
-    let version = e.database().current();
+    let version = e.engine().database().current();
     let t = &version.tables["t"];
     assert_eq!((t.objects, t.rows, t.manifests.len()), (1, 1000, 1), "{t:?}");
     assert!(t.removed.is_empty() && t.deletes.is_empty(), "{t:?}");
@@ -191,8 +191,8 @@ async fn a_damaged_version_or_a_missing_checkpoint_is_named_in_the_error() {
 }
 
 async fn readings_manifest(e: &blobhouse_engine::Session) -> std::sync::Arc<blobhouse_storage::format::Manifest> {
-    let current = e.database().current();
-    e.database().manifest(&current.tables["readings"]).await.unwrap()
+    let current = e.engine().database().current();
+    e.engine().database().manifest(&current.tables["readings"]).await.unwrap()
 }
 
 /// Reads of the byte range `at` of some data object so far.

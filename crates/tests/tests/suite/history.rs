@@ -14,7 +14,7 @@ use crate::on_both_backends;
 on_both_backends!(past_versions_read_restore_and_snapshot_without_copying);
 
 async fn version(e: &Session) -> u64 {
-    e.database().refresh().await.unwrap().version
+    e.engine().database().refresh().await.unwrap().version
 }
 
 async fn past_versions_read_restore_and_snapshot_without_copying(b: Backend) {
@@ -23,7 +23,7 @@ async fn past_versions_read_restore_and_snapshot_without_copying(b: Backend) {
     run(&e, "CREATE TABLE t (id INT, v VARCHAR)").await;
     run(&e, "INSERT INTO t VALUES (1, 'a'), (2, 'b'), (3, 'c')").await;
     let v1 = version(&e).await;
-    let v1_time = e.database().current().committed_at_ms;
+    let v1_time = e.engine().database().current().committed_at_ms;
     tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     run(&e, "DELETE FROM t WHERE id = 2").await;
     run(&e, "UPDATE t SET v = 'z' WHERE id = 3").await;
@@ -64,7 +64,7 @@ async fn past_versions_read_restore_and_snapshot_without_copying(b: Backend) {
     // ago (database::FRESH_BASE) just puts the next version.
     let puts = |r: &[Request]| r.iter().filter(|r| matches!(r, Request::Put { .. })).count();
     let lists = |r: &[Request]| r.iter().filter(|r| matches!(r, Request::List { .. })).count();
-    e.database().refresh().await.unwrap();
+    e.engine().database().refresh().await.unwrap();
     let seen = std::time::Instant::now();
     let before = db.audit.requests().len();
     run(&e, "CREATE SNAPSHOT before_wipe").await;

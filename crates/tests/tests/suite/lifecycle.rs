@@ -36,7 +36,7 @@ pub(crate) async fn stored(db: &TestDb) -> BTreeSet<String> {
 /// The store holds exactly what the newest version and the snapshots
 /// reference (`blobhouse_storage::gc::audit`).
 pub(crate) async fn assert_nothing_unreferenced(_db: &TestDb, e: &Session, when: &str) {
-    let (missing, left) = blobhouse_storage::gc::audit(e.database()).await.unwrap();
+    let (missing, left) = blobhouse_storage::gc::audit(e.engine().database()).await.unwrap();
     assert!(missing.is_empty(), "{when}: referenced but gone: {missing:?}");
     assert!(left.is_empty(), "{when}: unreferenced but left: {left:?}");
 }
@@ -48,7 +48,7 @@ async fn vacuum_deletes_exactly_what_nothing_retained_references(b: Backend) {
     for i in 0..4 {
         run(&e, &format!("INSERT INTO t VALUES ({i}, 'v{i}'), ({}, 'w{i}')", i + 10)).await;
     }
-    let early = e.database().current().version;
+    let early = e.engine().database().current().version;
     run(&e, "DELETE FROM t WHERE id = 1").await;
     run(&e, "DELETE FROM t WHERE id = 11").await; // replaces the object's vector
     run(&e, "UPDATE t SET v = 'u' WHERE id = 2").await;
@@ -165,18 +165,18 @@ async fn a_commit_on_a_fresh_base_never_lands_in_a_gap_vacuum_left(b: Backend) {
     let stale = db.engine(EngineOptions::default()).await;
     let other = db.engine(EngineOptions::default()).await;
     run(&stale, "CREATE TABLE t (id INT)").await;
-    let seen = stale.database().refresh().await.unwrap();
+    let seen = stale.engine().database().refresh().await.unwrap();
     let started = std::time::Instant::now();
     run(&other, "INSERT INTO t VALUES (1)").await;
     run(&other, "INSERT INTO t VALUES (2)").await;
     run(&other, "VACUUM RETAIN '0 seconds'").await;
-    let newest = other.database().current().version;
+    let newest = other.engine().database().current().version;
     assert!(newest >= seen.version + 3);
 
     db.audit.clear_requests();
     // CREATE TABLE late, through the storage layer (a statement would
     // refresh first).
-    let mut txn = blobhouse_storage::Transaction::begin(stale.database(), seen.clone());
+    let mut txn = blobhouse_storage::Transaction::begin(stale.engine().database(), seen.clone());
     let schema = datafusion::arrow::datatypes::Schema::new(vec![datafusion::arrow::datatypes::Field::new("x", datafusion::arrow::datatypes::DataType::Int32, true)]);
     txn.create_table("late", schema, false, Vec::new()).await.unwrap();
     let outcome = txn.commit().await.unwrap();
@@ -202,19 +202,19 @@ async fn a_refusal_on_a_fresh_base_is_decided_again_on_the_newest_version(b: Bac
     let stale = db.engine(EngineOptions::default()).await;
     let other = db.engine(EngineOptions::default()).await;
     run(&stale, "CREATE TABLE t (id INT)").await;
-    stale.database().refresh().await.unwrap();
+    stale.engine().database().refresh().await.unwrap();
     run(&other, "CREATE SNAPSHOT s").await;
     use blobhouse_storage::{Change, CommitOutcome};
     let drop = Change::DropSnapshot { name: "s".into(), if_exists: false };
-    let outcome = stale.database().commit(std::slice::from_ref(&drop)).await.unwrap();
+    let outcome = stale.engine().database().commit(std::slice::from_ref(&drop)).await.unwrap();
     assert!(matches!(outcome, CommitOutcome::Committed(_)), "{outcome:?}");
     assert!(lines(&run(&other, "SHOW SNAPSHOTS").await).is_empty());
     run(&other, "CREATE SNAPSHOT s").await;
-    stale.database().refresh().await.unwrap();
+    stale.engine().database().refresh().await.unwrap();
     run(&other, "DROP SNAPSHOT s").await;
     // Not a no-op on a base that still has it, nor an error: gone is gone.
     let again = Change::CreateSnapshot { name: "s".into(), version: None, created_at_ms: 0 };
-    let outcome = stale.database().commit(std::slice::from_ref(&again)).await.unwrap();
+    let outcome = stale.engine().database().commit(std::slice::from_ref(&again)).await.unwrap();
     assert!(matches!(outcome, CommitOutcome::Committed(_)), "{outcome:?}");
     assert_eq!(lines(&run(&other, "SHOW SNAPSHOTS").await).len(), 1);
 }
@@ -345,8 +345,8 @@ async fn vacuums_race_writer_and_snapshot_reader_processes_on_minio() {
     }
     let counts = lines(&run(&e, "SELECT w, count(*) FROM t GROUP BY w ORDER BY w").await);
     assert_eq!(counts, vec!["0|90", "1|30", "2|30", "3|30"]);
-    let snapshot_version = e.database().current().snapshots["base"].version;
-    assert!(e.database().refresh().await.unwrap().gc.horizon > snapshot_version + 10, "the VACUUM processes moved the horizon past the writers' commits");
+    let snapshot_version = e.engine().database().current().snapshots["base"].version;
+    assert!(e.engine().database().refresh().await.unwrap().gc.horizon > snapshot_version + 10, "the VACUUM processes moved the horizon past the writers' commits");
     run(&e, "VACUUM RETAIN '0 seconds'").await;
     assert_nothing_unreferenced(&db, &e, "after the racing processes").await;
     assert_eq!(lines(&run(&e, "SELECT count(*), sum(i) FROM t AT(SNAPSHOT => 'base')").await), vec!["90|4095"]);

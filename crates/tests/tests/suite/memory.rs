@@ -138,7 +138,7 @@ async fn spilling_sorts_and_aggregations_give_the_in_memory_answers_and_leave_no
         assert!(files_under(spill.path()).is_empty(), "spill files left after {sql}: {:?}", files_under(spill.path()));
     }
     // The spill directory is the one configured.
-    assert!(small.spill_dirs().iter().all(|d| d.starts_with(spill.path())), "{:?}", small.spill_dirs());
+    assert!(small.engine().spill_dirs().iter().all(|d| d.starts_with(spill.path())), "{:?}", small.engine().spill_dirs());
 }
 
 /// A query dropped while it spills (the shell's Ctrl-C, a client gone)

@@ -66,7 +66,7 @@ async fn tpch_answers_are_exact_in_every_mode(b: Backend) {
         } else {
             assert_eq!(tasks, 0, "{name} pushed work");
         }
-        let warnings = e.pushdown().map(|p| p.take_warnings()).unwrap_or_default();
+        let warnings = e.engine().pushdown().map(|p| p.take_warnings()).unwrap_or_default();
         assert!(warnings.is_empty(), "{name}: node failures were survived: {warnings:?}");
     }
     let stats = node.stats();
@@ -119,13 +119,13 @@ async fn bloom_probes_cut_what_the_node_sends(b: Backend) {
         for q in queries {
             assert_eq!(lines(&run(&e, q).await), lines(&run(&plain, q).await), "bloom {bloom}: {q}");
         }
-        let before = e.pushdown().unwrap().totals().bytes_received;
+        let before = e.engine().pushdown().unwrap().totals().bytes_received;
         run(&e, selective).await;
-        received.push(e.pushdown().unwrap().totals().bytes_received - before);
+        received.push(e.engine().pushdown().unwrap().totals().bytes_received - before);
         let analyzed = text(&run(&e, &format!("EXPLAIN ANALYZE {selective}")).await);
         let used = analyzed.contains("bloom_filters=1");
         assert_eq!(used, bloom == "on", "bloom {bloom}: {analyzed}");
-        assert!(e.pushdown().unwrap().take_warnings().is_empty());
+        assert!(e.engine().pushdown().unwrap().take_warnings().is_empty());
     }
     // Brand#23 is one part in 25: the filter drops most of lineitem's rows.
     assert!(received[0] * 3 < received[1], "bytes received with and without Bloom probes: {received:?}");
@@ -143,8 +143,8 @@ async fn the_node_decodes_only_the_selected_pages(b: Backend) {
     let rows: u64 = scalar(&run(&plain, "SELECT count(*) FROM lineitem").await).parse().unwrap();
     let (node, endpoint, _h) = node(&db, NodeOptions::new(TOKEN)).await;
     let e = db.engine(pushing(&endpoint, PushdownMode::On, CacheOptions::off())).await;
-    let current = plain.database().current();
-    let manifest = plain.database().manifest(&current.tables["lineitem"]).await.unwrap();
+    let current = plain.engine().database().current();
+    let manifest = plain.engine().database().manifest(&current.tables["lineitem"]).await.unwrap();
     // The chunks of the columns the query reads: l_orderkey, l_quantity, l_returnflag.
     let chunks: u64 = manifest.objects.iter().flat_map(|o| &o.row_groups).map(|rg| [0, 4, 8].iter().map(|&c| rg.columns[c].length).sum::<u64>()).sum();
     for range in ["l_orderkey < 5000", "l_orderkey BETWEEN 44000 AND 46000", "l_orderkey > 40000"] {
@@ -161,7 +161,7 @@ async fn the_node_decodes_only_the_selected_pages(b: Backend) {
         let (read_share, row_share) = (read as f64 / chunks as f64, decoded as f64 / rows as f64);
         assert!(read_share < row_share + 0.1, "{range}: the node read {read} of the columns' {chunks} bytes for {decoded} of {rows} rows");
     }
-    assert!(e.pushdown().unwrap().take_warnings().is_empty());
+    assert!(e.engine().pushdown().unwrap().take_warnings().is_empty());
     assert_eq!(node.stats().tasks_failed, 0);
 }
 
@@ -187,7 +187,7 @@ async fn a_busy_node_refuses_and_the_engine_fetches_instead() {
     assert_22_answers(&e, " (busy node)").await;
     let stats = node.stats();
     assert!(stats.tasks_refused > 0 && stats.tasks_done > 0, "{stats:?}");
-    let warnings = e.pushdown().unwrap().take_warnings();
+    let warnings = e.engine().pushdown().unwrap().take_warnings();
     assert!(warnings.iter().any(|w| w.contains("refused") && w.contains("fetch the data instead")), "{warnings:?}");
 }
 
@@ -198,7 +198,7 @@ async fn an_unreachable_node_costs_only_time() {
     let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
     let e = db.engine(pushing(&format!("http://127.0.0.1:{port}"), PushdownMode::On, CacheOptions::off())).await;
     assert_22_answers(&e, " (no node)").await;
-    let warnings = e.pushdown().unwrap().take_warnings();
+    let warnings = e.engine().pushdown().unwrap().take_warnings();
     assert!(warnings.iter().any(|w| w.contains("unavailable")), "{warnings:?}");
 }
 
@@ -250,7 +250,7 @@ async fn a_node_killed_mid_query_leaves_the_answers_exact() {
     child.start_kill().unwrap(); // SIGKILL
     child.wait().await.unwrap();
     runner.await.unwrap();
-    let warnings = e.pushdown().unwrap().take_warnings();
+    let warnings = e.engine().pushdown().unwrap().take_warnings();
     assert!(!warnings.is_empty(), "the node was killed before any query pushed to it");
 }
 

@@ -28,8 +28,8 @@ async fn lineitem(b: Backend, name: &str) -> (TestDb, blobhouse_engine::Session,
     let db = TestDb::new(b, name);
     let e = db.engine(small_chunks(4 << 10)).await;
     tpch::load_tables(&e, 0.01, &["lineitem"], Arc::new(|_, _, _| {})).await.expect("load lineitem");
-    let current = e.database().current();
-    let manifest = e.database().manifest(&current.tables["lineitem"]).await.unwrap();
+    let current = e.engine().database().current();
+    let manifest = e.engine().database().manifest(&current.tables["lineitem"]).await.unwrap();
     (db, e, manifest)
 }
 
@@ -63,7 +63,7 @@ async fn projection_fetches_only_projected_chunks_and_no_footer(b: Backend) {
         }
     }
     if matches!(b, Backend::Minio) {
-        assert!(e.download_manager().is_some(), "S3 data reads go through the download manager");
+        assert!(e.engine().download_manager().is_some(), "S3 data reads go through the download manager");
         assert!(!db.audit.requests().iter().any(|r| matches!(r, Request::Get { path, .. } if path.ends_with(".parquet"))), "a data GET went through object_store");
     }
     assert_eq!(data_gets as u64, r.scan.get_requests, "scan metrics and store disagree on GETs");
@@ -92,8 +92,8 @@ async fn the_page_index_skips_pages_and_keeps_answers_and_row_ids(b: Backend) {
     let db = TestDb::new(b, "page-index");
     let e = db.engine(EngineOptions::default()).await;
     tpch::load_tables(&e, 0.01, &["lineitem"], Arc::new(|_, _, _| {})).await.expect("load lineitem");
-    let current = e.database().current();
-    let manifest = e.database().manifest(&current.tables["lineitem"]).await.unwrap();
+    let current = e.engine().database().current();
+    let manifest = e.engine().database().manifest(&current.tables["lineitem"]).await.unwrap();
     assert!(manifest.objects.iter().all(|o| o.page_index_at.is_some() && o.page_index.is_none()), "every object records where its page index lies");
     let rows: u64 = manifest.objects.iter().map(|o| o.rows).sum();
     let index_reads = |e: &blobhouse_engine::Session| {
@@ -198,8 +198,8 @@ async fn a_scan_nobody_reads_yet_downloads_only_a_head_start(b: Backend) {
     options.scan.prefetch = 128 << 10;
     let e = db.engine(options).await;
     tpch::load_tables(&e, 0.01, &["lineitem"], Arc::new(|_, _, _| {})).await.expect("load lineitem");
-    let current = e.database().current();
-    let manifest = e.database().manifest(&current.tables["lineitem"]).await.unwrap();
+    let current = e.engine().database().current();
+    let manifest = e.engine().database().manifest(&current.tables["lineitem"]).await.unwrap();
     let largest_row_group = manifest.objects.iter().flat_map(|o| &o.row_groups).map(|rg| rg.columns.iter().map(|c| c.length).sum::<u64>()).max().unwrap();
     assert!(largest_row_group < 128 << 10, "row groups of {largest_row_group} bytes leave no room to tell a head start from a full budget");
 

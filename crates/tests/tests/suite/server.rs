@@ -515,7 +515,7 @@ async fn a_statement_over_the_memory_limit_fails_alone() {
         use blobhouse_engine::memory::Reclaim;
         engine.memory().reserved() - engine.tiers().map_or(0, |t| t.reclaimable())
     };
-    let idle = beyond_cache(&engine);
+    let idle = beyond_cache(engine.engine());
     let server = Server::start(engine.engine().clone(), alice_on_loopback()).await.expect("the server starts");
     let script = format!(
         r#"

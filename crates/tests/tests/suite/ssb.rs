@@ -106,7 +106,7 @@ async fn ssb_answers_are_exact_in_every_mode(b: Backend) {
         }
         let tasks = node.stats().tasks_done - before;
         assert_eq!(tasks > 0, pushes, "{name}: {tasks} tasks pushed");
-        let warnings = e.pushdown().map(|p| p.take_warnings()).unwrap_or_default();
+        let warnings = e.engine().pushdown().map(|p| p.take_warnings()).unwrap_or_default();
         assert!(warnings.is_empty(), "{name}: {warnings:?}");
     }
     // Generated queries of both workloads run and agree with pull-up too.

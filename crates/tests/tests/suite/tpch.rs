@@ -66,7 +66,7 @@ async fn tpch_answers_stay_exact_through_resets_truncations_and_stalls() {
     .await;
 
     assert_22_answers(&e, " through faults").await;
-    let stats = e.download_manager().expect("S3 reads go through the download manager").stats().loops;
+    let stats = e.engine().download_manager().expect("S3 reads go through the download manager").stats().loops;
     eprintln!("download manager through faults: {stats:?}");
     assert!(stats.requests > 50, "{stats:?}");
     assert!(stats.retries >= 3, "too few faults were hit: {stats:?}");
@@ -107,7 +107,7 @@ async fn tpch_answers_are_the_same_with_and_without_the_scheduler() {
     load_options.write.target_chunk_bytes = 16 << 10;
     let loader = db.engine(load_options).await;
     tpch::load(&loader, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
-    let lineitem = loader.database().manifest(&loader.database().current().tables["lineitem"]).await.unwrap();
+    let lineitem = loader.engine().database().manifest(&loader.engine().database().current().tables["lineitem"]).await.unwrap();
     let row_groups: usize = lineitem.objects.iter().map(|o| o.row_groups.len()).sum();
     assert!(row_groups >= 8, "lineitem should have many row groups, has {row_groups}");
     drop(loader);

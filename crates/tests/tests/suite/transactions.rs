@@ -60,11 +60,11 @@ async fn a_transaction_sees_its_own_writes_and_others_see_them_at_commit(b: Back
     assert_eq!(lines(&run(&e2, "SELECT sum(bal), count(*) FROM acc").await), vec!["400|4"]);
     run(&e2, "INSERT INTO acc VALUES (6, 1)").await;
     assert_eq!(scalar(&run(&e1, "SELECT count(*) FROM acc WHERE id = 6").await), "0");
-    let before = e2.database().refresh().await.unwrap().version;
+    let before = e2.engine().database().refresh().await.unwrap().version;
     run(&e1, "COMMIT").await;
     assert!(!e1.in_transaction());
     // One version for the whole transaction, on top of e2's insert.
-    assert_eq!(e2.database().refresh().await.unwrap().version, before + 1);
+    assert_eq!(e2.engine().database().refresh().await.unwrap().version, before + 1);
     assert_eq!(lines(&run(&e2, "SELECT id, bal FROM acc ORDER BY id").await), vec!["1|50", "3|100", "4|100", "5|50", "6|1"]);
     // START TRANSACTION and END are spellings of the same.
     run(&e2, "START TRANSACTION ISOLATION LEVEL REPEATABLE READ").await;
@@ -78,7 +78,7 @@ async fn a_transaction_sees_its_own_writes_and_others_see_them_at_commit(b: Back
 async fn rollback_deletes_every_object_the_transaction_uploaded(b: Backend) {
     let db = TestDb::new(b, "txn-rollback");
     let e = accounts(&db).await;
-    let version = e.database().refresh().await.unwrap().version;
+    let version = e.engine().database().refresh().await.unwrap().version;
     let from = db.audit.requests().len();
     run(&e, "BEGIN").await;
     run(&e, "INSERT INTO acc SELECT CAST(v AS INT), 7 FROM generate_series(10, 5000) AS t(v)").await;
@@ -91,9 +91,9 @@ async fn rollback_deletes_every_object_the_transaction_uploaded(b: Backend) {
         assert!(!p.contains("/log/") && !p.starts_with("log/"), "a rolled-back transaction committed {p}");
         assert!(deletes.contains(p), "rollback left {p} behind");
     }
-    assert_eq!(e.database().refresh().await.unwrap().version, version);
+    assert_eq!(e.engine().database().refresh().await.unwrap().version, version);
     assert_eq!(lines(&run(&e, "SELECT count(*), sum(bal) FROM acc").await), vec!["4|400"]);
-    assert!(!e.database().current().tables.contains_key("other"));
+    assert!(!e.engine().database().current().tables.contains_key("other"));
 
     // A session that goes away inside a transaction rolls back too.
     let from = db.audit.requests().len();
@@ -110,7 +110,7 @@ async fn rollback_deletes_every_object_the_transaction_uploaded(b: Backend) {
         assert!(std::time::Instant::now() < deadline, "a dropped session left {puts:?} (deleted: {deletes:?})");
         tokio::time::sleep(std::time::Duration::from_millis(20)).await;
     }
-    assert_eq!(e.database().refresh().await.unwrap().version, version);
+    assert_eq!(e.engine().database().refresh().await.unwrap().version, version);
 }
 
 async fn a_failed_statement_aborts_the_transaction_until_rollback(b: Backend) {
@@ -153,7 +153,7 @@ async fn ddl_inside_a_transaction_commits_as_one_version(b: Backend) {
     let db = TestDb::new(b, "txn-ddl");
     let e = accounts(&db).await;
     let other = db.engine(EngineOptions::default()).await;
-    let before = e.database().refresh().await.unwrap().version;
+    let before = e.engine().database().refresh().await.unwrap().version;
     run(&e, "BEGIN").await;
     run(&e, "CREATE TABLE x (k INT)").await;
     run(&e, "INSERT INTO x VALUES (1), (2), (3)").await;
@@ -167,7 +167,7 @@ async fn ddl_inside_a_transaction_commits_as_one_version(b: Backend) {
     assert!(fail(&other, "SELECT * FROM x").await.contains("x"));
     assert_eq!(scalar(&run(&other, "SELECT count(*) FROM acc").await), "4");
     run(&e, "COMMIT").await;
-    assert_eq!(e.database().refresh().await.unwrap().version, before + 1);
+    assert_eq!(e.engine().database().refresh().await.unwrap().version, before + 1);
     assert_eq!(lines(&run(&other, "SELECT sum(k10) FROM y").await), vec!["60"]);
     assert_eq!(lines(&run(&other, "SELECT k FROM x ORDER BY k").await), vec!["1", "3"]);
     assert!(fail(&other, "SELECT * FROM acc").await.contains("acc"));
@@ -266,7 +266,7 @@ async fn bank_worker() {
 async fn a_killed_session_leaves_nothing_referenced() {
     let db = TestDb::new(Backend::Minio, "txn-killed");
     let e = accounts(&db).await;
-    let before = e.database().refresh().await.unwrap();
+    let before = e.engine().database().refresh().await.unwrap();
     let objects_before = crate::lifecycle::stored(&db).await;
     let mut child = tokio::process::Command::from(worker_command("transactions::killed_session_worker"))
         .env("BLOBHOUSE_KILLED_SESSION", serde_json::to_string(&(&db.url, &minio_options(blobhouse_testkit::MinioServer::shared()))).unwrap())
@@ -287,7 +287,7 @@ async fn a_killed_session_leaves_nothing_referenced() {
     child.wait().await.unwrap();
     let orphans: Vec<String> = crate::lifecycle::stored(&db).await.difference(&objects_before).cloned().collect();
     assert!(orphans.iter().any(|p| p.ends_with(".parquet")) && orphans.iter().any(|p| p.ends_with(".dv")), "the worker uploaded {orphans:?}");
-    let after = e.database().refresh().await.unwrap();
+    let after = e.engine().database().refresh().await.unwrap();
     assert_eq!(after.version, before.version, "a killed transaction committed");
     assert_eq!(lines(&run(&e, "SELECT count(*), sum(bal) FROM acc").await), vec!["4|400"]);
 
@@ -332,7 +332,7 @@ async fn optimize_lets_appends_land_and_conflicts_with_deletes_of_what_it_rewrot
     assert_eq!(lines(&run(&e2, "SELECT count(*), sum(bal) FROM acc").await), vec!["5|500"], "the append landed beside the rewrite");
     // A delete that commits first makes the rewrite fail…
     run(&e1, "BEGIN").await;
-    assert_eq!(scalar(&run(&e1, "OPTIMIZE acc").await), "5", "{:?}", e1.database().current().tables["acc"]);
+    assert_eq!(scalar(&run(&e1, "OPTIMIZE acc").await), "5", "{:?}", e1.engine().database().current().tables["acc"]);
     run(&e2, "DELETE FROM acc WHERE id = 5").await;
     let err = fail(&e1, "COMMIT").await;
     assert!(err.contains("serialization failure on table 'acc'"), "{err}");
@@ -344,7 +344,7 @@ async fn optimize_lets_appends_land_and_conflicts_with_deletes_of_what_it_rewrot
     let err = fail(&e2, "COMMIT").await;
     assert!(err.contains("serialization failure on table 'acc'"), "{err}");
     assert_eq!(lines(&run(&e2, "SELECT id, bal FROM acc ORDER BY id").await), vec!["1|100", "2|100", "3|100", "4|100", "6|100"]);
-    assert_eq!(e2.database().refresh().await.unwrap().tables["acc"].objects, 1);
+    assert_eq!(e2.engine().database().refresh().await.unwrap().tables["acc"].objects, 1);
 }
 
 /// A client that retried the version's conditional PUT after a server
@@ -355,12 +355,12 @@ async fn a_commit_that_finds_its_own_version_after_a_retried_put_counts_once(b: 
     let db = TestDb::new(b, "own-version");
     let e = db.engine(EngineOptions::default()).await;
     run(&e, "CREATE TABLE t (id INT)").await;
-    let before = e.database().current().version;
+    let before = e.engine().database().current().version;
     db.audit.answer_exists_after_next_create("log/");
     run(&e, "INSERT INTO t VALUES (1)").await;
     let other = db.engine(EngineOptions::default()).await;
     assert_eq!(lines(&run(&other, "SELECT count(*) FROM t").await), vec!["1"]);
-    assert_eq!(other.database().current().version, before + 1, "one commit");
+    assert_eq!(other.engine().database().current().version, before + 1, "one commit");
 }
 
 /// Drivers wrap their own queries in SAVEPOINT … RELEASE (psycopg's type
@@ -410,7 +410,7 @@ async fn a_query_reads_what_another_handle_committed_before_it_started(b: Backen
     // What finding the newest version takes on this store (one LIST on
     // S3, two on a directory).
     let from = db.audit.requests().len();
-    reader.database().refresh().await.unwrap();
+    reader.engine().database().refresh().await.unwrap();
     let lookup = log_lists(&db, from);
     assert!(lookup >= 1);
     // No commit since: the plan made on the known version runs.
