@@ -34,7 +34,7 @@ pub enum EngineError {
     Pushdown(#[source] blobhouse_pushdown::PushdownError),
     /// A statement about settings refused: why, and PostgreSQL's words.
     #[error("{message}")]
-    Setting { fault: crate::settings::SettingFault, message: String },
+    Setting { fault: SettingFault, message: String },
     /// A statement other than ROLLBACK (or COMMIT) after a statement of the
     /// same transaction failed — PostgreSQL's rule and words.
     #[error("current transaction is aborted, commands ignored until end of transaction block (ROLLBACK ends it; it failed at: {cause})")]
@@ -78,4 +78,32 @@ pub(crate) fn describe_df(e: &DataFusionError) -> String {
         }
     }
     s
+}
+
+/// Why a setting statement was refused: PostgreSQL's SQLSTATE for each.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SettingFault {
+    /// A value the setting does not take (22023).
+    Invalid,
+    /// No setting has this name (42704).
+    Unknown,
+    /// A value or form blobhouse cannot honour (0A000).
+    Unsupported,
+    /// A setting that cannot be changed (55P02).
+    ReadOnly,
+    /// A schema that does not exist (3F000).
+    NoSchema,
+}
+
+impl SettingFault {
+    /// PostgreSQL's code for it.
+    pub fn sqlstate(self) -> &'static str {
+        match self {
+            SettingFault::Invalid => "22023",
+            SettingFault::Unknown => "42704",
+            SettingFault::Unsupported => "0A000",
+            SettingFault::ReadOnly => "55P02",
+            SettingFault::NoSchema => "3F000",
+        }
+    }
 }

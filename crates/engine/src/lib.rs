@@ -2,7 +2,7 @@
 //!
 //! A statement flows one way (docs/architecture.md):
 //! text → [`parser`] → `dispatch` → a family module → DataFusion's plan →
-//! [`scan`] → [`scheduler`] → `pipeline` → [`source`] → the download manager.
+//! [`scan`] → [`scheduler`] → `scan::pipeline` → [`source`] → the download manager.
 //!
 //! The process and the connection:
 //! - [`Engine`] (`engine`): one open database and what the process holds
@@ -41,7 +41,7 @@
 //! - `zone_maps`: the row-group statistics scans prune with.
 //! - [`scheduler`]: the object scheduler, how many bytes a scan keeps in
 //!   flight and on how many download threads.
-//! - `pipeline`: the running scan — fetcher, arrival-order hand-off to the
+//! - `scan::pipeline`: the running scan — fetcher, arrival-order hand-off to the
 //!   partitions, cancellation.
 //! - [`source`]: where data ranges are read from — the download manager
 //!   with presigned URLs, or object_store.
@@ -71,7 +71,6 @@ mod names;
 mod optimize;
 pub mod options;
 pub mod parser;
-mod pipeline;
 pub mod provider;
 mod query;
 pub mod result;

@@ -65,22 +65,6 @@ pub enum CopyQuery {
     Query(Box<Query>),
 }
 
-#[cfg(test)]
-fn parse_copy_from(sql: &str) -> Result<Option<CopyFrom>, EngineError> {
-    match crate::parser::parse(sql, "generic", 50)?.statement {
-        crate::parser::Statement::CopyFrom(c) => Ok(Some(c)),
-        _ => Ok(None),
-    }
-}
-
-#[cfg(test)]
-fn parse_copy_to(sql: &str) -> Result<Option<CopyTo>, EngineError> {
-    match crate::parser::parse(sql, "generic", 50)?.statement {
-        crate::parser::Statement::CopyTo(c) => Ok(Some(c)),
-        _ => Ok(None),
-    }
-}
-
 /// A COPY statement, either way.
 pub(crate) enum Copy {
     From(CopyFrom),
@@ -363,6 +347,20 @@ fn split_text_line(line: &[u8], delimiter: u8) -> Result<Vec<Option<String>>, St
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    fn parse_copy_from(sql: &str) -> Result<Option<CopyFrom>, EngineError> {
+        match crate::parser::parse(sql, "generic", 50)?.statement {
+            crate::parser::Statement::CopyFrom(c) => Ok(Some(c)),
+            _ => Ok(None),
+        }
+    }
+
+    fn parse_copy_to(sql: &str) -> Result<Option<CopyTo>, EngineError> {
+        match crate::parser::parse(sql, "generic", 50)?.statement {
+            crate::parser::Statement::CopyTo(c) => Ok(Some(c)),
+            _ => Ok(None),
+        }
+    }
 
     #[test]
     fn parses_options_and_defaults() {

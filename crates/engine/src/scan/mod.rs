@@ -4,12 +4,13 @@
 //! manifest carries — no GET ever reads a Parquet footer.
 //!
 //! Work unit: one row group of one data object ("morsel"). The whole scan
-//! is planned before the first GET; [`crate::pipeline`] then downloads the
+//! is planned before the first GET; [`pipeline`] then downloads the
 //! units under the object scheduler's budget ([`crate::scheduler`]) and
 //! hands them to the partitions in the order they arrive.
 
 mod metadata;
 mod metrics;
+mod pipeline;
 mod plan;
 
 use std::fmt;
@@ -33,7 +34,7 @@ use datafusion::physical_plan::{
 
 use blobhouse_storage::histogram::Histogram;
 
-use crate::pipeline::{CpuSpan, Pipeline, ScanCounters, ScanToRun};
+use pipeline::{CpuSpan, Pipeline, ScanCounters, ScanToRun};
 use crate::runtime_filter::{RuntimeFilters, is_runtime_filter};
 use crate::scheduler::SchedulerOptions;
 use crate::source::DataSource;

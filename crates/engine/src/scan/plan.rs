@@ -28,7 +28,7 @@ use blobhouse_storage::rows::RowRanges;
 use blobhouse_storage::{Database, LiveObject, TableData};
 
 use crate::chunks::{RequestPolicy, Span};
-use crate::pipeline::ScanCounters;
+use super::pipeline::ScanCounters;
 use crate::scheduler::SchedulerOptions;
 use crate::source::DataSource;
 use crate::tiers::DecodedSize;

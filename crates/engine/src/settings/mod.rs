@@ -21,38 +21,12 @@ use datafusion::sql::sqlparser::tokenizer::{Token, Word};
 
 pub use registry::{Check, SETTINGS, Scope, Setting, lookup, markdown_table};
 
+pub use crate::error::SettingFault;
+
 use crate::engine::Engine;
 use crate::memory::{format_bytes, parse_limit};
 use crate::result::{QueryResult, empty_result, setting_result};
 use crate::EngineError;
-
-/// Why a setting statement was refused: PostgreSQL's SQLSTATE for each.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum SettingFault {
-    /// A value the setting does not take (22023).
-    Invalid,
-    /// No setting has this name (42704).
-    Unknown,
-    /// A value or form blobhouse cannot honour (0A000).
-    Unsupported,
-    /// A setting that cannot be changed (55P02).
-    ReadOnly,
-    /// A schema that does not exist (3F000).
-    NoSchema,
-}
-
-impl SettingFault {
-    /// PostgreSQL's code for it.
-    pub fn sqlstate(self) -> &'static str {
-        match self {
-            SettingFault::Invalid => "22023",
-            SettingFault::Unknown => "42704",
-            SettingFault::Unsupported => "0A000",
-            SettingFault::ReadOnly => "55P02",
-            SettingFault::NoSchema => "3F000",
-        }
-    }
-}
 
 fn fault(fault: SettingFault, message: impl Into<String>) -> EngineError {
     EngineError::Setting { fault, message: message.into() }

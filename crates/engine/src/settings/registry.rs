@@ -15,7 +15,7 @@
 //! with an error that says what it does instead — never accepted and
 //! silently ignored where it would change answers.
 
-use super::SettingFault;
+use crate::error::SettingFault;
 
 /// A setting.
 pub struct Setting {
