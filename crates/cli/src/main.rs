@@ -15,7 +15,7 @@ use clap::{Args, CommandFactory, Parser, Subcommand};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use blobhouse_engine::hybrid::{PushdownMode, PushdownOptions};
-use blobhouse_engine::{EngineOptions, Session};
+use blobhouse_engine::{Engine, EngineOptions};
 use blobhouse_pushdown::{NodeOptions, StorageNode};
 
 /// mimalloc instead of the system allocator, when built with the feature
@@ -336,14 +336,16 @@ fn node_token(var: &str) -> Result<String> {
     }
 }
 
-async fn open(db: &DbArgs) -> Result<Session> {
+/// Opens the database: one engine, which the shell and the benchmarks
+/// connect one session to and the server one per connection.
+async fn open(db: &DbArgs) -> Result<Engine> {
     let mut options = EngineOptions::default();
     if let Some(mib) = db.chunk_mib {
         anyhow::ensure!(mib > 0, "--chunk-mib must be at least 1");
         options.write.target_chunk_bytes = mib << 20;
     }
     db.engine.apply(&mut options)?;
-    Session::open(&db.db, &db.store.options(), options).await.with_context(|| format!("cannot open database {}", db.db))
+    Engine::open(&db.db, &db.store.options(), options).await.with_context(|| format!("cannot open database {}", db.db))
 }
 
 /// Progress bars for a TPC-H load, one per table.
@@ -375,8 +377,8 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
     match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Sql(args) => {
-            let engine = open(&args.db).await?;
-            let mut shell = shell::Shell::new(&engine, args.format);
+            let session = open(&args.db).await?.connect();
+            let mut shell = shell::Shell::new(&session, args.format);
             if let Some(sql) = &args.command {
                 shell.run_script(sql).await?;
             } else if let Some(file) = &args.file {
@@ -390,10 +392,10 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
         Command::Gc(args) => {
             blobhouse_storage::gc::parse_interval(&args.retain).map_err(|e| anyhow::anyhow!("--retain: {e}"))?;
             blobhouse_storage::gc::parse_interval(&args.grace).map_err(|e| anyhow::anyhow!("--grace: {e}"))?;
-            let engine = open(&args.db).await?;
+            let session = open(&args.db).await?.connect();
             let quoted = |s: &str| s.replace('\'', "");
             let sql = format!("VACUUM RETAIN '{}' GRACE '{}'{}", quoted(&args.retain), quoted(&args.grace), if args.dry_run { " DRY RUN" } else { "" });
-            shell::Shell::new(&engine, output::Format::Table).run_script(&sql).await?;
+            shell::Shell::new(&session, output::Format::Table).run_script(&sql).await?;
             Ok(ExitCode::SUCCESS)
         }
         Command::Bench(cmd) => {
@@ -447,7 +449,7 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
                 metrics_listen: args.metrics_listen,
             };
             let engine = open(&args.db).await?;
-            let server = blobhouse_server::Server::start(engine.engine().clone(), options).await?;
+            let server = blobhouse_server::Server::start(engine, options).await?;
             eprintln!(
                 "serving {} to PostgreSQL clients on {}{}{}{}; Ctrl-C stops it",
                 args.db.db,
@@ -503,10 +505,11 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
         }
         Command::Load(LoadCommand::Tpch { sf, db }) => {
             let engine = open(&db).await?;
-            eprintln!("Loading TPC-H SF {sf} into {}", engine.engine().database().location().url);
+            eprintln!("Loading TPC-H SF {sf} into {}", engine.database().location().url);
+            let session = engine.connect();
             let (_multi, progress) = load_progress();
             let started = std::time::Instant::now();
-            let loads = blobhouse_bench::tpch::load(&engine, sf, progress).await.context("TPC-H load failed; no partially loaded table was committed")?;
+            let loads = blobhouse_bench::tpch::load(&session, sf, progress).await.context("TPC-H load failed; no partially loaded table was committed")?;
             let bytes: u64 = loads.iter().map(|l| l.bytes).sum();
             let rows: u64 = loads.iter().map(|l| l.rows).sum();
             eprintln!("Loaded {rows} rows, {:.1} MiB of Parquet, in {:.1} s", bytes as f64 / 1048576.0, started.elapsed().as_secs_f64());
@@ -514,10 +517,11 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
         }
         Command::Load(LoadCommand::Ssb { sf, db }) => {
             let engine = open(&db).await?;
-            eprintln!("Loading SSB SF {sf} into {}", engine.engine().database().location().url);
+            eprintln!("Loading SSB SF {sf} into {}", engine.database().location().url);
+            let session = engine.connect();
             let (_multi, progress) = load_progress();
             let started = std::time::Instant::now();
-            blobhouse_bench::ssb::load(&engine, sf, progress).await.context("SSB load failed: the database may hold some of its tables; load into a new database")?;
+            blobhouse_bench::ssb::load(&session, sf, progress).await.context("SSB load failed: the database may hold some of its tables; load into a new database")?;
             eprintln!("Loaded SSB's {} tables in {:.1} s", blobhouse_bench::ssb::TABLES.len(), started.elapsed().as_secs_f64());
             Ok(ExitCode::SUCCESS)
         }

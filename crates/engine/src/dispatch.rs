@@ -28,7 +28,6 @@ use crate::provider::Scope;
 use crate::query::{self, Planned};
 use crate::result::{Answer, QueryResult, count_result, empty_result};
 use crate::settings::Values;
-use crate::time_travel::AsOf;
 use crate::transaction::{TxnSlot, TxnState};
 use crate::{EngineError, TxnRule};
 
@@ -157,7 +156,7 @@ async fn plan_while_refreshing(conn: &Conn<'_>, parsed: &Parsed, started: Instan
     let known = engine.database().current();
     let slot: TxnSlot = Arc::new(tokio::sync::Mutex::new(Some(Transaction::begin(engine.database(), known.clone()))));
     let scope = Scope { view: known.clone(), snapshot: known.clone(), txn: slot.clone(), past: parsed.past.clone() };
-    let (newest, planned) = tokio::join!(engine.database().refresh(), plan(conn, (**statement).clone(), &scope, &parsed.past));
+    let (newest, planned) = tokio::join!(engine.database().refresh(), plan(conn, (**statement).clone(), &scope));
     let newest = newest?;
     if newest.version != known.version {
         return Ok(Refreshed::Newer(newest));
@@ -178,7 +177,7 @@ async fn plan_while_refreshing(conn: &Conn<'_>, parsed: &Parsed, started: Instan
 }
 
 /// Plans a plain query in `scope`.
-async fn plan(conn: &Conn<'_>, statement: DFStatement, scope: &Scope, _past: &[AsOf]) -> Result<Option<Planned>, EngineError> {
+async fn plan(conn: &Conn<'_>, statement: DFStatement, scope: &Scope) -> Result<Option<Planned>, EngineError> {
     let ctx = conn.engine.statement_context(&conn.ctx.state(), scope).await?;
     query::plan_query(&ctx, statement).await
 }
@@ -188,7 +187,7 @@ async fn run_streaming(conn: &Conn<'_>, parsed: Parsed, scope: Scope, started: I
     if stream
         && parsed.is_query()
         && let Statement::Sql(statement) = &parsed.statement
-        && let Some(planned) = plan(conn, (**statement).clone(), &scope, &parsed.past).await?
+        && let Some(planned) = plan(conn, (**statement).clone(), &scope).await?
     {
         return query::stream_planned(planned).map(Answer::Rows);
     }

@@ -107,8 +107,11 @@ impl Session {
         let state = self.ctx.state();
         let options = &state.config().options().sql_parser;
         let mut parsed = parser::parse(sql, &options.dialect.to_string(), options.recursion_limit.get())?;
-        if let Statement::Sql(s) = &mut parsed.statement {
-            settings::inline_current_setting(s, |name| self.setting(name));
+        let get = |name: &str| self.setting(name);
+        match &mut parsed.statement {
+            Statement::Sql(s) => settings::inline_current_setting(s, get),
+            Statement::Dml(s) => settings::inline_current_setting_in(s, &get),
+            _ => {}
         }
         Ok(parsed)
     }

@@ -83,7 +83,7 @@ pub(crate) fn parse(sql: &str, dialect_name: &str, recursion_limit: usize) -> Re
     let mut parser = DFParserBuilder::new(sql).with_dialect(&dialect as &dyn Dialect).with_recursion_limit(recursion_limit).build()?;
     let statement = match ours::parse(&mut parser.parser).map_err(syntax)? {
         Some(ours) => ours,
-        None => classify(sql, &mut parser)?,
+        None => classify(&mut parser)?,
     };
     // One statement: at most a `;` after it.
     while parser.parser.consume_token(&Token::SemiColon) {}
@@ -97,7 +97,7 @@ pub(crate) fn parse(sql: &str, dialect_name: &str, recursion_limit: usize) -> Re
 }
 
 /// The statement DataFusion's parser reads, sorted into its family.
-fn classify(sql: &str, parser: &mut datafusion::sql::parser::DFParser) -> Result<Statement, EngineError> {
+fn classify(parser: &mut datafusion::sql::parser::DFParser) -> Result<Statement, EngineError> {
     let first = parser.parser.peek_token().token;
     // COPY … FROM / TO with PostgreSQL's grammar; DataFusion's own `COPY …
     // TO … STORED AS` form is left to it.
@@ -130,10 +130,7 @@ fn classify(sql: &str, parser: &mut datafusion::sql::parser::DFParser) -> Result
             Statement::Dml(s)
         }
         ast::Statement::ShowTables { .. } => Statement::ShowTables,
-        _ => {
-            let _ = sql;
-            Statement::Sql(Box::new(statement))
-        }
+        _ => Statement::Sql(Box::new(statement)),
     })
 }
 

@@ -377,29 +377,31 @@ pub fn session_defaults() -> Vec<(&'static str, &'static str, &'static str)> {
 /// with a literal name become the setting's value, as a string literal:
 /// a function cannot see the session it runs for.
 pub(crate) fn inline_current_setting(statement: &mut DFStatement, get: impl Fn(&str) -> Option<String>) {
-    let visit = |s: &mut Statement| {
-        let _ = visit_expressions_mut(s, |e| {
-            if let Expr::Function(f) = e
-                && f.name.0.last().is_some_and(|p| p.to_string().eq_ignore_ascii_case("current_setting"))
-                && let FunctionArguments::List(list) = &f.args
-                && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(name)))) = list.args.first()
-                && let Value::SingleQuotedString(name) = &name.value
-            {
-                let missing_ok = matches!(list.args.get(1), Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v)))) if v.value == Value::Boolean(true));
-                match get(name) {
-                    Some(value) => *e = Expr::value(Value::SingleQuotedString(value)),
-                    None if missing_ok => *e = Expr::value(Value::Null),
-                    None => {}
-                }
-            }
-            std::ops::ControlFlow::<()>::Continue(())
-        });
-    };
     match statement {
-        DFStatement::Statement(s) => visit(s),
+        DFStatement::Statement(s) => inline_current_setting_in(s, &get),
         DFStatement::Explain(e) => inline_current_setting(&mut e.statement, get),
         _ => {}
     }
+}
+
+/// [`inline_current_setting`] in one of sqlparser's statements.
+pub(crate) fn inline_current_setting_in(statement: &mut Statement, get: &dyn Fn(&str) -> Option<String>) {
+    let _ = visit_expressions_mut(statement, |e| {
+        if let Expr::Function(f) = e
+            && f.name.0.last().is_some_and(|p| p.to_string().eq_ignore_ascii_case("current_setting"))
+            && let FunctionArguments::List(list) = &f.args
+            && let Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(name)))) = list.args.first()
+            && let Value::SingleQuotedString(name) = &name.value
+        {
+            let missing_ok = matches!(list.args.get(1), Some(FunctionArg::Unnamed(FunctionArgExpr::Expr(Expr::Value(v)))) if v.value == Value::Boolean(true));
+            match get(name) {
+                Some(value) => *e = Expr::value(Value::SingleQuotedString(value)),
+                None if missing_ok => *e = Expr::value(Value::Null),
+                None => {}
+            }
+        }
+        std::ops::ControlFlow::<()>::Continue(())
+    });
 }
 
 /// A SET's value as text: one word, string or number, or a list (search_path).

@@ -64,6 +64,10 @@ async fn what_drivers_send_on_connecting_is_accepted_and_read_back() {
     // current_setting() reads the session.
     let r = run(&e, "SELECT current_setting('application_name'), current_setting('max_index_keys'), current_setting('nope.x', true)").await;
     assert_eq!(lines(&r), ["mine|32|NULL"]);
+    // … in DML too.
+    run(&e, "CREATE TABLE t AS SELECT 1 AS id, 'x' AS app").await;
+    run(&e, "UPDATE t SET app = current_setting('application_name') WHERE id = 1").await;
+    assert_eq!(scalar(&run(&e, "SELECT app FROM t").await), "mine");
     // SHOW ALL lists every setting of the registry.
     assert_eq!(run(&e, "SHOW ALL").await.rows(), SETTINGS.len() + 1);
 }
