@@ -110,6 +110,36 @@ impl RowRanges {
         &self.ranges
     }
 
+    /// The selected rows cut into at most `parts` consecutive pieces of
+    /// nearly equal size (in selected rows), each over the same row group:
+    /// the morsels that several threads decode at once. Together the pieces
+    /// select exactly these rows, in order; none is empty, so fewer than
+    /// `parts` come back when fewer rows are selected.
+    pub fn split(&self, parts: usize) -> Vec<RowRanges> {
+        let selected = self.selected();
+        let parts = (parts.max(1) as u64).min(selected.max(1));
+        let mut out = Vec::with_capacity(parts as usize);
+        let mut current: Vec<Range<u64>> = Vec::new();
+        let (mut taken, mut in_current) = (0u64, 0u64);
+        for r in &self.ranges {
+            let mut start = r.start;
+            while start < r.end {
+                // Piece i ends after ⌈(i+1)·selected/parts⌉ selected rows.
+                let piece = out.len() as u64;
+                let piece_end = ((piece + 1) * selected).div_ceil(parts);
+                let len = (r.end - start).min(piece_end - taken);
+                current.push(start..start + len);
+                (start, taken, in_current) = (start + len, taken + len, in_current + len);
+                if taken == piece_end {
+                    out.push(RowRanges { ranges: std::mem::take(&mut current), rows: self.rows });
+                    in_current = 0;
+                }
+            }
+        }
+        debug_assert!(in_current == 0 && current.is_empty(), "every selected row is in a piece");
+        out
+    }
+
     /// Rows selected that `deleted` (object positions; the row group starts
     /// at `first_row`) does not delete.
     pub fn live(&self, first_row: u64, deleted: Option<&RoaringBitmap>) -> u64 {
@@ -211,6 +241,29 @@ mod tests {
     use super::*;
     use datafusion::arrow::array::Int64Array;
     use datafusion::arrow::datatypes::{DataType, Field, Schema};
+
+    #[test]
+    fn split_cuts_the_selected_rows_into_even_consecutive_pieces() {
+        let all = RowRanges::all(1000);
+        let pieces = all.split(3);
+        let got: Vec<Vec<Range<u64>>> = pieces.iter().map(|p| p.ranges().to_vec()).collect();
+        assert_eq!(got, vec![vec![0..334], vec![334..667], vec![667..1000]]);
+        assert!(pieces.iter().all(|p| p.rows() == 1000));
+
+        // A selection with gaps: pieces follow the selected rows, and a
+        // piece may span a gap.
+        let some = RowRanges::try_new(vec![10..20, 50..60, 90..100], 100).unwrap();
+        let got: Vec<Vec<Range<u64>>> = some.split(2).iter().map(|p| p.ranges().to_vec()).collect();
+        assert_eq!(got, vec![vec![10..20, 50..55], vec![55..60, 90..100]]);
+        let rejoined: Vec<Range<u64>> = some.split(7).iter().flat_map(|p| p.ranges().to_vec()).collect();
+        let selected: u64 = rejoined.iter().map(|r| r.end - r.start).sum();
+        assert_eq!(selected, 30, "every selected row in exactly one piece");
+
+        // More pieces than rows: one row each; none empty.
+        assert_eq!(RowRanges::all(3).split(8).len(), 3);
+        assert_eq!(RowRanges::all(5).split(1), vec![RowRanges::all(5)]);
+        assert_eq!(RowRanges::all(0).split(4).len(), 0);
+    }
 
     #[test]
     fn ranges_and_selections_convert_both_ways() {
