@@ -164,6 +164,25 @@ impl<V: Held> MemoryTier<V> {
         inner.stats.used = inner.framework.used();
     }
 
+    /// A segment held here takes another form (the engine's decoded
+    /// form of bytes it held compressed). Ignored unless the segment is
+    /// held and `value` is whole. Charged as [`MemoryTier::fill`] charges.
+    pub fn replace(&self, key: &SegmentKey, value: V) {
+        if !value.is_whole(key) {
+            return;
+        }
+        let size = value.memory_size();
+        let mut inner = self.lock();
+        let Some(slot @ Some(_)) = inner.bytes.get_mut(key) else { return };
+        *slot = Some(value);
+        let evicted = inner.framework.resize(key, size);
+        for key in &evicted {
+            inner.bytes.remove(key);
+        }
+        inner.stats.evicted += evicted.len() as u64;
+        inner.stats.used = inner.framework.used();
+    }
+
     /// An admitted segment's bytes will not come: its space is given back.
     pub fn abandon(&self, key: &SegmentKey) {
         let mut inner = self.lock();

@@ -21,6 +21,9 @@ impl BlobScanExec {
             get_requests: get("get_requests"),
             bytes_fetched: get("bytes_fetched"),
             row_groups_read: get("row_groups_read"),
+            morsels_read: get("morsels_decoded"),
+            partitions: self.partitions as u64,
+            partitions_busy: m.iter().filter(|metric| metric.value().name() == "morsels_decoded" && metric.value().as_usize() > 0).count() as u64,
             row_groups_pruned: self.summary.row_groups_pruned as u64,
             row_groups_total: self.summary.row_groups_total as u64,
             bytes_skipped: self.summary.bytes_skipped,
@@ -55,6 +58,12 @@ pub struct ScanMetrics {
     pub get_requests: u64,
     pub bytes_fetched: u64,
     pub row_groups_read: u64,
+    /// Pieces of row groups decoded ([`super::pipeline`]'s morsels).
+    pub morsels_read: u64,
+    /// The scans' partitions, and those that decoded at least one morsel:
+    /// whether a scan's work reached every partition it planned.
+    pub partitions: u64,
+    pub partitions_busy: u64,
     pub row_groups_pruned: u64,
     pub row_groups_total: u64,
     pub bytes_skipped: u64,
@@ -88,6 +97,9 @@ impl std::ops::AddAssign for ScanMetrics {
         self.get_requests += o.get_requests;
         self.bytes_fetched += o.bytes_fetched;
         self.row_groups_read += o.row_groups_read;
+        self.morsels_read += o.morsels_read;
+        self.partitions += o.partitions;
+        self.partitions_busy += o.partitions_busy;
         self.row_groups_pruned += o.row_groups_pruned;
         self.row_groups_total += o.row_groups_total;
         self.bytes_skipped += o.bytes_skipped;

@@ -3,10 +3,12 @@
 //! only the projected column chunks, and decodes them with the footer that the
 //! manifest carries — no GET ever reads a Parquet footer.
 //!
-//! Work unit: one row group of one data object ("morsel"). The whole scan
-//! is planned before the first GET; [`pipeline`] then downloads the
-//! units under the object scheduler's budget ([`crate::scheduler`]) and
-//! hands them to the partitions in the order they arrive.
+//! Unit of retrieval: one row group of one data object. The whole scan is
+//! planned before the first GET; [`pipeline`] then downloads the units
+//! under the object scheduler's budget ([`crate::scheduler`]), cuts each
+//! into morsels (pieces of its rows, as many as the partitions need:
+//! `plan::assign_morsels`) and hands them to the partitions in the order
+//! they arrive.
 
 mod metadata;
 mod metrics;
@@ -25,7 +27,7 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, apply_expression_roots};
 use datafusion::physical_plan::filter_pushdown::{ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown};
-use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricsSet};
+use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
 use datafusion::physical_plan::statistics::StatisticsArgs;
 use datafusion::physical_plan::{
     ChildrenPropertiesMode, DisplayAs, DisplayFormatType, ExecutionPlan, Partitioning, PlanProperties,
@@ -257,6 +259,9 @@ impl DisplayAs for BlobScanExec {
                     self.summary.requests_planned,
                     self.summary.bytes_planned,
                 )?;
+                if self.summary.morsels > self.units.len() {
+                    write!(f, ", morsels={}", self.summary.morsels)?;
+                }
                 if self.summary.rows_skipped_by_pages > 0 {
                     write!(f, ", page_index_skips={} rows", self.summary.rows_skipped_by_pages)?;
                 }
@@ -372,7 +377,8 @@ impl ExecutionPlan for BlobScanExec {
         };
         let guard = StreamGuard { run: self.run.clone(), pipeline: pipeline.clone() };
         let rows = self.runtime_filters.as_ref().map(|f| f.rows(&self.schema, self.pushed_predicate.as_ref())).transpose()?;
-        Ok(pipeline.stream(partition, self.schema.clone(), self.projection.clone(), self.row_id_column, self.batch_size, rows, Box::new(guard)))
+        let morsels = MetricBuilder::new(&self.metrics).counter("morsels_decoded", partition);
+        Ok(pipeline.stream(partition, self.schema.clone(), self.projection.clone(), self.row_id_column, self.batch_size, rows, morsels, Box::new(guard)))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {

@@ -52,7 +52,8 @@ pub(crate) struct ScanObject {
     pub deleted: Option<Arc<RoaringBitmap>>,
 }
 
-/// One row group to read: the morsel of this scan.
+/// One row group to read: the unit of retrieval of this scan, decoded in
+/// one or more morsels.
 #[derive(Debug, Clone)]
 pub(crate) struct ScanUnit {
     /// Position in the scan's plan order (and in its [`ZoneMaps`]).
@@ -73,6 +74,9 @@ pub(crate) struct ScanUnit {
     /// of the row group): what the memory tier is charged to hold it
     /// decoded, until the array is there to be measured.
     pub decoded: Vec<DecodedSize>,
+    /// Into how many morsels its rows are cut once it has arrived, each
+    /// decoded by whichever partition takes it ([`assign_morsels`]).
+    pub morsels: usize,
 }
 
 impl ScanUnit {
@@ -102,6 +106,77 @@ pub(super) struct PlanSummary {
     pub(super) rows_skipped_by_pages: u64,
     /// Page indexes read from their objects while planning.
     pub(super) page_index_reads: u64,
+    /// Morsels the kept row groups are decoded in ([`assign_morsels`]).
+    pub(super) morsels: usize,
+}
+
+/// The fewest rows worth a morsel of their own: below this, the dictionary
+/// pages every morsel decodes again and the partly decoded pages at its
+/// edges cost more than spreading the work gains.
+pub(crate) const MORSEL_MIN_ROWS: u64 = 100_000;
+/// The most rows of a morsel: about a tenth of a second of decoding, the
+/// longest a partition that has finished may wait for the last one.
+pub(crate) const MORSEL_MAX_ROWS: u64 = 1 << 20;
+/// Morsels per partition a scan aims for, so that partitions finishing at
+/// different times still find work and none waits long for the last one.
+const MORSELS_PER_PARTITION: u64 = 4;
+
+/// Decides how many morsels each unit is decoded in, and returns the
+/// scan's morsels in all.
+///
+/// Why not a row group per morsel: row groups are sized for the store
+/// (8–16 MiB requests per column chunk), which leaves SF 10's `lineitem`
+/// with about a dozen of them — fewer than a 16-core machine's partitions,
+/// and at SF 1 a single one that one partition decoded while the others
+/// idled. A row group is still fetched once and whole; after it arrives
+/// its rows are cut into consecutive pieces that any partition may decode
+/// (the Parquet reader skips the pages before a piece without
+/// decompressing them). Units are cut as far as the scan needs: into
+/// about four morsels per partition, of 100 000 to 1 048 576 rows each; a
+/// scan of one partition cuts nothing.
+pub(crate) fn assign_morsels(units: &mut [ScanUnit], partitions: usize) -> usize {
+    let rows: Vec<u64> = units.iter().map(|u| u.selection.as_ref().map_or(u.rows, |s| s.selected())).collect();
+    let cuts = morsels_per_unit(&rows, partitions);
+    for (u, k) in units.iter_mut().zip(&cuts) {
+        u.morsels = *k;
+    }
+    cuts.iter().sum()
+}
+
+/// Morsels per unit of `rows` rows each (see [`assign_morsels`]).
+fn morsels_per_unit(rows: &[u64], partitions: usize) -> Vec<usize> {
+    if partitions <= 1 {
+        // One partition reads every morsel anyway: cutting would only
+        // decode the dictionary pages again.
+        return vec![1; rows.len()];
+    }
+    let wanted = partitions as u64 * MORSELS_PER_PARTITION;
+    let target = rows.iter().sum::<u64>().div_ceil(wanted).clamp(MORSEL_MIN_ROWS, MORSEL_MAX_ROWS);
+    rows.iter().map(|&r| r.div_ceil(target).clamp(1, (r / MORSEL_MIN_ROWS).max(1)) as usize).collect()
+}
+
+#[cfg(test)]
+mod morsel_tests {
+    use super::*;
+
+    #[test]
+    fn units_are_cut_as_far_as_the_partitions_need() {
+        // SF 1's lineitem: one row group of 6 M rows.
+        assert_eq!(morsels_per_unit(&[6_001_215], 2), vec![8], "2 partitions: 8 wanted, ≤ 1 Mi rows each");
+        assert_eq!(morsels_per_unit(&[6_001_215], 16), vec![60], "16 partitions: 64 wanted, ≥ 100 000 rows each");
+        // SF 10's lineitem: a dozen row groups of about 5 M rows.
+        let sf10 = vec![5_000_000u64; 12];
+        assert_eq!(morsels_per_unit(&sf10, 2), vec![5; 12], "none over 1 Mi rows: the last one waited for is short");
+        assert_eq!(morsels_per_unit(&sf10, 16), vec![6; 12]);
+        // Small row groups are never cut below 100 000 rows.
+        assert_eq!(morsels_per_unit(&[50_000; 8], 2), vec![1; 8]);
+        assert_eq!(morsels_per_unit(&[150_000], 64), vec![1]);
+        assert_eq!(morsels_per_unit(&[250_000], 64), vec![2]);
+        // One partition: nothing to spread.
+        assert_eq!(morsels_per_unit(&[6_001_215], 1), vec![1]);
+        assert_eq!(morsels_per_unit(&[], 4), Vec::<usize>::new());
+        assert_eq!(morsels_per_unit(&[0, 10], 4), vec![1, 1]);
+    }
 }
 
 /// Page indexes read from objects at once while planning a scan. Each is
@@ -290,7 +365,7 @@ impl BlobScanExec {
                 .collect();
             let spans = if data_columns.is_empty() { Vec::new() } else { req.policy.plan(&ranges) };
             let selection = selection.filter(|s| !s.is_all());
-            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, first_row: *first_row, selection, chunks: ranges, spans, decoded };
+            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, first_row: *first_row, selection, chunks: ranges, spans, decoded, morsels: 1 };
             summary.bytes_planned += unit.bytes();
             summary.bytes_skipped += all_bytes.saturating_sub(unit.bytes());
             summary.requests_planned += unit.spans.iter().map(|s| s.requests.len()).sum::<usize>();
@@ -302,9 +377,11 @@ impl BlobScanExec {
             stats.byte_size = Precision::Inexact(*bytes as usize);
         }
 
-        // Partitions take units as they arrive; more partitions than units
-        // would only idle.
-        let n = req.target_partitions.max(1).min(units.len().max(1));
+        // Partitions take morsels as their row groups arrive; more
+        // partitions than morsels would only idle.
+        let morsels = assign_morsels(&mut units, req.target_partitions);
+        let n = req.target_partitions.max(1).min(morsels.max(1));
+        summary.morsels = morsels;
 
         let properties = Arc::new(PlanProperties::new(
             EquivalenceProperties::new(schema.clone()),

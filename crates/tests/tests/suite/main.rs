@@ -15,6 +15,7 @@ mod history;
 mod join_estimates;
 mod lifecycle;
 mod memory;
+mod morsels;
 mod pushdown;
 mod runtime_filters;
 mod scan;

@@ -1,5 +1,5 @@
 //! The partitions' side of a running scan: each partition's stream takes
-//! whichever row group arrived first and decodes it a batch at a time —
+//! whichever morsel arrived first and decodes it a batch at a time —
 //! dropping deleted rows, applying the runtime filters, and copying rows
 //! out of the chunks the memory tier holds decoded.
 
@@ -11,6 +11,7 @@ use datafusion::arrow::array::{Array, ArrayRef, MutableArrayData, RecordBatch, R
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::physical_plan::SendableRecordBatchStream;
+use datafusion::physical_plan::metrics::Count;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use parquet::arrow::ProjectionMask;
 use parquet::arrow::arrow_reader::{ParquetRecordBatchReader, ParquetRecordBatchReaderBuilder};
@@ -21,7 +22,8 @@ use blobhouse_storage::rows::{Positions, RowRanges, drop_deleted, row_ids};
 
 use crate::runtime_filter::RowFilter;
 
-use super::{Arrived, Pipeline};
+use super::Pipeline;
+use super::morsel::{Fills, Landed, Morsel};
 
 impl Pipeline {
     /// The stream of partition `partition`, holding `guard` until dropped.
@@ -36,9 +38,11 @@ impl Pipeline {
         row_id_column: usize,
         batch_size: usize,
         filter: Option<RowFilter>,
+        morsels_taken: Count,
         guard: Box<dyn Send>,
     ) -> SendableRecordBatchStream {
         let consumer = Consumer {
+            morsels_taken,
             filter,
             pipeline: self.clone(),
             partition,
@@ -60,6 +64,9 @@ impl Pipeline {
 /// One partition's end of the queue.
 struct Consumer {
     pipeline: Arc<Pipeline>,
+    /// Morsels this partition decoded (the metric `morsels_decoded` of its
+    /// partition: how evenly the scan spread its work).
+    morsels_taken: Count,
     partition: usize,
     schema: SchemaRef,
     projection: Vec<usize>,
@@ -130,16 +137,20 @@ impl Consumer {
                         return Some((Err(e), self));
                     }
                     None => {
-                        // The row group's bytes are decoded and dropped.
-                        shared.reservation.shrink(d.held.min(shared.reservation.size()));
-                        self.current = None;
+                        // The morsel is decoded; with the row group's last,
+                        // its bytes are dropped.
+                        let d = self.current.take().expect("decoding");
+                        let held = d.held;
+                        if d.landed.finished(d.piece, d.kept) {
+                            shared.reservation.shrink(held.min(shared.reservation.size()));
+                        }
                     }
                 }
             }
             let wait = Instant::now();
-            let item = self.pipeline.ready.lock().await.recv().await;
+            let item = self.pipeline.ready.take().await;
             m.query_wait_time.add_elapsed(wait);
-            let arrived = match item {
+            let morsel = match item {
                 None => return None,
                 Some(Err(e)) => {
                     self.done = true;
@@ -147,15 +158,23 @@ impl Consumer {
                 }
                 Some(Ok(a)) => a,
             };
-            shared.ready_bytes.fetch_sub(arrived.unit.bytes(), Ordering::Relaxed);
+            shared.ready_bytes.fetch_sub(morsel.bytes, Ordering::Relaxed);
             shared.ready_units.fetch_sub(1, Ordering::Relaxed);
             shared.space.notify_one();
-            m.row_groups_read.add(1);
-            if arrived.at < wait {
-                m.data_wait_time.add_duration(wait - arrived.at);
+            // The fetcher, just woken, waits in this worker's slot for
+            // tokio's next turn here: give it that turn now rather than
+            // after this morsel's decoding (tens of milliseconds in which
+            // no download would start).
+            tokio::task::yield_now().await;
+            self.morsels_taken.add(1);
+            if morsel.piece == 0 {
+                m.row_groups_read.add(1);
+                if morsel.landed.at < wait {
+                    m.data_wait_time.add_duration(wait - morsel.landed.at);
+                }
             }
             let t = Instant::now();
-            match Decoding::new(arrived, &self.projection, self.row_id_column, self.batch_size) {
+            match Decoding::new(morsel, &self.projection, self.row_id_column, self.batch_size) {
                 Ok(d) => self.current = Some(d),
                 Err(e) => {
                     self.done = true;
@@ -167,13 +186,21 @@ impl Consumer {
     }
 }
 
-/// A row group being decoded, a batch at a time; rows that the object's
+/// A morsel being decoded, a batch at a time; rows that the object's
 /// deletion vector deletes are dropped here, before any filter sees them.
-/// When the page index ruled pages out, only the unit's selected rows are
-/// decoded, and their positions (for row ids and deletes) follow from the
-/// selection ([`blobhouse_storage::rows`]). Columns the memory tier holds
-/// decoded are not decoded at all: each batch copies its rows out of them.
+/// Only the morsel's rows are decoded (a piece of its row group, and of
+/// those only the ones the page index left), and their positions (for row
+/// ids and deletes) follow from the selection ([`blobhouse_storage::rows`]).
+/// Columns the memory tier holds decoded are not decoded at all: each batch
+/// copies its rows out of them.
 struct Decoding {
+    /// The row group it is a piece of.
+    landed: Arc<Landed>,
+    piece: usize,
+    /// Per column the memory tier waits for ([`Landed::assembled_columns`]):
+    /// its position in the reader's output, and the arrays decoded so far.
+    keep: Vec<usize>,
+    kept: Vec<Vec<ArrayRef>>,
     /// The columns in Parquet form; `None` when no column is.
     reader: Option<ParquetRecordBatchReader>,
     /// Without a reader: selected rows not yet handed on.
@@ -190,7 +217,8 @@ struct Decoding {
     deleted: Option<Arc<RoaringBitmap>>,
     location: String,
     bytes_per_row: f64,
-    /// Bytes of the row group's chunks, reserved in the engine's budget.
+    /// Bytes of the row group's chunks, reserved in the engine's budget
+    /// until its last morsel is decoded.
     held: usize,
 }
 
@@ -205,8 +233,9 @@ enum Column {
 }
 
 impl Decoding {
-    fn new(a: Arrived, projection: &[usize], row_id_column: usize, batch_size: usize) -> Result<Decoding> {
-        let Arrived { unit, data: chunks, .. } = a;
+    fn new(morsel: Morsel, projection: &[usize], row_id_column: usize, batch_size: usize) -> Result<Decoding> {
+        let Morsel { landed, piece, rows: selected, .. } = morsel;
+        let unit = &landed.unit;
         let object = &unit.object;
         let bytes_per_row = if unit.rows == 0 { 0.0 } else { unit.bytes() as f64 / unit.rows as f64 };
         let held = unit.bytes() as usize;
@@ -218,12 +247,12 @@ impl Decoding {
             return Err(DataFusionError::Internal(format!("a scan of {} reads {} columns from {} chunks", object.display, data.len(), unit.chunks.len())));
         }
         let mut arrays: Vec<Option<ArrayRef>> = vec![None; data.len()];
-        for (i, array) in chunks.decoded {
-            arrays[i] = Some(array);
+        for (i, array) in &landed.decoded {
+            arrays[*i] = Some(array.clone());
         }
         let reader = |columns: &[usize], rows: Option<&RowRanges>, batch: usize| {
             let mask = ProjectionMask::roots(object.reader.metadata().file_metadata().schema_descr(), columns.iter().copied());
-            let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(chunks.compressed.clone(), object.reader.clone())
+            let mut builder = ParquetRecordBatchReaderBuilder::new_with_metadata(landed.compressed.clone(), object.reader.clone())
                 .with_row_groups(vec![unit.row_group])
                 .with_projection(mask)
                 .with_batch_size(batch);
@@ -232,9 +261,14 @@ impl Decoding {
             }
             builder.build().map_err(wrap)
         };
-        // Chunks the memory tier waits for decoded: every row, once, then
-        // read like the chunks it held.
-        if let Some(mut fills) = chunks.fills {
+        // Chunks the memory tier waits for decoded, of a row group the page
+        // index thinned out: every row, once, then read like the chunks it
+        // held ([`Fills::Whole`]).
+        let whole = match &landed.fills {
+            Fills::Whole(f) => f.lock().expect("not poisoned").take(),
+            _ => None,
+        };
+        if let Some(mut fills) = whole {
             let mut to_decode: Vec<(usize, usize)> = fills.indexes().map(|i| (data[i], i)).collect();
             to_decode.sort_unstable();
             let columns: Vec<usize> = to_decode.iter().map(|(c, _)| *c).collect();
@@ -248,10 +282,11 @@ impl Decoding {
                 arrays[*i] = Some(array);
             }
         }
-        let selected = unit.selection.clone().unwrap_or_else(|| Arc::new(RowRanges::all(unit.rows)));
         // The rest in Parquet form; the reader returns them in file order.
         let mut parquet: Vec<usize> = data.iter().zip(&arrays).filter(|(_, a)| a.is_none()).map(|(c, _)| *c).collect();
         parquet.sort_unstable();
+        // Those the memory tier waits for decoded: kept batch by batch.
+        let keep: Vec<usize> = landed.assembled_columns().into_iter().map(|i| parquet.binary_search(&data[i]).expect("a chunk to fill is read from Parquet")).collect();
         // `arrays` follows the data columns, which follow the projection.
         let mut arrays = arrays.into_iter();
         let columns = projection
@@ -266,9 +301,11 @@ impl Decoding {
             .collect();
         let reader = match parquet.is_empty() {
             true => None,
-            false => Some(reader(&parquet, unit.selection.as_deref(), batch_size)?),
+            false => Some(reader(&parquet, (!selected.is_all()).then_some(selected.as_ref()), batch_size)?),
         };
         Ok(Decoding {
+            kept: vec![Vec::new(); keep.len()],
+            keep,
             reader,
             rows_left: selected.selected() as usize,
             batch_size,
@@ -280,6 +317,8 @@ impl Decoding {
             location: object.display.clone(),
             bytes_per_row,
             held,
+            landed: landed.clone(),
+            piece,
         })
     }
 
@@ -301,6 +340,9 @@ impl Decoding {
             Some(reader) => match reader.next()? {
                 Ok(b) => {
                     let rows = b.num_rows();
+                    for (kept, &position) in self.kept.iter_mut().zip(&self.keep) {
+                        kept.push(b.column(position).clone());
+                    }
                     (Some(b), rows)
                 }
                 Err(e) => return Some(Err(self.corrupt(e.to_string()))),

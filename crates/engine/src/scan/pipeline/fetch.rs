@@ -1,7 +1,8 @@
 //! The fetcher of a running scan: downloads the scan's row groups as the
 //! object scheduler and the memory budget allow — from the caching tiers
 //! where they hold the chunks, else from the store — skips those the
-//! runtime filters exclude, and queues them in the order they arrive.
+//! runtime filters exclude, and queues them in the order they arrive, cut
+//! into morsels.
 
 use std::collections::VecDeque;
 use std::sync::Arc;
@@ -12,7 +13,6 @@ use bytes::{Bytes, BytesMut};
 use datafusion::common::{DataFusionError, Result};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
-use tokio::sync::mpsc;
 
 use crate::chunks::{FetchedChunks, Span};
 use crate::runtime_filter::RuntimeFilters;
@@ -23,11 +23,13 @@ use crate::tiers::DecodedFills;
 use crate::zone_maps::ZoneMaps;
 
 use super::counters::{CpuSpan, ScanCounters};
+use super::morsel::Landed;
+use super::queue::Producer;
 use super::{Arrived, Shared, UnitData};
 
 /// Downloads row groups as the scheduler allows and queues them as they
 /// arrive. Ends when all arrived, a download failed, or nobody listens.
-pub(super) async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource, shared: Arc<Shared>, tx: mpsc::UnboundedSender<Result<Arrived>>, cpu: Arc<CpuSpan>, mut skipper: Option<Skipper>) {
+pub(super) async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource, shared: Arc<Shared>, ready: Producer, cpu: Arc<CpuSpan>, mut skipper: Option<Skipper>) {
     let start = Instant::now();
     cpu.begin(&source);
     let dm = source.download_manager().cloned();
@@ -89,14 +91,13 @@ pub(super) async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource,
                             shared.epoch.requests.fetch_add(1, Ordering::Relaxed);
                             shared.epoch.request_nanos.fetch_add(took.as_nanos() as u64, Ordering::Relaxed);
                         }
+                        let morsels = Landed::cut(Arrived { unit, data, at: last_arrival });
                         shared.ready_bytes.fetch_add(bytes, Ordering::Relaxed);
-                        shared.ready_units.fetch_add(1, Ordering::Relaxed);
-                        if tx.send(Ok(Arrived { unit, data, at: last_arrival })).is_err() {
-                            break; // every partition is gone
-                        }
+                        shared.ready_units.fetch_add(morsels.len(), Ordering::Relaxed);
+                        ready.push_all(morsels.into_iter().map(Ok));
                     }
                     Err(e) => {
-                        let _ = tx.send(Err(e));
+                        ready.push_all([Err(e)]);
                         break;
                     }
                 }
@@ -173,7 +174,7 @@ async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> R
     };
     let mut served = tiers.lookup(unit.segments().collect()).await;
     // From here, admitted chunks that are not handed over are given back.
-    let mut fills = DecodedFills::new(tiers.clone(), std::mem::take(&mut served.to_decode));
+    let fills = DecodedFills::new(tiers.clone(), std::mem::take(&mut served.to_decode));
     m.memory_hits.add(served.memory_hits);
     m.memory_bytes.add(served.memory_bytes as usize);
     m.ssd_hits.add(served.ssd_hits);
@@ -200,9 +201,6 @@ async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> R
         let mut for_tiers = Vec::with_capacity(served.missing.len());
         for missing in std::mem::take(&mut served.missing) {
             use parquet::file::reader::ChunkReader;
-            if missing.decode {
-                fills.push(missing.index, missing.key.clone());
-            }
             let range = &missing.range;
             let bytes = fetched.get_bytes(range.start, (range.end - range.start) as usize)?;
             from_store += bytes.len() as u64;

@@ -6,6 +6,8 @@
 //!  planned units ──► fetcher ──(≤ target bytes in flight, ≤ memory undelivered)──► download manager
 //!                       │ arrivals, in the order they complete
 //!                       ▼
+//!              cut into morsels (pieces of its rows, [`morsel`])
+//!                       ▼
 //!                 ready queue ──► partition 0: decode batch, hand on, decode …
 //!                             ──► partition 1: …
 //! ```
@@ -15,7 +17,9 @@
 //! morsel-driven hand-off of Umbra). Why decode in the consumer's poll:
 //! decoding is part of processing, so the time between two polls of a
 //! partition is exactly what the scheduler needs to know about the query's
-//! speed, and only one row group per partition is ever decoded at a time.
+//! speed, and only one morsel per partition is ever decoded at a time. Why
+//! morsels smaller than a row group: row groups are sized for the store's
+//! requests, and a scan may have fewer of them than the machine has cores.
 //!
 //! Memory: what a scan holds — bytes in flight, row groups downloaded and
 //! not yet taken, the row group each partition decodes — is a reservation
@@ -33,16 +37,17 @@
 mod counters;
 mod decode;
 mod fetch;
+mod morsel;
+mod queue;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use datafusion::arrow::array::ArrayRef;
-use datafusion::common::Result;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation};
-use tokio::sync::{Notify, mpsc};
+use tokio::sync::Notify;
 
 use crate::chunks::FetchedChunks;
 use crate::runtime_filter::RuntimeFilters;
@@ -54,6 +59,7 @@ use crate::zone_maps::ZoneMaps;
 
 pub(crate) use counters::{CpuSpan, ScanCounters};
 use fetch::{Skipper, fetch_all};
+use queue::{Producer, ReadyQueue};
 
 /// A downloaded row group waiting for a partition.
 struct Arrived {
@@ -79,8 +85,10 @@ struct Shared {
     opts: SchedulerOptions,
     partitions: usize,
     in_flight: AtomicU64,
-    /// Downloaded, not yet taken by a partition.
+    /// Downloaded, not yet taken by a partition (a row group's bytes are
+    /// shared out among its morsels).
     ready_bytes: AtomicU64,
+    /// Morsels downloaded and not yet taken.
     ready_units: AtomicUsize,
     /// A partition took a row group (budget freed), or asked for data for
     /// the first time (the prefetch limit lifted).
@@ -175,7 +183,7 @@ pub(crate) struct ScanToRun<'a> {
 /// One execution of a scan: the fetcher and the queue its partitions read.
 pub(crate) struct Pipeline {
     shared: Arc<Shared>,
-    ready: tokio::sync::Mutex<mpsc::UnboundedReceiver<Result<Arrived>>>,
+    ready: Arc<ReadyQueue>,
     /// Dropping it aborts the fetcher and so cancels its downloads.
     _fetcher: SpawnedTask<()>,
 }
@@ -204,9 +212,9 @@ impl Pipeline {
             let keys: Vec<(blobhouse_cache::SegmentKey, crate::tiers::DecodedSize)> = units.iter().flat_map(ScanUnit::segments).collect();
             tiers.plan(&keys);
         }
-        let (tx, rx) = mpsc::unbounded_channel();
+        let ready = Arc::new(ReadyQueue::default());
         let skipper = runtime.map(|(filters, zone_maps)| Skipper { filters, zone_maps, generation: None, keep: None });
-        let fetcher = SpawnedTask::spawn(fetch_all(units.into(), source, shared.clone(), tx, cpu, skipper));
-        Pipeline { shared, ready: tokio::sync::Mutex::new(rx), _fetcher: fetcher }
+        let fetcher = SpawnedTask::spawn(fetch_all(units.into(), source, shared.clone(), Producer(ready.clone()), cpu, skipper));
+        Pipeline { shared, ready, _fetcher: fetcher }
     }
 }
