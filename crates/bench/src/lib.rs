@@ -4,7 +4,8 @@
 //! `scripts/export-tpch-reference.py`), the testbed's calibration benchmark,
 //! the I/O benchmark (download manager vs object_store), the caching
 //! tiers' benchmark, the TPC-H
-//! benchmark (memory vs remote-only, and peer engines), the bank workload
+//! benchmark (memory vs remote-only, and peer engines), its thread sweep
+//! (`scaling`), the bank workload
 //! (transactions under concurrency), and PNG plots.
 
 pub mod answers;
@@ -18,6 +19,7 @@ pub mod io_bench;
 pub mod serve_bench;
 pub mod ssb;
 pub mod plot;
+pub mod scaling;
 pub mod tpch;
 pub mod tpch_bench;
 pub mod vacuum_bench;

@@ -18,7 +18,15 @@ const FONT_PATHS: [&str; 3] = [
 fn ensure_font() -> Result<(), String> {
     static FONT: OnceLock<Result<(), String>> = OnceLock::new();
     FONT.get_or_init(|| {
-        let path = FONT_PATHS.iter().find(|p| Path::new(p).exists()).ok_or("no DejaVuSans.ttf found; run scripts/install-test-deps.sh (fonts-dejavu-core)")?;
+        // BLOBHOUSE_PLOT_FONT names another TrueType font (a machine
+        // without Debian's fonts, e.g. matplotlib's copy of DejaVu Sans).
+        let given = std::env::var("BLOBHOUSE_PLOT_FONT").ok().filter(|p| !p.is_empty());
+        let path = given
+            .as_deref()
+            .into_iter()
+            .chain(FONT_PATHS)
+            .find(|p| Path::new(p).exists())
+            .ok_or("no DejaVuSans.ttf found; run scripts/install-test-deps.sh (fonts-dejavu-core), or name a .ttf in BLOBHOUSE_PLOT_FONT")?;
         let bytes: &'static [u8] = Box::leak(std::fs::read(path).map_err(|e| format!("{path}: {e}"))?.into_boxed_slice());
         plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).map_err(|_| format!("{path} is not a usable font"))?;
         Ok(())

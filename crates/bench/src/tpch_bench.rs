@@ -152,21 +152,29 @@ impl QueryFigures {
     }
 }
 
+/// Which database the peers read, and their memory limit.
+pub(crate) struct PeersLayout {
+    pub sf: f64,
+    pub chunk_bytes: usize,
+    pub memory_limit: Option<usize>,
+}
+
 /// A peer engine: a long-lived `scripts/tpch-peers.py` driven line by line,
 /// one process per engine so that its peak resident set is its own.
-struct Peers {
+pub(crate) struct Peers {
     child: Child,
     stdin: ChildStdin,
     stdout: BufReader<ChildStdout>,
-    engines: Vec<String>,
+    pub(crate) engines: Vec<String>,
 }
 
 impl Peers {
-    fn start(spec: &serde_json::Value, out: &Path, engines: Vec<String>, progress: &dyn Fn(&str)) -> Result<Peers, String> {
+    pub(crate) fn start(spec: &serde_json::Value, out: &Path, engines: Vec<String>, progress: &dyn Fn(&str)) -> Result<Peers, String> {
         let script = Path::new(env!("CARGO_MANIFEST_DIR")).join("../../scripts/tpch-peers.py");
         let mut spec = spec.clone();
         spec["engines"] = serde_json::json!(engines);
-        let spec_path = out.join(format!("peers-spec-{}.json", engines.join("-")));
+        let threads = spec["threads"].as_u64().unwrap_or(0);
+        let spec_path = out.join(format!("peers-spec-{}-{threads}t.json", engines.join("-")));
         std::fs::write(&spec_path, serde_json::to_string_pretty(&spec).expect("json")).map_err(|e| format!("{}: {e}", spec_path.display()))?;
         let mut child = Command::new("python3")
             .arg(&script)
@@ -198,7 +206,7 @@ impl Peers {
     }
 
     /// The query's time and the process's peak resident set in it.
-    fn run(&mut self, engine: &str, q: usize) -> Result<(Duration, u64), String> {
+    pub(crate) fn run(&mut self, engine: &str, q: usize) -> Result<(Duration, u64), String> {
         writeln!(self.stdin, "RUN {engine} {q}").and_then(|()| self.stdin.flush()).map_err(|e| format!("tpch-peers.py: {e}"))?;
         let mut line = String::new();
         self.stdout.read_line(&mut line).map_err(|e| e.to_string())?;
@@ -365,7 +373,8 @@ pub async fn run(store: &BenchStore<'_>, opts: &TpchBenchOptions, progress: &dyn
     // under one prefix per table, which is what a listing table wants.
     let mut peers = Vec::new();
     if opts.peers {
-        let spec = peers_spec(store, &loader, &url, &direct, opts).await?;
+        let layout = PeersLayout { sf: opts.sf, chunk_bytes: opts.chunk_bytes, memory_limit: opts.memory_limit };
+        let spec = peers_spec(store, &loader, &url, &direct, &layout).await?;
         progress(&format!("starting {} (scripts/tpch-peers.py, one process each)", opts.peer_engines.join(" and ")));
         for engine in &opts.peer_engines {
             peers.push(Peers::start(&spec, &opts.out, vec![engine.clone()], progress)?);
@@ -553,7 +562,7 @@ async fn preload(loader: &Session, url: &str, direct: &StoreOptions, progress: &
 /// The peers' spec (scripts/tpch-peers.py): the same objects as the
 /// database's, one prefix per table — copies in the testbed's bucket, hard
 /// links on a local disk.
-async fn peers_spec(store: &BenchStore<'_>, loader: &Session, url: &str, direct: &StoreOptions, opts: &TpchBenchOptions) -> Result<serde_json::Value, String> {
+pub(crate) async fn peers_spec(store: &BenchStore<'_>, loader: &Session, url: &str, direct: &StoreOptions, opts: &PeersLayout) -> Result<serde_json::Value, String> {
     let version = loader.engine().database().refresh().await.map_err(|e| e.to_string())?;
     let location = loader.engine().database().location().clone();
     let mut tables = serde_json::Map::new();

@@ -78,6 +78,49 @@ pub enum BenchCommand {
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// TPC-H at every thread count of a sweep (1, 2, 4, 8, 16) on a local directory: time, speedup and peak memory per query, optionally beside DuckDB.
+    #[command(after_help = "Each thread count gets a runtime of that many workers and an engine with as many partitions,
+in one process. By default every run opens a fresh engine with the default options, as
+`blobhouse sql --threads N -f q.sql` does; --warm keeps one engine per thread count, caches off.
+On a 2-core machine the columns above 2 threads measure oversubscription only: run it where
+the cores are. Writes report.txt, scaling.csv and scaling.png to --out.
+
+Examples:
+  blobhouse bench scaling --sf 10 --threads 1,2,4,8,16 --repeats 2
+  blobhouse bench scaling --sf 10 --chunk-kib 1024 --peers duckdb
+  blobhouse bench scaling --sf 1 --threads 1,2 --queries 1,6")]
+    Scaling {
+        /// Scale factor.
+        #[arg(long, default_value_t = 10.0)]
+        sf: f64,
+        /// Thread counts to run.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,4,8,16")]
+        threads: Vec<usize>,
+        /// Queries to run.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22")]
+        queries: Vec<usize>,
+        /// Runs per query and thread count; the fastest counts.
+        #[arg(long, default_value_t = 2)]
+        repeats: usize,
+        /// Target compressed size of a column chunk in the loaded data, KiB (default: the writer's 12 MiB).
+        #[arg(long)]
+        chunk_kib: Option<u64>,
+        /// The engine's memory limit (e.g. 8G), also the peers' (default: half the machine's memory).
+        #[arg(long, value_name = "SIZE")]
+        memory_limit: Option<String>,
+        /// One engine per thread count with the caches off, instead of a fresh engine per run.
+        #[arg(long)]
+        warm: bool,
+        /// Peers to run at every thread count on the same files: duckdb, datafusion (scripts/install-bench-peers.sh).
+        #[arg(long, value_delimiter = ',')]
+        peers: Vec<String>,
+        /// The directory that holds the databases (one per scale factor and layout).
+        #[arg(long, default_value = "bench-results/tpch-data")]
+        data_dir: PathBuf,
+        /// Output directory (default bench-results/scaling-sf<sf>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// TPC-H from memory vs remote-only (no cache), per query, optionally against DuckDB and DataFusion-Python.
     #[command(after_help = "Loads TPC-H at --sf into the testbed's MinIO once (kept for later runs), reads every table\ninto memory for the baseline, then runs each query from memory and remote-only through the\nprofile's shaped link; with --peers also DuckDB (httpfs) and DataFusion-Python on copies of\nthe same Parquet objects through the same endpoint, interleaved query by query.\nWrites report.txt, tpch.csv, tpch.png and scheduler.png to --out.\n\nExamples:\n  blobhouse bench tpch --sf 1 --profile s3-scaled\n  blobhouse bench tpch --sf 1 --profile s3-scaled --peers   (after scripts/install-bench-peers.sh)\n  blobhouse bench tpch --sf 1 --queries 1,6,9,18,19 --repeats 3")]
     Tpch {
@@ -574,6 +617,37 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             let text = tpch_bench::report(profile_name, &opts, &figures, &failed);
             publish(&out, &text, "report.txt,tpch.csv,tpch.png,memory.png,scheduler.png")?;
             anyhow::ensure!(failed.is_empty(), "{} of the queries failed (see the report)", failed.len());
+        }
+        BenchCommand::Scaling { sf, threads, queries, repeats, chunk_kib, memory_limit, warm, peers, data_dir, out } => {
+            use blobhouse_bench::scaling::{self, ScalingOptions};
+            anyhow::ensure!(sf > 0.0 && sf.is_finite(), "--sf must be a positive number");
+            anyhow::ensure!(!queries.is_empty() && queries.iter().all(|q| (1..=22).contains(q)), "--queries are TPC-H query numbers, 1 to 22");
+            anyhow::ensure!(!threads.is_empty() && threads.iter().all(|t| (1..=1024).contains(t)), "--threads are thread counts, 1 to 1024");
+            if let Some(p) = peers.iter().find(|p| !["duckdb", "datafusion"].contains(&p.as_str())) {
+                anyhow::bail!("--peers: unknown peer '{p}' (duckdb, datafusion)");
+            }
+            let chunk_kib = chunk_kib.unwrap_or((blobhouse_storage::WriteOptions::default().target_chunk_bytes >> 10) as u64);
+            anyhow::ensure!((64..=1 << 20).contains(&chunk_kib), "--chunk-kib must be between 64 and 1048576");
+            let mut threads = threads;
+            threads.sort_unstable();
+            threads.dedup();
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/scaling-sf{sf}")));
+            let opts = ScalingOptions {
+                sf,
+                queries,
+                threads,
+                repeats,
+                chunk_bytes: (chunk_kib << 10) as usize,
+                memory_limit: parse_memory_limit(memory_limit.as_deref())?,
+                warm,
+                peer_engines: peers,
+                out: out.clone(),
+            };
+            // Each thread count runs on a runtime of its own, outside this command's.
+            let result = std::thread::scope(|s| s.spawn(|| scaling::run(&data_dir, &opts, &|step| eprintln!("bench scaling: {step}"))).join())
+                .map_err(|_| anyhow::anyhow!("the scaling benchmark thread panicked"))?;
+            let points = result.map_err(anyhow::Error::msg)?;
+            publish(&out, &scaling::report(&opts, &points), "report.txt,scaling.csv,scaling.png")?;
         }
         BenchCommand::Serve { sf, profile, clients, duration, queries, max_queries, data_dir, out, dir } => {
             use blobhouse_bench::serve_bench::{self, ServeBenchOptions};

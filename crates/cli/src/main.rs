@@ -11,7 +11,7 @@ use std::process::ExitCode;
 use std::sync::Arc;
 
 use anyhow::{Context, Result};
-use clap::{Args, CommandFactory, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 use indicatif::{MultiProgress, ProgressBar, ProgressStyle};
 
 use blobhouse_engine::hybrid::{PushdownMode, PushdownOptions};
@@ -105,6 +105,9 @@ pub struct DbArgs {
 /// The engine's memory and spilling.
 #[derive(Args, Clone, Default)]
 pub struct EngineArgs {
+    /// Threads that run queries: the query's partitions and the runtime's workers (default: the machine's cores).
+    #[arg(long, value_name = "N", env = "BLOBHOUSE_THREADS", value_parser = clap::value_parser!(u16).range(1..=1024))]
+    threads: Option<u16>,
     /// Memory for everything the engine holds (operators, scan buffers, caches): 4G, 512MB, 60%, or none.
     /// Beyond it operators spill, or the query fails with "Resources exhausted". Default: half the machine's memory.
     #[arg(long, value_name = "SIZE", env = "BLOBHOUSE_MEMORY_LIMIT")]
@@ -144,6 +147,9 @@ pub struct EngineArgs {
 impl EngineArgs {
     /// Applies the flags to `options`.
     pub fn apply(&self, options: &mut EngineOptions) -> Result<()> {
+        if let Some(threads) = self.threads {
+            options.target_partitions = threads.into();
+        }
         if let Some(limit) = &self.memory_limit {
             options.memory_limit = blobhouse_engine::memory::parse_limit(limit).map_err(|e| anyhow::anyhow!("--memory-limit: {e}"))?;
         }
@@ -536,8 +542,9 @@ fn main() -> ExitCode {
             return ExitCode::FAILURE;
         }
     };
-    let cli = match Cli::try_parse_from(argv) {
-        Ok(cli) => cli,
+    let parsed = Cli::command().try_get_matches_from(argv).and_then(|m| Cli::from_arg_matches(&m).map(|cli| (cli, threads_of(&m))));
+    let (cli, threads) = match parsed {
+        Ok(parsed) => parsed,
         Err(e) => {
             // A bad value may have come from the file: say where to look.
             if let Some(path) = config.as_ref().map(|c| &c.path).filter(|_| e.use_stderr()) {
@@ -547,7 +554,12 @@ fn main() -> ExitCode {
         }
     };
     let users = config.map(|c| c.users).unwrap_or_default();
-    let runtime = tokio::runtime::Builder::new_multi_thread().enable_all().build().expect("tokio runtime");
+    let mut runtime = tokio::runtime::Builder::new_multi_thread();
+    if let Some(threads) = threads {
+        // --threads sizes the runtime too, so nothing runs on more cores than asked.
+        runtime.worker_threads(threads);
+    }
+    let runtime = runtime.enable_all().build().expect("tokio runtime");
     match runtime.block_on(run(cli, users)) {
         Ok(code) => code,
         Err(e) => {
@@ -555,6 +567,12 @@ fn main() -> ExitCode {
             ExitCode::FAILURE
         }
     }
+}
+
+/// The `--threads` of whichever command was given (its engine's flags).
+fn threads_of(matches: &clap::ArgMatches) -> Option<usize> {
+    let own = matches.try_get_one::<u16>("threads").ok().flatten().map(|t| usize::from(*t));
+    own.or_else(|| matches.subcommand().and_then(|(_, sub)| threads_of(sub)))
 }
 
 /// `blobhouse serve --config FILE`: the file's settings as flags placed

@@ -73,7 +73,8 @@ pub struct ServerOptions {
     pub users: Users,
     /// Connections served at once; more wait for a free slot.
     pub max_connections: usize,
-    /// Threads that run statements (0: one per core). They are not the
+    /// Threads that run statements (0: the engine's partitions, one per
+    /// core unless `--threads` says otherwise). They are not the
     /// threads that serve the protocol, so a busy engine still answers
     /// cancel requests and logins at once.
     pub execution_threads: usize,
@@ -140,7 +141,8 @@ impl Server {
         catalog::install(&engine, users.clone())?;
         let engine = Arc::new(engine);
         let threads = match options.execution_threads {
-            0 => std::thread::available_parallelism().map_or(2, |n| n.get()),
+            // As many as the engine's partitions (`--threads`, default the cores).
+            0 => engine.options().target_partitions.max(1),
             n => n,
         };
         let execution = tokio::runtime::Builder::new_multi_thread()
