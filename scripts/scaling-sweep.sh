@@ -6,9 +6,10 @@
 #
 #   scripts/scaling-sweep.sh BINARY OUT_DIR
 #
-# BINARY is a blobhouse binary, gzip-compressed or not (build it here with
-# `cargo build --profile optimised -p blobhouse`, strip its debug info with
-# `objcopy --strip-debug`, `gzip -9` it). Environment:
+# BINARY is a blobhouse binary, xz- or gzip-compressed or not (build it here
+# with `cargo build --profile optimised -p blobhouse`, `strip -s` it — 183 MB —
+# and `xz -6 -T2` it: 35 MB, which leaves no room for the DuckDB wheel in a
+# 64 MiB transfer; see docs/performance.md for the two-call way). Environment:
 #   SF=10  THREADS=1,2,4,8,16  QUERIES=1,...,22  REPEATS=1  LAYOUTS="default 1024"
 #   DATA_DIR=/tmp/bh-scaling-data  (kept: a second run skips loading)
 #   WHEELS=.whl  (a DuckDB wheel there adds DuckDB as a peer; see docs/performance.md)
@@ -31,6 +32,7 @@ mkdir -p "$out" "$data" /tmp/bh-sweep
 
 case "$bin" in
   *.gz) gzip -dc "$bin" > /tmp/blobhouse-sweep; bin=/tmp/blobhouse-sweep ;;
+  *.xz) python3 -c "import lzma, shutil, sys; shutil.copyfileobj(lzma.open(sys.argv[1]), open('/tmp/blobhouse-sweep', 'wb'))" "$bin"; bin=/tmp/blobhouse-sweep ;;
 esac
 chmod +x "$bin"
 
