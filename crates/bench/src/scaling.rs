@@ -183,9 +183,10 @@ pub fn run(data_dir: &Path, opts: &ScalingOptions, progress: &dyn Fn(&str)) -> R
 }
 
 /// The thread count the speedups are measured against: two (the smallest
-/// machine we run on) when swept, else the smallest swept.
+/// machine we run on) when swept with more, else the smallest swept.
 fn base_threads(opts: &ScalingOptions) -> usize {
-    if opts.threads.contains(&2) { 2 } else { opts.threads.iter().copied().min().unwrap_or(1) }
+    let top = opts.threads.iter().copied().max().unwrap_or(1);
+    if opts.threads.contains(&2) && top > 2 { 2 } else { opts.threads.iter().copied().min().unwrap_or(1) }
 }
 
 fn point(points: &[Point], query: usize, threads: usize) -> Option<&Point> {

@@ -360,3 +360,20 @@ fn serve_reads_its_settings_and_users_from_a_toml_file() {
     let stderr = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && stderr.contains("localhost-ish") && stderr.contains("config file"), "{stderr}");
 }
+
+/// `--threads` (or BLOBHOUSE_THREADS) sets the query's partitions; zero is
+/// refused with the flag's name.
+#[test]
+fn threads_sets_the_partitions_and_refuses_zero() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().to_string_lossy().to_string();
+    let show = ["-c", "SHOW datafusion.execution.target_partitions"];
+    let out = ok(blobhouse(&db, &[], &[&["--threads", "3"][..], &show[..]].concat()));
+    assert!(out.contains("| 3 "), "{out}");
+    let out = ok(blobhouse(&db, &[("BLOBHOUSE_THREADS", "5".to_string())], &show));
+    assert!(out.contains("| 5 "), "{out}");
+    let out = blobhouse(&db, &[], &["--threads", "0", "-c", "SELECT 1"]);
+    assert!(!out.status.success());
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains("--threads") && err.contains("1..=1024"), "{err}");
+}
