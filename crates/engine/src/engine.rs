@@ -101,14 +101,15 @@ impl Engine {
             .with_runtime_env(runtime.build_arc()?)
             .with_default_features()
             .with_statistics_registry(selectivity::registry());
+        // Ours last, over the final plan: DataFusion's rules place the
+        // filters and split the aggregations first.
+        let mut rules = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
         if let Some(p) = &pushdown {
-            // Last, over the final plan: DataFusion's rules place the
-            // filters and split the aggregations first.
-            let mut rules = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
             rules.push(Arc::new(crate::hybrid::HybridRule::new(p.clone())));
             rules.push(Arc::new(crate::bloom_join::BloomRule::new(p.clone())));
-            state = state.with_physical_optimizer_rules(rules);
         }
+        rules.push(Arc::new(crate::shared_subplan::SharedSubplanRule));
+        state = state.with_physical_optimizer_rules(rules);
         let base = SessionContext::new_with_state(state.build());
         let tiers = crate::tiers::Tiers::new(&options.cache, options.memory_limit, &memory.pool(), options.requests.clone());
         if let Some(t) = &tiers {

@@ -51,6 +51,8 @@
 //! - [`bloom_join`]: Bloom filters of join keys sent to the storage node.
 //! - [`runtime_filter`]: join filters applied inside scans.
 //! - [`selectivity`]: filter estimates for the optimizer's join choices.
+//! - [`shared_subplan`]: a final aggregation a plan computes twice (a CTE
+//!   referenced twice) computed once.
 //! - [`memory`]: the engine's one memory budget, and the process's resident
 //!   set as the kernel reports it.
 //! - [`types`]: column types as SQL names, for DESCRIBE and the shell.
@@ -81,6 +83,7 @@ mod script;
 pub mod selectivity;
 mod session;
 pub mod settings;
+pub mod shared_subplan;
 pub mod source;
 pub mod sqlstate;
 pub mod tiers;

@@ -236,6 +236,13 @@ impl BlobScanExec {
         self.split.is_some()
     }
 
+    /// The data objects and row groups it reads, as text: two scans that
+    /// print alike (one table at two versions) differ here.
+    pub(crate) fn data_fingerprint(&self) -> String {
+        let units: Vec<String> = self.units.iter().map(|u| format!("{}#{}{:?}", u.object.path, u.row_group, u.selection.as_deref().map(|s| s.ranges()))).collect();
+        units.join(",")
+    }
+
     /// Where its data comes from (the caching tiers among it).
     pub(crate) fn source(&self) -> &DataSource {
         &self.source

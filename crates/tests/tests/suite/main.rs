@@ -16,6 +16,7 @@ mod join_estimates;
 mod lifecycle;
 mod memory;
 mod morsels;
+mod plan_shape;
 mod pushdown;
 mod runtime_filters;
 mod scan;
