@@ -65,15 +65,21 @@ impl PhysicalOptimizerRule for SharedSubplanRule {
         if recursive {
             return Ok(plan);
         }
-        // Every candidate, by what it computes (nested ones too: Q15's
-        // second copy sits under the `max()` aggregation).
-        let mut seen: Vec<(String, Arc<dyn ExecutionPlan>)> = Vec::new();
+        // Every final aggregation (nested ones too: Q15's second copy sits
+        // under the `max()` aggregation). Most plans have fewer than two,
+        // and then nothing more is computed.
+        let mut finals: Vec<Arc<dyn ExecutionPlan>> = Vec::new();
         plan.apply(|n| {
-            if let Some(key) = shareable(n) {
-                seen.push((key, n.clone()));
+            if final_aggregation(n).is_some() {
+                finals.push(n.clone());
             }
             Ok(TreeNodeRecursion::Continue)
         })?;
+        if finals.len() < 2 {
+            return Ok(plan);
+        }
+        // What each candidate computes, once.
+        let seen: Vec<(String, Arc<dyn ExecutionPlan>)> = finals.into_iter().filter_map(|n| shareable(&n).map(|k| (k, n))).collect();
         let mut groups: Vec<(String, Arc<dyn ExecutionPlan>, Arc<SharedCell>)> = Vec::new();
         for (key, node) in &seen {
             let repeats = seen.iter().filter(|(k, _)| k == key).count();
@@ -84,10 +90,12 @@ impl PhysicalOptimizerRule for SharedSubplanRule {
         if groups.is_empty() {
             return Ok(plan);
         }
+        // The nodes to replace are found by identity: going down, a node is
+        // still the one collected until one of its children changes.
         Ok(plan
             .transform_down(|n| {
-                let Some(key) = shareable(&n) else { return Ok(Transformed::no(n)) };
-                let Some((_, producer, cell)) = groups.iter().find(|(k, _, _)| *k == key) else { return Ok(Transformed::no(n)) };
+                let Some((key, _)) = seen.iter().find(|(_, s)| Arc::ptr_eq(s, &n)) else { return Ok(Transformed::no(n)) };
+                let Some((_, producer, cell)) = groups.iter().find(|(k, _, _)| k == key) else { return Ok(Transformed::no(n)) };
                 let primary = cell.copies.fetch_add(1, Ordering::Relaxed) == 0;
                 let shared = SharedExec { input: producer.clone(), cell: cell.clone(), primary };
                 Ok(Transformed::new(Arc::new(shared) as Arc<dyn ExecutionPlan>, true, TreeNodeRecursion::Jump))
@@ -108,10 +116,7 @@ impl PhysicalOptimizerRule for SharedSubplanRule {
 /// estimated small, without volatile expressions, runtime filters or
 /// scalar subqueries; its text and the data objects its scans read.
 fn shareable(node: &Arc<dyn ExecutionPlan>) -> Option<String> {
-    let agg = node.downcast_ref::<AggregateExec>()?;
-    if !matches!(agg.mode(), AggregateMode::Final | AggregateMode::FinalPartitioned | AggregateMode::Single | AggregateMode::SinglePartitioned) {
-        return None;
-    }
+    let agg = final_aggregation(node)?;
     // The estimate the join choices use ([`crate::selectivity`]); with no
     // estimate of the groups, at most the rows going in.
     let registry = crate::selectivity::registry();
@@ -150,6 +155,12 @@ fn shareable(node: &Arc<dyn ExecutionPlan>) -> Option<String> {
     })
     .ok()?;
     (!volatile).then_some(key)
+}
+
+/// `node` as an aggregation that finishes its groups (a pipeline breaker).
+fn final_aggregation(node: &Arc<dyn ExecutionPlan>) -> Option<&AggregateExec> {
+    let agg = node.downcast_ref::<AggregateExec>()?;
+    matches!(agg.mode(), AggregateMode::Final | AggregateMode::FinalPartitioned | AggregateMode::Single | AggregateMode::SinglePartitioned).then_some(agg)
 }
 
 /// `text` without the `, page_index_reads=N` of scans.
