@@ -108,6 +108,8 @@ impl Engine {
             rules.push(Arc::new(crate::hybrid::HybridRule::new(p.clone())));
             rules.push(Arc::new(crate::bloom_join::BloomRule::new(p.clone())));
         }
+        rules.push(Arc::new(crate::key_transfer::KeyTransferRule));
+        rules.push(Arc::new(crate::decimal64::Decimal64Rule));
         rules.push(Arc::new(crate::shared_subplan::SharedSubplanRule));
         state = state.with_physical_optimizer_rules(rules);
         let base = SessionContext::new_with_state(state.build());

@@ -50,9 +50,13 @@
 //! - [`hybrid`]: scans that push work to the storage node (FlexPushdownDB).
 //! - [`bloom_join`]: Bloom filters of join keys sent to the storage node.
 //! - [`runtime_filter`]: join filters applied inside scans.
+//! - [`key_transfer`]: a join's build-side keys sent to scans that
+//!   DataFusion's join filter does not reach (across other joins).
 //! - [`selectivity`]: filter estimates for the optimizer's join choices.
 //! - [`shared_subplan`]: a final aggregation a plan computes twice (a CTE
 //!   referenced twice) computed once.
+//! - [`decimal64`]: decimal `+`, `-`, `*` computed in 64 bits when the
+//!   values fit, with the same answer.
 //! - [`memory`]: the engine's one memory budget, and the process's resident
 //!   set as the kernel reports it.
 //! - [`types`]: column types as SQL names, for DESCRIBE and the shell.
@@ -60,6 +64,7 @@
 pub mod bloom_join;
 pub mod chunks;
 pub mod copy;
+pub mod decimal64;
 mod ddl;
 mod dispatch;
 mod dml;
@@ -68,6 +73,7 @@ mod env;
 pub mod error;
 mod history;
 pub mod hybrid;
+pub mod key_transfer;
 pub mod memory;
 mod names;
 mod optimize;

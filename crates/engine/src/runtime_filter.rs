@@ -70,6 +70,9 @@ pub fn is_runtime_filter(expr: &Arc<dyn PhysicalExpr>) -> bool {
 pub struct RuntimeFilters {
     exprs: Vec<Arc<dyn PhysicalExpr>>,
     predicate: Arc<dyn PhysicalExpr>,
+    /// Filters the scan waits for before it decodes: their producer ends
+    /// before the scan's rows are needed ([`crate::key_transfer`]).
+    awaited: Vec<Arc<DynamicFilterPhysicalExpr>>,
 }
 
 impl RuntimeFilters {
@@ -79,7 +82,27 @@ impl RuntimeFilters {
             return None;
         }
         let predicate = conjunction(exprs.iter().cloned());
-        Some(RuntimeFilters { exprs, predicate })
+        Some(RuntimeFilters { exprs, predicate, awaited: Vec::new() })
+    }
+
+    /// `existing` and one more filter, which the scan waits for before it
+    /// decodes when `wait` (see [`Self::awaited`]).
+    pub fn adding(existing: Option<&RuntimeFilters>, filter: Arc<DynamicFilterPhysicalExpr>, wait: bool) -> Self {
+        let mut exprs = existing.map_or_else(Vec::new, |r| r.exprs.clone());
+        exprs.push(Arc::clone(&filter) as Arc<dyn PhysicalExpr>);
+        let mut awaited = existing.map_or_else(Vec::new, |r| r.awaited.clone());
+        if wait {
+            awaited.push(filter);
+        }
+        RuntimeFilters { predicate: conjunction(exprs.iter().cloned()), exprs, awaited }
+    }
+
+    /// The filters to wait for before decoding: each is complete once its
+    /// producer (a join's build side) ended, which does not depend on this
+    /// scan. Waiting keeps the scan from decoding, and passing up, rows the
+    /// filter would have dropped a moment later.
+    pub fn awaited(&self) -> &[Arc<DynamicFilterPhysicalExpr>] {
+        &self.awaited
     }
 
     /// The filters as they were pushed down (for EXPLAIN and plan walks).

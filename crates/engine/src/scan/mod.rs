@@ -24,7 +24,10 @@ use datafusion::common::stats::Precision;
 use datafusion::common::tree_node::TreeNodeRecursion;
 use datafusion::common::{ColumnStatistics, DataFusionError, Result, Statistics};
 use datafusion::execution::TaskContext;
+use datafusion::physical_expr::expressions::DynamicFilterPhysicalExpr;
 use datafusion::physical_expr::{EquivalenceProperties, PhysicalExpr};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use futures::StreamExt;
 use datafusion::physical_plan::execution_plan::{Boundedness, EmissionType, apply_expression_roots};
 use datafusion::physical_plan::filter_pushdown::{ChildPushdownResult, FilterPushdownPhase, FilterPushdownPropagation, PushedDown};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
@@ -157,6 +160,19 @@ impl BlobScanExec {
     /// wants, sharing the plan and the metrics.
     fn with_runtime_filters(&self, runtime_filters: Option<RuntimeFilters>) -> BlobScanExec {
         self.rebuilt(runtime_filters, self.split.clone(), self.units.clone(), self.partitions, self.properties.clone(), self.tiers_planned)
+    }
+
+    /// This scan with one more runtime filter ([`crate::key_transfer`]);
+    /// with `wait`, its partitions wait for the filter to be complete
+    /// before they decode ([`RuntimeFilters::awaited`]).
+    pub(crate) fn with_runtime_filter(&self, filter: Arc<DynamicFilterPhysicalExpr>, wait: bool) -> BlobScanExec {
+        let filters = RuntimeFilters::adding(self.runtime_filters.as_ref(), filter, wait);
+        self.with_runtime_filters(Some(filters))
+    }
+
+    /// The runtime filters pushed into this scan, as they were pushed.
+    pub(crate) fn runtime_filter_exprs(&self) -> &[Arc<dyn PhysicalExpr>] {
+        self.runtime_filters.as_ref().map_or(&[], |r| r.exprs())
     }
 
     /// This scan, reading only the units that `split` leaves it.
@@ -385,7 +401,22 @@ impl ExecutionPlan for BlobScanExec {
         let guard = StreamGuard { run: self.run.clone(), pipeline: pipeline.clone() };
         let rows = self.runtime_filters.as_ref().map(|f| f.rows(&self.schema, self.pushed_predicate.as_ref())).transpose()?;
         let morsels = MetricBuilder::new(&self.metrics).counter("morsels_decoded", partition);
-        Ok(pipeline.stream(partition, self.schema.clone(), self.projection.clone(), self.row_id_column, self.batch_size, rows, morsels, Box::new(guard)))
+        let stream = pipeline.stream(partition, self.schema.clone(), self.projection.clone(), self.row_id_column, self.batch_size, rows, morsels, Box::new(guard));
+        let awaited: Vec<_> = self.runtime_filters.iter().flat_map(|r| r.awaited().iter().cloned()).collect();
+        if awaited.is_empty() {
+            return Ok(stream);
+        }
+        let waited = MetricBuilder::new(&self.metrics).subset_time("runtime_filter_wait_time", partition);
+        let schema = stream.schema();
+        let waiting = futures::stream::once(async move {
+            let _timer = waited.timer();
+            for filter in awaited {
+                filter.wait_complete().await;
+            }
+            stream
+        })
+        .flatten();
+        Ok(Box::pin(RecordBatchStreamAdapter::new(schema, waiting)))
     }
 
     fn metrics(&self) -> Option<MetricsSet> {
