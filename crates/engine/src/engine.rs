@@ -21,7 +21,7 @@ use blobhouse_storage::format::CatalogVersion;
 use blobhouse_storage::{Database, Location, StorageError, StoreOptions, open_location};
 
 use crate::memory::MemoryBudget;
-use crate::options::{CATALOG, COLLECT_LEFT_BYTES, sort_merge_reservation};
+use crate::options::{CATALOG, collect_left_bytes, sort_merge_reservation};
 use crate::provider::{BlobSchemaProvider, DML_SCHEMA, Scope};
 use crate::scan::MetadataCache;
 use crate::source::DataSource;
@@ -79,8 +79,9 @@ impl Engine {
         // partitions (the probe side is then not repartitioned). DataFusion's
         // 1 MiB default came from compressed sizes; in decoded bytes SF 10's
         // `supplier` keys are 5 MiB, and sharing them made Q2, Q7 and Q11
-        // 25–40 % faster (docs/notes/2026-11-23-join-estimates.md).
-        config.options_mut().optimizer.hash_join_single_partition_threshold = COLLECT_LEFT_BYTES;
+        // 25–40 % faster (docs/notes/2026-11-23-join-estimates.md). With
+        // fewer partitions, larger tables pay ([`collect_left_bytes`]).
+        config.options_mut().optimizer.hash_join_single_partition_threshold = collect_left_bytes(options.target_partitions);
         let memory = MemoryBudget::new(options.memory_limit);
         let spill_mode = match &options.spill.dir {
             Some(dir) => {

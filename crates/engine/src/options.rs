@@ -104,9 +104,27 @@ pub fn scan_download_options() -> ManagerOptions {
     o
 }
 
-/// Largest hash-join build side that is built once and shared by the
-/// partitions (see `Engine::open_location`).
-pub(crate) const COLLECT_LEFT_BYTES: usize = 8 << 20;
+/// The largest hash-join build side (decoded bytes) that is built once
+/// and shared by all partitions rather than built per partition: 64 MiB
+/// divided by the partitions, never under 8 MiB.
+///
+/// A shared table is built by one thread while the partitions wait for it;
+/// a partitioned join builds in parallel but first repartitions both sides
+/// — hashing and copying every probe row — and its runtime filter is a
+/// `CASE` over the partition of each probe row. The fewer the partitions,
+/// the larger each one's share of that repartitioning and the fewer cores
+/// sit idle during a shared build. Measured on 2 threads, TPC-H SF 10,
+/// one-shot (docs/performance.md): 32 MiB against 8 MiB made the 22
+/// queries 0.90× as long (geomean; Q22 0.60, Q4 0.71, Q17 0.78, none
+/// slower by more than 2 %). From 8 partitions on it is 8 MiB, the value
+/// the 16-core sweep was measured with; 4 partitions (16 MiB) are
+/// interpolated, not yet measured on a 4-core machine.
+pub(crate) fn collect_left_bytes(partitions: usize) -> usize {
+    (COLLECT_LEFT_SHARED_BYTES / partitions.max(1)).max(COLLECT_LEFT_MIN_BYTES)
+}
+
+const COLLECT_LEFT_SHARED_BYTES: usize = 64 << 20;
+const COLLECT_LEFT_MIN_BYTES: usize = 8 << 20;
 
 /// The name of the database's DataFusion catalog (its tables are
 /// `blobhouse.public.name`): what PostgreSQL clients see as the database.
@@ -119,4 +137,19 @@ pub const CATALOG: &str = "blobhouse";
 pub(crate) fn sort_merge_reservation(limit: Option<usize>) -> usize {
     const DATAFUSION_DEFAULT: usize = 10 << 20;
     limit.map_or(DATAFUSION_DEFAULT, |l| (l / 64).clamp(1 << 20, DATAFUSION_DEFAULT))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::collect_left_bytes;
+
+    #[test]
+    fn shared_hash_tables_shrink_with_the_partitions_to_a_floor() {
+        assert_eq!(collect_left_bytes(0), 64 << 20);
+        assert_eq!(collect_left_bytes(1), 64 << 20);
+        assert_eq!(collect_left_bytes(2), 32 << 20);
+        assert_eq!(collect_left_bytes(4), 16 << 20);
+        assert_eq!(collect_left_bytes(8), 8 << 20);
+        assert_eq!(collect_left_bytes(64), 8 << 20);
+    }
 }
