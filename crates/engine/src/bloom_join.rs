@@ -29,12 +29,8 @@ use datafusion::execution::TaskContext;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::Column;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
-use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
-use datafusion::physical_plan::projection::ProjectionExec;
-use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties, SendableRecordBatchStream, replace_children_if_necessary};
 use futures::StreamExt;
@@ -42,6 +38,7 @@ use futures::StreamExt;
 use blobhouse_pushdown::BloomSlot;
 use blobhouse_pushdown::bloom::{MAX_KEY_COLUMNS, hash_rows, supports};
 
+use crate::column_trace::{self, Aggregates};
 use crate::hybrid::{HybridExec, Probe, Pushdown, PushdownMode};
 
 /// Passes its input (a hash join's build side) through unchanged and
@@ -199,49 +196,29 @@ fn attach(plan: &Arc<dyn ExecutionPlan>, columns: &[usize], slot: &Arc<BloomSlot
     if let Some(h) = plan.downcast_ref::<HybridExec>() {
         return Ok(Some(Arc::new(h.with_probe(Probe { columns: columns.to_vec(), slot: slot.clone() }))));
     }
-    let rebuilt = |child: usize, mapped: Vec<usize>| -> Result<Option<Arc<dyn ExecutionPlan>>> {
-        let children = plan.children();
-        let Some(new) = attach(children[child], &mapped, slot)? else { return Ok(None) };
-        let mut all: Vec<Arc<dyn ExecutionPlan>> = children.into_iter().cloned().collect();
-        all[child] = new;
-        Ok(Some(replace_children_if_necessary(plan.clone(), all)?))
-    };
-    if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
-        let mapped: Option<Vec<usize>> = columns.iter().map(|c| p.expr().get(*c)?.expr.downcast_ref::<Column>().map(Column::index)).collect();
-        return match mapped {
-            Some(m) => rebuilt(0, m),
-            None => Ok(None),
-        };
+    if plan.is::<BloomBuildExec>() {
+        return rebuilt(plan, 0, columns.to_vec(), slot);
     }
-    if let Some(f) = plan.downcast_ref::<FilterExec>() {
-        let mapped = match f.projection() {
-            Some(p) => columns.iter().map(|c| p.get(*c).copied()).collect::<Option<Vec<_>>>(),
-            None => Some(columns.to_vec()),
-        };
-        return match mapped {
-            Some(m) => rebuilt(0, m),
-            None => Ok(None),
-        };
-    }
-    if plan.is::<RepartitionExec>() || plan.is::<CoalescePartitionsExec>() || plan.is::<BloomBuildExec>() || plan.name() == "CoalesceBatchesExec" {
-        return rebuilt(0, columns.to_vec());
-    }
-    if let Some(j) = plan.downcast_ref::<HashJoinExec>() {
-        // Through an inner join: its output is the build side's columns,
-        // then the probe side's (then its projection).
-        if *j.join_type() != JoinType::Inner {
+    // Every column must come from the same child.
+    let mut child = None;
+    let mut mapped = Vec::with_capacity(columns.len());
+    for c in columns {
+        let Some((i, m)) = column_trace::source(plan, *c, Aggregates::Stop) else { return Ok(None) };
+        if child.is_some_and(|existing| existing != i) {
             return Ok(None);
         }
-        let Some(mapped) = columns.iter().map(|c| j.projection.as_ref().map_or(Some(*c), |p| p.get(*c).copied())).collect::<Option<Vec<_>>>() else {
-            return Ok(None);
-        };
-        let left = j.left().schema().fields().len();
-        if mapped.iter().all(|c| *c >= left) {
-            return rebuilt(1, mapped.iter().map(|c| c - left).collect());
-        }
-        if mapped.iter().all(|c| *c < left) {
-            return rebuilt(0, mapped);
-        }
+        child = Some(i);
+        mapped.push(m);
     }
-    Ok(None)
+    let Some(child) = child else { return Ok(None) };
+    rebuilt(plan, child, mapped, slot)
+}
+
+/// `plan` with its child `child` given the probe on `columns` (of that child).
+fn rebuilt(plan: &Arc<dyn ExecutionPlan>, child: usize, columns: Vec<usize>, slot: &Arc<BloomSlot>) -> Result<Option<Arc<dyn ExecutionPlan>>> {
+    let children = plan.children();
+    let Some(new) = attach(children[child], &columns, slot)? else { return Ok(None) };
+    let mut all: Vec<Arc<dyn ExecutionPlan>> = children.into_iter().cloned().collect();
+    all[child] = new;
+    Ok(Some(replace_children_if_necessary(plan.clone(), all)?))
 }

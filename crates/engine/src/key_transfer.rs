@@ -74,17 +74,14 @@ use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column, DynamicFilterPhysicalExpr, in_list, lit};
 use datafusion::physical_expr::utils::collect_columns;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
-use datafusion::physical_plan::coalesce_partitions::CoalescePartitionsExec;
-use datafusion::physical_plan::aggregates::AggregateExec;
-use datafusion::physical_plan::filter::FilterExec;
 use datafusion::physical_plan::joins::{HashJoinExec, PartitionMode};
 use datafusion::physical_plan::metrics::{ExecutionPlanMetricsSet, MetricBuilder, MetricsSet};
-use datafusion::physical_plan::projection::ProjectionExec;
-use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
 use datafusion::physical_plan::{DisplayAs, DisplayFormatType, ExecutionPlan, ExecutionPlanProperties, PlanProperties, SendableRecordBatchStream, replace_children_if_necessary};
 use futures::StreamExt;
 
+use crate::bloom_join::BloomBuildExec;
+use crate::column_trace::{self, Aggregates};
 use crate::runtime_filter::is_runtime_filter;
 use crate::scan::BlobScanExec;
 
@@ -184,56 +181,14 @@ fn attach(plan: &Arc<dyn ExecutionPlan>, column: usize, key_type: &DataType, wai
         targets.push(Target { dynamic: Arc::clone(&filter), column: col, schema });
         return Ok(Some(Arc::new(scan.with_runtime_filter(filter, wait))));
     }
-    let rebuilt = |child: usize, mapped: usize, targets: &mut Vec<Target>| -> Result<Option<Arc<dyn ExecutionPlan>>> {
-        let children = plan.children();
-        let Some(new) = attach(children[child], mapped, key_type, wait, targets)? else { return Ok(None) };
-        let mut all: Vec<Arc<dyn ExecutionPlan>> = children.into_iter().cloned().collect();
-        all[child] = new;
-        Ok(Some(replace_children_if_necessary(Arc::clone(plan), all)?))
-    };
-    let as_column = |e: &Arc<dyn PhysicalExpr>| e.downcast_ref::<Column>().map(Column::index);
-    if let Some(p) = plan.downcast_ref::<ProjectionExec>() {
-        return match p.expr().get(column).and_then(|e| as_column(&e.expr)) {
-            Some(c) => rebuilt(0, c, targets),
-            None => Ok(None),
-        };
-    }
-    if let Some(f) = plan.downcast_ref::<FilterExec>() {
-        let mapped = match f.projection() {
-            Some(p) => p.get(column).copied(),
-            None => Some(column),
-        };
-        return match mapped {
-            Some(m) => rebuilt(0, m, targets),
-            None => Ok(None),
-        };
-    }
-    if plan.is::<RepartitionExec>() || plan.is::<CoalescePartitionsExec>() || plan.is::<KeyCollectExec>() || plan.name() == "CoalesceBatchesExec" {
-        return rebuilt(0, column, targets);
-    }
-    if let Some(a) = plan.downcast_ref::<AggregateExec>() {
-        // A group key (no grouping sets): the rows of a group all have its
-        // key, so dropping them drops exactly the groups the join drops.
-        let groups = a.group_expr();
-        if !groups.is_single() {
-            return Ok(None);
-        }
-        return match groups.expr().get(column).and_then(|(e, _)| as_column(e)) {
-            Some(c) => rebuilt(0, c, targets),
-            None => Ok(None),
-        };
-    }
-    if let Some(j) = plan.downcast_ref::<HashJoinExec>() {
-        // An inner join's output is the build side's columns, then the
-        // probe side's (then its projection).
-        if *j.join_type() != JoinType::Inner {
-            return Ok(None);
-        }
-        let Some(mapped) = j.projection.as_ref().map_or(Some(column), |p| p.get(column).copied()) else { return Ok(None) };
-        let left = j.left().schema().fields().len();
-        return if mapped < left { rebuilt(0, mapped, targets) } else { rebuilt(1, mapped - left, targets) };
-    }
-    Ok(None)
+    // Our own collectors pass their input through unchanged.
+    let passed = (plan.is::<KeyCollectExec>() || plan.is::<BloomBuildExec>()).then_some((0, column));
+    let Some((child, mapped)) = passed.or_else(|| column_trace::source(plan, column, Aggregates::ThroughGroupKeys)) else { return Ok(None) };
+    let children = plan.children();
+    let Some(new) = attach(children[child], mapped, key_type, wait, targets)? else { return Ok(None) };
+    let mut all: Vec<Arc<dyn ExecutionPlan>> = children.into_iter().cloned().collect();
+    all[child] = new;
+    Ok(Some(replace_children_if_necessary(Arc::clone(plan), all)?))
 }
 
 /// Whether a runtime filter of `scan` reads its output column `column`.

@@ -50,6 +50,8 @@
 //! - [`hybrid`]: scans that push work to the storage node (FlexPushdownDB).
 //! - [`bloom_join`]: Bloom filters of join keys sent to the storage node.
 //! - [`runtime_filter`]: join filters applied inside scans.
+//! - `column_trace`: where a column's values come from below a plan node
+//!   (what the two rules above and below follow).
 //! - [`key_transfer`]: a join's build-side keys sent to scans that
 //!   DataFusion's join filter does not reach (across other joins).
 //! - [`selectivity`]: filter estimates for the optimizer's join choices.
@@ -63,6 +65,7 @@
 
 pub mod bloom_join;
 pub mod chunks;
+mod column_trace;
 pub mod copy;
 pub mod decimal64;
 mod ddl;
