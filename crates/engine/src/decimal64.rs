@@ -224,7 +224,9 @@ impl PhysicalExpr for Decimal64Expr {
     }
 
     fn with_new_children(self: Arc<Self>, mut children: Vec<Arc<dyn PhysicalExpr>>) -> Result<Arc<dyn PhysicalExpr>> {
-        assert_eq!(children.len(), 1, "Decimal64Expr wraps one expression");
+        if children.len() != 1 {
+            return Err(datafusion::error::DataFusionError::Internal(format!("Decimal64Expr wraps one expression, was given {}", children.len())));
+        }
         Ok(Arc::new(Decimal64Expr::new(children.remove(0))))
     }
 
@@ -285,8 +287,11 @@ impl Program {
         if overflow {
             return None;
         }
+        // A value per row (a tree of literals alone is left to DataFusion).
         let Values::Array(values) = values else { return None };
-        assert_eq!(values.len(), batch.num_rows(), "a decimal64 tree returns a value per row");
+        if values.len() != batch.num_rows() {
+            return None;
+        }
         let wide: ScalarBuffer<i128> = values.into_iter().map(i128::from).collect();
         let array = Decimal128Array::new(wide, nulls).with_precision_and_scale(self.precision, self.scale).ok()?;
         Some(Arc::new(array))
