@@ -111,6 +111,7 @@ impl Engine {
         }
         rules.push(Arc::new(crate::key_transfer::KeyTransferRule));
         rules.push(Arc::new(crate::decimal64::Decimal64Rule));
+        rules.push(Arc::new(crate::adaptive_filter::AdaptiveFilterRule));
         rules.push(Arc::new(crate::shared_subplan::SharedSubplanRule));
         state = state.with_physical_optimizer_rules(rules);
         let base = SessionContext::new_with_state(state.build());

@@ -53,7 +53,14 @@
 //! - `column_trace`: where a column's values come from below a plan node
 //!   (what the two rules above and below follow).
 //! - [`key_transfer`]: a join's build-side keys sent to scans that
-//!   DataFusion's join filter does not reach (across other joins).
+//!   DataFusion's join filter does not reach (across other joins), and as
+//!   a [`key_bloom`] Bloom filter in front of the hash lookup where it does.
+//! - [`key_bloom`]: a blocked Bloom filter of a join's key values.
+//! - [`conjunction`]: a filter's conjuncts evaluated one after another on
+//!   the rows still selected, ordered by measured cost and selectivity
+//!   (in filters and in the scans' runtime filters).
+//! - [`adaptive_filter`]: the rule that puts every filter of two or more
+//!   conjuncts into a [`conjunction::ConjunctionExpr`].
 //! - [`selectivity`]: filter estimates for the optimizer's join choices.
 //! - [`shared_subplan`]: a final aggregation a plan computes twice (a CTE
 //!   referenced twice) computed once.
@@ -63,9 +70,11 @@
 //!   set as the kernel reports it.
 //! - [`types`]: column types as SQL names, for DESCRIBE and the shell.
 
+pub mod adaptive_filter;
 pub mod bloom_join;
 pub mod chunks;
 mod column_trace;
+pub mod conjunction;
 pub mod copy;
 pub mod decimal64;
 mod ddl;
@@ -76,6 +85,7 @@ mod env;
 pub mod error;
 mod history;
 pub mod hybrid;
+pub mod key_bloom;
 pub mod key_transfer;
 pub mod memory;
 mod names;

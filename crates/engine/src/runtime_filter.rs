@@ -44,10 +44,13 @@ use datafusion::common::tree_node::{TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, Result, ScalarValue};
 use datafusion::physical_expr::expressions::{DynamicFilterPhysicalExpr, Literal};
 use datafusion::arrow::datatypes::SchemaRef;
+use datafusion::physical_expr::split_conjunction;
 use datafusion::physical_expr::utils::{collect_columns, conjunction, reassign_expr_columns};
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr_common::physical_expr::{snapshot_generation, snapshot_physical_expr};
 use datafusion::physical_expr_common::utils::scatter;
+
+use crate::conjunction::ConjunctionExpr;
 
 /// Rows a partition filters before it judges whether filtering pays.
 pub const BYPASS_AFTER_ROWS: u64 = 64 * 1024;
@@ -149,7 +152,13 @@ impl Narrow {
         columns.sort_unstable();
         columns.dedup();
         let narrow = schema.project(&columns)?;
-        Ok(Narrow { predicate: reassign_expr_columns(predicate, &narrow)?, columns })
+        let predicate = reassign_expr_columns(predicate, &narrow)?;
+        // Several filters (or one with several conjuncts): each runs on the
+        // rows the cheaper, more selective ones kept — DataFusion's hash
+        // lookup after our Bloom filter, for one.
+        let conjuncts: Vec<Arc<dyn PhysicalExpr>> = split_conjunction(&predicate).into_iter().cloned().collect();
+        let predicate = if conjuncts.len() > 1 { Arc::new(ConjunctionExpr::try_new(conjuncts, &narrow)?) } else { predicate };
+        Ok(Narrow { predicate, columns })
     }
 
     /// Which rows of `batch` pass (null: do not pass).

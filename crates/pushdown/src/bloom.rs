@@ -113,8 +113,10 @@ impl BloomFilter {
     }
 }
 
-/// The splitmix64 finaliser: every input bit affects every output bit.
-fn mix(mut x: u64) -> u64 {
+/// The splitmix64 finaliser: every input bit affects every output bit
+/// (also the engine's in-process key filters' hash).
+#[inline]
+pub fn mix(mut x: u64) -> u64 {
     x ^= x >> 30;
     x = x.wrapping_mul(0xbf58_476d_1ce4_e5b9);
     x ^= x >> 27;
