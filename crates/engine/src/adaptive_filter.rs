@@ -14,17 +14,22 @@ use datafusion::physical_plan::filter::{FilterExec, FilterExecBuilder};
 
 use crate::conjunction::ConjunctionExpr;
 use crate::hybrid::HybridExec;
+use crate::shared_subplan::SharedExec;
 
 /// Replaces each `FilterExec` predicate of two or more conjuncts by a
 /// [`ConjunctionExpr`] — not in the fragments a hybrid scan ships to a
-/// storage node (its codec knows only DataFusion's expressions).
+/// storage node (its codec knows only DataFusion's expressions), nor in
+/// shared subplans. It runs last: DataFusion's statistics, which the rules
+/// before it read, cannot see into a `ConjunctionExpr`.
 #[derive(Debug, Default)]
 pub struct AdaptiveFilterRule;
 
 impl PhysicalOptimizerRule for AdaptiveFilterRule {
     fn optimize(&self, plan: Arc<dyn ExecutionPlan>, _: &ConfigOptions) -> Result<Arc<dyn ExecutionPlan>> {
         plan.transform_down(|node| {
-            if node.is::<HybridExec>() {
+            // A shared subplan's copies share one child; a new child would
+            // unshare them (`SharedExec::with_new_children`).
+            if node.is::<HybridExec>() || node.is::<SharedExec>() {
                 return Ok(Transformed::new(node, false, TreeNodeRecursion::Jump));
             }
             let Some(f) = node.downcast_ref::<FilterExec>() else { return Ok(Transformed::no(node)) };

@@ -111,8 +111,10 @@ impl Engine {
         }
         rules.push(Arc::new(crate::key_transfer::KeyTransferRule));
         rules.push(Arc::new(crate::decimal64::Decimal64Rule));
-        rules.push(Arc::new(crate::adaptive_filter::AdaptiveFilterRule));
+        // Before the adaptive filter: it estimates subplans with DataFusion's
+        // statistics, which cannot read an adaptive conjunction.
         rules.push(Arc::new(crate::shared_subplan::SharedSubplanRule));
+        rules.push(Arc::new(crate::adaptive_filter::AdaptiveFilterRule));
         state = state.with_physical_optimizer_rules(rules);
         let base = SessionContext::new_with_state(state.build());
         let tiers = crate::tiers::Tiers::new(&options.cache, options.memory_limit, &memory.pool(), options.requests.clone());
