@@ -76,6 +76,7 @@ use datafusion::common::config::ConfigOptions;
 use datafusion::common::tree_node::{Transformed, TreeNode, TreeNodeRecursion};
 use datafusion::common::{DataFusionError, JoinType, NullEquality, Result, ScalarValue};
 use datafusion::execution::TaskContext;
+use datafusion::execution::memory_pool::{MemoryConsumer, MemoryReservation};
 use datafusion::logical_expr::Operator;
 use datafusion::physical_expr::PhysicalExpr;
 use datafusion::physical_expr::expressions::{BinaryExpr, Column, DynamicFilterPhysicalExpr, in_list, lit};
@@ -284,6 +285,17 @@ impl Values {
         self.check_size();
     }
 
+    /// Bytes its values hold.
+    fn bytes(&self) -> usize {
+        self.keys.capacity() * std::mem::size_of::<i64>()
+    }
+
+    /// Stops collecting (the memory budget refused more): the range only.
+    fn give_up(&mut self) {
+        self.overflowed = true;
+        self.keys = Vec::new();
+    }
+
     fn check_size(&mut self) {
         if self.overflowed || self.keys.len() > self.cap {
             self.overflowed = true;
@@ -339,15 +351,20 @@ struct Shared {
     open: AtomicUsize,
     /// The most key values one partition holds ([`MAX_BLOOM_KEYS`] shared).
     partition_cap: usize,
+    /// The budget's share of the ended partitions' values, until the
+    /// filters are filled.
+    held: Mutex<Vec<MemoryReservation>>,
 }
 
 impl Shared {
-    /// Called once per ended partition; the last one fills the filters.
-    fn partition_ended(&self, seen: Vec<Values>) -> Result<()> {
+    /// Called once per ended partition with its values and the memory
+    /// they hold; the last one fills the filters and frees them all.
+    fn partition_ended(&self, seen: Vec<Values>, reservation: MemoryReservation) -> Result<()> {
         let mut values = self.values.lock().expect("key values lock");
         for (all, part) in values.iter_mut().zip(seen) {
             all.merge(part);
         }
+        self.held.lock().expect("key values reservations").push(reservation);
         // A partition executed twice (never, in the plans this rule
         // changes) must not fill the filters before the others ended.
         let before = self.open.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
@@ -359,6 +376,9 @@ impl Shared {
                 target.fill(values)?;
             }
         }
+        // The filters hold what they need; the values are not read again.
+        values.iter_mut().for_each(Values::give_up);
+        self.held.lock().expect("key values reservations").clear();
         Ok(())
     }
 }
@@ -376,7 +396,7 @@ impl KeyCollectExec {
     fn new(input: Arc<dyn ExecutionPlan>, keys: Vec<Key>) -> Self {
         let partitions = input.output_partitioning().partition_count();
         let values = Mutex::new(keys.iter().map(|_| Values::new(MAX_BLOOM_KEYS)).collect());
-        let shared = Arc::new(Shared { keys, values, open: AtomicUsize::new(partitions), partition_cap: MAX_BLOOM_KEYS / partitions.max(1) });
+        let shared = Arc::new(Shared { keys, values, open: AtomicUsize::new(partitions), partition_cap: MAX_BLOOM_KEYS / partitions.max(1), held: Mutex::new(Vec::new()) });
         KeyCollectExec { input, shared, metrics: ExecutionPlanMetricsSet::new() }
     }
 }
@@ -430,20 +450,27 @@ impl ExecutionPlan for KeyCollectExec {
     }
 
     fn execute(&self, partition: usize, context: Arc<TaskContext>) -> Result<SendableRecordBatchStream> {
+        // The values count in the engine's budget; refused, the partition
+        // stops collecting and its keys' filters become ranges.
+        let reservation = MemoryConsumer::new(format!("KeyCollect[{partition}]")).register(context.memory_pool());
         let input = self.input.execute(partition, context)?;
         let schema = input.schema();
         let shared = Arc::clone(&self.shared);
         let columns: Vec<usize> = shared.keys.iter().map(|k| k.column).collect();
         let cap = shared.partition_cap;
-        let seen = Arc::new(Mutex::new(Some(columns.iter().map(|_| Values::new(cap)).collect::<Vec<_>>())));
+        let seen = Arc::new(Mutex::new(Some((columns.iter().map(|_| Values::new(cap)).collect::<Vec<_>>(), reservation))));
         let values_metric = MetricBuilder::new(&self.metrics).global_counter("key_rows_collected");
         let collecting = Arc::clone(&seen);
         let passed = input.map(move |batch| {
             let b = batch?;
             let mut guard = collecting.lock().expect("partition key values");
-            if let Some(seen) = guard.as_mut() {
+            if let Some((seen, reservation)) = guard.as_mut() {
                 for (values, column) in seen.iter_mut().zip(&columns) {
                     values.add(b.column(*column))?;
+                }
+                if reservation.try_resize(seen.iter().map(Values::bytes).sum()).is_err() {
+                    seen.iter_mut().for_each(Values::give_up);
+                    reservation.free();
                 }
                 values_metric.add(b.num_rows());
             }
@@ -453,7 +480,7 @@ impl ExecutionPlan for KeyCollectExec {
         // partition's part.
         let ended = passed.map(Some).chain(futures::stream::once(async move {
             let part = seen.lock().expect("partition key values").take();
-            match part.map(|p| shared.partition_ended(p)) {
+            match part.map(|(p, reservation)| shared.partition_ended(p, reservation)) {
                 Some(Err(e)) => Some(Err(e)),
                 _ => None,
             }

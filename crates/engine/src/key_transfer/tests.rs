@@ -86,3 +86,34 @@ fn partitions_merge_and_an_empty_build_matches_nothing() {
     assert_eq!(keeps(&empty, Arc::new(Int64Array::from(vec![1, 2]))), [false, false]);
     assert_eq!(DataType::Int64, *Int64Array::from(vec![1]).data_type());
 }
+
+/// The collected values count in the memory budget: a collector the budget
+/// refuses stops collecting and its filter is the range only; with room,
+/// the same build sends its IN list. Either way every row passes through.
+#[tokio::test]
+async fn a_collector_the_budget_refuses_sends_the_range_only() {
+    use datafusion::datasource::memory::MemorySourceConfig;
+    use datafusion::execution::TaskContext;
+    use datafusion::execution::memory_pool::GreedyMemoryPool;
+    use datafusion::execution::runtime_env::RuntimeEnvBuilder;
+    use datafusion::physical_expr::expressions::{DynamicFilterPhysicalExpr, lit};
+
+    use super::{Key, KeyCollectExec, Target};
+
+    let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
+    let batch = RecordBatch::try_new(Arc::clone(&schema), vec![Arc::new(Int64Array::from_iter_values((0..10_000).map(|i| i * 3)))]).unwrap();
+    for (limit, in_list) in [(1024, false), (1 << 30, true)] {
+        let input = MemorySourceConfig::try_new_exec(&[vec![batch.clone()]], Arc::clone(&schema), None).unwrap();
+        let col: Arc<dyn PhysicalExpr> = Arc::new(Column::new("k", 0));
+        let dynamic = Arc::new(DynamicFilterPhysicalExpr::new(vec![Arc::clone(&col)], lit(true)));
+        let target = Target { dynamic: Arc::clone(&dynamic), column: col, schema: Arc::clone(&schema), bloom_only: false };
+        let exec = Arc::new(KeyCollectExec::new(input, vec![Key { column: 0, targets: vec![target] }]));
+        let runtime = RuntimeEnvBuilder::new().with_memory_pool(Arc::new(GreedyMemoryPool::new(limit))).build_arc().unwrap();
+        let ctx = Arc::new(TaskContext::default().with_runtime(runtime));
+        let out = datafusion::physical_plan::collect(exec, ctx).await.unwrap();
+        assert_eq!(out.iter().map(RecordBatch::num_rows).sum::<usize>(), 10_000);
+        let filter = dynamic.current().unwrap().to_string();
+        assert_eq!(filter.contains("IN (SET)"), in_list, "limit {limit}: {filter}");
+        assert!(filter.contains(">= 0") && filter.contains("<= 29997"), "{filter}");
+    }
+}
