@@ -554,6 +554,7 @@ fn main() -> ExitCode {
         }
     };
     let users = config.map(|c| c.users).unwrap_or_default();
+    blobhouse_engine::memory::configure_allocator();
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = threads {
         // --threads sizes the runtime too, so nothing runs on more cores than asked.

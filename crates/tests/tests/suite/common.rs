@@ -169,3 +169,11 @@ pub fn duckdb_oracle(args: &[&std::ffi::OsStr]) -> Vec<String> {
     let text = String::from_utf8(out.stdout).unwrap();
     text.split("==> ").filter(|s| !s.is_empty()).map(str::to_string).collect()
 }
+
+/// The first node named `name` in `plan`, depth first.
+pub fn find(plan: &Arc<dyn datafusion::physical_plan::ExecutionPlan>, name: &str) -> Option<Arc<dyn datafusion::physical_plan::ExecutionPlan>> {
+    if plan.name() == name {
+        return Some(plan.clone());
+    }
+    plan.children().into_iter().find_map(|c| find(c, name))
+}

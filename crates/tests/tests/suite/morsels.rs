@@ -85,14 +85,6 @@ async fn rows_per_partition(e: &Session, partitions: usize) -> (Vec<u64>, u64) {
     (rows, sum)
 }
 
-/// The first node named `name` in `plan`.
-fn find(plan: &Arc<dyn ExecutionPlan>, name: &str) -> Option<Arc<dyn ExecutionPlan>> {
-    if plan.name() == name {
-        return Some(plan.clone());
-    }
-    plan.children().into_iter().find_map(|c| find(c, name))
-}
-
 /// Row ids and deletion vectors are positions in the object; a morsel
 /// starting in the middle of a row group must place its rows right.
 async fn morsels_keep_row_ids_and_deletes(b: Backend) {

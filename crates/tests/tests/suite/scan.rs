@@ -19,6 +19,7 @@ on_both_backends!(
     limit_and_count_stop_early,
     a_limit_above_a_filter_stops_the_downloads,
     a_scan_nobody_reads_yet_downloads_only_a_head_start,
+    a_scan_faster_than_its_query_holds_little_ahead,
     the_scan_reports_zone_map_statistics,
     the_page_index_skips_pages_and_keeps_answers_and_row_ids
 );
@@ -224,6 +225,56 @@ async fn a_scan_nobody_reads_yet_downloads_only_a_head_start(b: Backend) {
     let chunks: u64 = manifest.objects.iter().flat_map(|o| &o.row_groups).flat_map(|rg| &rg.columns).map(|c| c.length).sum();
     assert!(chunks > 8 * early, "the table ({chunks} bytes) is much larger than the head start ({early} bytes)");
     assert!(all >= chunks, "once asked, the whole table is read: {all} of {chunks} bytes");
+}
+
+/// A store faster than the query (here: one whose link the scheduler is
+/// told is slow, so the bytes it wants in flight are a few hundred; a
+/// local disk under a heavy query is the real case) must not fill memory
+/// with row groups nobody is ready for: at TPC-H SF 10, Q1's scan held all
+/// of its 400 MB at once. With two partitions that take one batch each and
+/// then stop, the scan fetches what they took, two morsels per partition
+/// waiting and one row group on its way — not the table, although its
+/// memory cap would allow all of it.
+async fn a_scan_faster_than_its_query_holds_little_ahead(b: Backend) {
+    let db = TestDb::new(b, "little-ahead");
+    let mut options = small_chunks(2 << 10);
+    options.target_partitions = 2;
+    options.scan.memory = 1 << 30;
+    options.scan.initial = 64 << 10;
+    options.scan.link_bytes_per_sec = Some(64.0 * 1024.0);
+    let e = db.engine(options).await;
+    tpch::load_tables(&e, 0.01, &["lineitem"], Arc::new(|_, _, _| {})).await.expect("load lineitem");
+    let current = e.engine().database().current();
+    let manifest = e.engine().database().manifest(&current.tables["lineitem"]).await.unwrap();
+    let sizes: Vec<u64> = manifest.objects.iter().flat_map(|o| &o.row_groups).map(|rg| rg.columns.iter().map(|c| c.length).sum::<u64>()).collect();
+    let (largest, table) = (*sizes.iter().max().unwrap(), sizes.iter().sum::<u64>());
+
+    let df = e.context().sql("SELECT * FROM lineitem").await.unwrap();
+    let task = Arc::new(df.task_ctx());
+    let plan = df.create_physical_plan().await.unwrap();
+    let scan = find(&plan, "BlobScanExec").expect("a blobhouse scan");
+    assert_eq!(scan.properties().output_partitioning().partition_count(), 2);
+    let mut streams: Vec<_> = (0..2).map(|p| scan.execute(p, task.clone()).unwrap()).collect();
+    let mut rows = 0;
+    for s in streams.iter_mut() {
+        rows += futures::StreamExt::next(s).await.expect("a first batch").unwrap().num_rows() as u64;
+    }
+    // Time enough to download the whole table, were it allowed.
+    tokio::time::sleep(std::time::Duration::from_millis(800)).await;
+    let early = blobhouse_engine::collect_scan_metrics(&plan).bytes_fetched;
+    // Taken (2) + waiting (2 per partition) + on its way (1), and the first
+    // epoch's 64 KiB before the scheduler knew the link.
+    let bound = 7 * largest + (64 << 10);
+    assert!(table > 4 * bound, "the table ({table} bytes, row groups up to {largest}) must dwarf what may be held ahead ({bound})");
+    assert!(early <= bound, "{early} of {table} bytes fetched while the partitions waited; at most {bound} expected");
+
+    for mut s in streams {
+        while let Some(batch) = futures::StreamExt::next(&mut s).await {
+            rows += batch.unwrap().num_rows() as u64;
+        }
+    }
+    assert_eq!(rows, manifest.objects.iter().map(|o| o.rows).sum::<u64>(), "every row, once");
+    assert!(blobhouse_engine::collect_scan_metrics(&plan).bytes_fetched >= table);
 }
 
 /// The scan tells the optimizer each column's range and nulls from the

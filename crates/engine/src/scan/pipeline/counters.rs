@@ -38,6 +38,9 @@ pub(crate) struct ScanCounters {
     /// Bytes fetched per second of the scan's download phase (MiB/s).
     pub retrieval_mib_s: Gauge,
     pub in_flight_peak_mib: Gauge,
+    /// Most bytes held ahead of the partitions: in flight plus arrived and
+    /// not yet taken.
+    pub ahead_peak_mib: Gauge,
     pub in_flight_target_mib: Gauge,
     pub loop_threads: Gauge,
     pub scheduler_epochs: Count,
@@ -81,6 +84,7 @@ impl ScanCounters {
             download_cpu: managed.then(|| time("download_cpu")),
             retrieval_mib_s: gauge("retrieval_mib_s"),
             in_flight_peak_mib: gauge("in_flight_peak_mib"),
+            ahead_peak_mib: gauge("ahead_peak_mib"),
             in_flight_target_mib: gauge("in_flight_target_mib"),
             loop_threads: gauge("loop_threads"),
             scheduler_epochs: count("scheduler_epochs"),

@@ -44,7 +44,7 @@ pub(super) async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource,
     };
     apply_threads(ctl.threads());
     let mut running = FuturesUnordered::new();
-    let (mut epoch_start, mut peak, mut fetched) = (start, 0u64, 0u64);
+    let (mut epoch_start, mut peak, mut ahead_peak, mut fetched) = (start, 0u64, 0u64, 0u64);
     let mut last_arrival = start;
     loop {
         while let Some(unit) = queue.front() {
@@ -64,6 +64,7 @@ pub(super) async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource,
             shared.reservation.grow(unit.bytes() as usize);
             let in_flight = shared.in_flight.fetch_add(unit.bytes(), Ordering::Relaxed) + unit.bytes();
             peak = peak.max(in_flight);
+            ahead_peak = ahead_peak.max(in_flight + shared.ready_bytes.load(Ordering::Relaxed));
             let (source, counters) = (source.clone(), shared.counters.clone());
             running.push(async move {
                 let t = Instant::now();
@@ -130,6 +131,7 @@ pub(super) async fn fetch_all(mut queue: VecDeque<ScanUnit>, source: DataSource,
         counters.retrieval_mib_s.set((fetched as f64 / secs / (1 << 20) as f64).round() as usize);
     }
     counters.in_flight_peak_mib.set((peak >> 20) as usize);
+    counters.ahead_peak_mib.set((ahead_peak >> 20) as usize);
     counters.in_flight_target_mib.set((ctl.target_bytes() >> 20) as usize);
     if let Some(dm) = &dm
         && adaptive
