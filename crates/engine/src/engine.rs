@@ -105,6 +105,11 @@ impl Engine {
         // Ours last, over the final plan: DataFusion's rules place the
         // filters and split the aggregations first.
         let mut rules = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
+        // Right after DataFusion's join selection, before repartitions and
+        // dynamic filters are placed: builds on the side with fewer rows.
+        if let Some(i) = rules.iter().position(|r| r.name() == "join_selection") {
+            rules.insert(i + 1, Arc::new(crate::build_side::BuildSideRule));
+        }
         if let Some(p) = &pushdown {
             rules.push(Arc::new(crate::hybrid::HybridRule::new(p.clone())));
             rules.push(Arc::new(crate::bloom_join::BloomRule::new(p.clone())));

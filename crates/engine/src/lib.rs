@@ -72,6 +72,7 @@
 
 pub mod adaptive_filter;
 pub mod bloom_join;
+pub mod build_side;
 pub mod chunks;
 mod column_trace;
 pub mod conjunction;

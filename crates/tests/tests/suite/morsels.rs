@@ -5,9 +5,6 @@
 //! the answers, row ids, deletes and the memory tier's decoded copies are
 //! the same as when one partition decodes everything.
 
-use std::sync::Arc;
-
-use datafusion::physical_plan::ExecutionPlan;
 use futures::StreamExt;
 
 use blobhouse_engine::{CacheOptions, EngineOptions, Session};
