@@ -554,7 +554,11 @@ fn main() -> ExitCode {
         }
     };
     let users = config.map(|c| c.users).unwrap_or_default();
-    blobhouse_engine::memory::configure_allocator();
+    // Opt-in: resident memory down by half between queries, ~7 % slower
+    // warm (docs/memory.md, "Freed memory").
+    if std::env::var("BLOBHOUSE_RETURN_FREED_MEMORY").is_ok_and(|v| v == "1" || v.eq_ignore_ascii_case("true")) {
+        blobhouse_engine::memory::configure_allocator();
+    }
     let mut runtime = tokio::runtime::Builder::new_multi_thread();
     if let Some(threads) = threads {
         // --threads sizes the runtime too, so nothing runs on more cores than asked.

@@ -529,23 +529,23 @@ pub fn reset_peak_rss() -> bool {
     std::fs::write("/proc/self/clear_refs", "5").is_ok()
 }
 
-/// Sets the allocator's thresholds for an analytical engine's allocation
-/// pattern; a process that embeds the engine calls it once, first thing.
-/// Returns whether it changed anything.
+/// Makes the allocator give freed memory back to the kernel at once, for a
+/// process that should hold as little as possible between queries (one
+/// beside other memory-hungry processes); the CLI calls it when
+/// `BLOBHOUSE_RETURN_FREED_MEMORY=1`. Returns whether it changed anything.
 ///
-/// Why: glibc adapts its thresholds as a program runs. Once a query has
-/// freed a large buffer, allocations up to 32 MiB come from the per-thread
-/// arenas and each arena keeps up to twice that free at its top — and
-/// `malloc_trim` never releases the top of a thread's arena. At TPC-H SF 10
-/// on two cores that left 250–450 MiB resident between queries, counted in
+/// Why it is not the default: glibc adapts its thresholds as a program
+/// runs. Once a query has freed a large buffer, allocations up to 32 MiB
+/// come from the per-thread arenas and each arena keeps up to twice that
+/// free at its top — which `malloc_trim` never releases. At TPC-H SF 10 on
+/// two cores that left 250–450 MiB resident between queries, counted in
 /// every later query's peak (Q22 peaked at 465 MiB after Q21, 185 MiB in a
-/// fresh process). Fixing the mmap threshold at the adaptive maximum keeps
-/// what adaptation buys (large batches and hash tables reuse arena memory
-/// instead of faulting fresh pages in), and a fixed 8 MiB trim threshold
-/// gives back an arena's free top as soon as it grows past that. Measured
-/// in `docs/notes/2026-11-27-issue43-scaling.md` ("Fourth session"): the
-/// 22 queries' time unchanged (one-shot A/B geomean 0.998), peaks between
-/// queries 2× lower.
+/// fresh process). Fixing the mmap threshold at the adaptive maximum and
+/// the trim threshold at 8 MiB halves the peaks of queries in a warm
+/// process, but each query then faults its buffers in afresh: 7 % slower
+/// at SF 10 and 13 % at SF 1 in one process (one-shot processes: no
+/// difference). Measured in `docs/notes/2026-11-27-issue43-scaling.md`
+/// ("Fourth session").
 ///
 /// Leaves the allocator alone where the user tuned it (`GLIBC_TUNABLES`
 /// names a malloc setting) and where the allocator is not glibc's.
