@@ -56,6 +56,8 @@
 //!   DataFusion's join filter does not reach (across other joins), and as
 //!   a [`key_bloom`] Bloom filter in front of the hash lookup where it does.
 //! - [`key_bloom`]: a blocked Bloom filter of a join's key values.
+//! - [`build_side`]: partitioned hash joins built on the side with fewer
+//!   estimated rows.
 //! - [`conjunction`]: a filter's conjuncts evaluated one after another on
 //!   the rows still selected, ordered by measured cost and selectivity
 //!   (in filters and in the scans' runtime filters).
