@@ -117,7 +117,7 @@ const SCAN_SHARE_NUM: usize = 3;
 const SCAN_SHARE_DEN: usize = 4;
 
 /// Morsels that may wait for each partition before the scan stops
-/// fetching beyond the scheduler's target ([`Shared::waiting_morsels_below_target`]).
+/// fetching beyond the scheduler's target ([`Shared::few_morsels_waiting`]).
 const WAITING_MORSELS_PER_PARTITION: usize = 2;
 
 /// The current epoch's statistics, as atomics (updated per batch).
@@ -152,9 +152,9 @@ impl Shared {
             // "latency" growing with the bytes in flight (so Little's law
             // would ask for ever more). Data beyond the morsels waiting for
             // the partitions is memory spent early.
-            return room && running < self.partitions && (held == 0 || self.waiting_morsels_below_target());
+            return room && running < self.partitions && (held == 0 || self.few_morsels_waiting());
         }
-        room && (in_flight + bytes <= ctl.target_bytes() || in_flight == 0) && (held + bytes <= ctl.target_bytes() || self.waiting_morsels_below_target())
+        room && (in_flight + bytes <= ctl.target_bytes() || in_flight == 0) && (held + bytes <= ctl.target_bytes() || self.few_morsels_waiting())
     }
 
     /// Whether fewer than two morsels per partition wait: each partition
@@ -165,7 +165,7 @@ impl Shared {
     /// ready queue would otherwise grow to the scan's memory cap — at TPC-H
     /// SF 10 all of Q1's 400 MB, each row group waiting 0.6 s on average for
     /// a partition.
-    fn waiting_morsels_below_target(&self) -> bool {
+    fn few_morsels_waiting(&self) -> bool {
         self.ready_units.load(Ordering::Relaxed) < WAITING_MORSELS_PER_PARTITION * self.partitions
     }
 
