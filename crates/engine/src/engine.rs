@@ -101,7 +101,10 @@ impl Engine {
             .with_config(config)
             .with_runtime_env(runtime.build_arc()?)
             .with_default_features()
-            .with_statistics_registry(selectivity::registry());
+            .with_statistics_registry(selectivity::registry())
+            // Last among the logical rules: it matches the joins that
+            // DataFusion's decorrelation leaves (TPC-H Q17's scalar subquery).
+            .with_optimizer_rule(Arc::new(crate::subquery_window::SubqueryWindowRule));
         // Ours last, over the final plan: DataFusion's rules place the
         // filters and split the aggregations first.
         let mut rules = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;
