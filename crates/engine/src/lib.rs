@@ -69,6 +69,8 @@
 //! - [`subquery_window`]: a correlated `avg`/`min`/`max` over a table the
 //!   outer query already joins, read from the outer rows as a window (the
 //!   logical rule; the ones above are physical).
+//! - [`subquery_total`]: a scalar subquery that totals the rows a HAVING's
+//!   aggregation groups, read from the groups (a logical rule).
 //! - [`decimal64`]: decimal `+`, `-`, `*` computed in 64 bits when the
 //!   values fit, with the same answer.
 //! - [`memory`]: the engine's one memory budget, and the process's resident
@@ -109,6 +111,7 @@ pub mod selectivity;
 mod session;
 pub mod settings;
 pub mod shared_subplan;
+pub mod subquery_total;
 pub mod subquery_window;
 pub mod source;
 pub mod sqlstate;

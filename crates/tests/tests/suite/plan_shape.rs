@@ -126,6 +126,26 @@ async fn q17_averages_the_joined_line_items_in_one_scan() {
     assert!(matches!(answers::verify(17, 0.01, &r), Verdict::Verified), "Q17's answer");
 }
 
+/// Q11 keeps the parts whose stock value exceeds a share of the total over
+/// the same joins: the total is read from the query's own groups
+/// (`engine::subquery_total`), so partsupp is scanned and joined once, and
+/// the answer stays exact.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn q11_total_is_read_from_its_own_groups() {
+    let db = TestDb::new(Backend::Local, "shape-q11");
+    let e = db.engine(EngineOptions { cache: CacheOptions::off(), ..EngineOptions::default() }).await;
+    tpch::load(&e, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
+    let plan = text(&run(&e, &format!("EXPLAIN ANALYZE {}", tpch::query(11))).await);
+    assert_eq!(plan.lines().filter(|l| l.contains("BlobScanExec: table=partsupp")).count(), 1, "{plan}");
+    assert!(!plan.contains("ScalarSubqueryExec"), "{plan}");
+    let line = plan.lines().find(|l| l.contains("WindowAggExec")).unwrap_or_else(|| panic!("{plan}"));
+    // The window sees one row per part group, not the joined rows.
+    let groups: f64 = scalar(&run(&e, "SELECT count(DISTINCT ps_partkey) FROM partsupp, supplier, nation WHERE ps_suppkey = s_suppkey AND s_nationkey = n_nationkey AND n_name = 'GERMANY'").await).parse().unwrap();
+    assert_eq!(metric(line, "output_rows"), Some(groups), "{line}");
+    let r = run(&e, tpch::query(11)).await;
+    assert!(matches!(answers::verify(11, 0.01, &r), Verdict::Verified), "Q11's answer");
+}
+
 /// A metric of an EXPLAIN ANALYZE line (`name=1.23 K` → 1230).
 fn metric(line: &str, name: &str) -> Option<f64> {
     let rest = &line[line.find(&format!("{name}="))? + name.len() + 1..];
