@@ -104,9 +104,9 @@ impl Engine {
             .with_statistics_registry(selectivity::registry())
             // Last among the logical rules: it matches the joins that
             // DataFusion's decorrelation leaves (TPC-H Q17's scalar subquery).
-            .with_optimizer_rule(Arc::new(crate::subquery_window::SubqueryWindowRule))
+            .with_optimizer_rule(Arc::new(crate::subquery::SubqueryWindowRule))
             // Q11's HAVING against the total of its own joins.
-            .with_optimizer_rule(Arc::new(crate::subquery_total::SubqueryTotalRule));
+            .with_optimizer_rule(Arc::new(crate::subquery::SubqueryTotalRule));
         // Ours last, over the final plan: DataFusion's rules place the
         // filters and split the aggregations first.
         let mut rules = datafusion::physical_optimizer::optimizer::PhysicalOptimizer::new().rules;

@@ -66,11 +66,9 @@
 //! - [`selectivity`]: filter estimates for the optimizer's join choices.
 //! - [`shared_subplan`]: a final aggregation a plan computes twice (a CTE
 //!   referenced twice) computed once.
-//! - [`subquery_window`]: a correlated `avg`/`min`/`max` over a table the
-//!   outer query already joins, read from the outer rows as a window (the
-//!   logical rule; the ones above are physical).
-//! - [`subquery_total`]: a scalar subquery that totals the rows a HAVING's
-//!   aggregation groups, read from the groups (a logical rule).
+//! - [`subquery`]: logical rules that read a subquery's value from rows the
+//!   outer query computes anyway (Q17's per-part average as a window, Q11's
+//!   total from its own groups); the rules above are physical.
 //! - [`decimal64`]: decimal `+`, `-`, `*` computed in 64 bits when the
 //!   values fit, with the same answer.
 //! - [`memory`]: the engine's one memory budget, and the process's resident
@@ -111,8 +109,7 @@ pub mod selectivity;
 mod session;
 pub mod settings;
 pub mod shared_subplan;
-pub mod subquery_total;
-pub mod subquery_window;
+pub mod subquery;
 pub mod source;
 pub mod sqlstate;
 pub mod tiers;

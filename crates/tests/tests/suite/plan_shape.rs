@@ -14,9 +14,7 @@ use crate::common::*;
 /// official one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn q15_revenue_is_computed_once() {
-    let db = TestDb::new(Backend::Local, "shape-q15");
-    let e = db.engine(EngineOptions { cache: CacheOptions::off(), ..EngineOptions::default() }).await;
-    tpch::load(&e, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
+    let (_db, e) = tpch_without_caches("shape-q15").await;
     let plan = text(&run(&e, &format!("EXPLAIN {}", tpch::query(15))).await);
     assert_eq!(plan.matches("BlobScanExec: table=lineitem").count(), 1, "{plan}");
     assert_eq!(plan.matches("SharedExec: subplan=1").count(), 2, "{plan}");
@@ -71,9 +69,7 @@ async fn only_identical_deterministic_subplans_are_shared() {
 /// still get the exact answer, and an overflow of 128 bits is still an error.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn decimal_arithmetic_runs_in_64_bits_with_the_same_answers() {
-    let db = TestDb::new(Backend::Local, "shape-decimal64");
-    let e = db.engine(EngineOptions { cache: CacheOptions::off(), ..EngineOptions::default() }).await;
-    tpch::load(&e, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
+    let (_db, e) = tpch_without_caches("shape-decimal64").await;
     let plan = text(&run(&e, &format!("EXPLAIN {}", tpch::query(1))).await);
     // (EXPLAIN names an aggregate, not its arguments: the unit tests of
     // `blobhouse_engine::decimal64` check those are wrapped too.)
@@ -98,14 +94,12 @@ async fn decimal_arithmetic_runs_in_64_bits_with_the_same_answers() {
 
 /// Q17's correlated `avg(l_quantity)` per part is read from the line items
 /// the query has already joined to its parts, as a window
-/// (`engine::subquery_window`): lineitem is scanned once, and the average
+/// (`engine::subquery::window`): lineitem is scanned once, and the average
 /// sees only the line items of the parts that match (`Brand#23`, `MED
 /// BOX`), not an aggregation over every part.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn q17_averages_the_joined_line_items_in_one_scan() {
-    let db = TestDb::new(Backend::Local, "shape-q17");
-    let e = db.engine(EngineOptions { cache: CacheOptions::off(), ..EngineOptions::default() }).await;
-    tpch::load(&e, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
+    let (_db, e) = tpch_without_caches("shape-q17").await;
     // At SF 0.01 no part is Brand#23 in a MED BOX: the shape is checked
     // with the brand and container most parts have, the answer with Q17's own.
     let top = lines(&run(&e, "SELECT p_brand, p_container, count(*) FROM part GROUP BY 1, 2 ORDER BY 3 DESC, 1, 2 LIMIT 1").await);
@@ -128,13 +122,11 @@ async fn q17_averages_the_joined_line_items_in_one_scan() {
 
 /// Q11 keeps the parts whose stock value exceeds a share of the total over
 /// the same joins: the total is read from the query's own groups
-/// (`engine::subquery_total`), so partsupp is scanned and joined once, and
+/// (`engine::subquery::total`), so partsupp is scanned and joined once, and
 /// the answer stays exact.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn q11_total_is_read_from_its_own_groups() {
-    let db = TestDb::new(Backend::Local, "shape-q11");
-    let e = db.engine(EngineOptions { cache: CacheOptions::off(), ..EngineOptions::default() }).await;
-    tpch::load(&e, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
+    let (_db, e) = tpch_without_caches("shape-q11").await;
     let plan = text(&run(&e, &format!("EXPLAIN ANALYZE {}", tpch::query(11))).await);
     assert_eq!(plan.lines().filter(|l| l.contains("BlobScanExec: table=partsupp")).count(), 1, "{plan}");
     assert!(!plan.contains("ScalarSubqueryExec"), "{plan}");
@@ -144,6 +136,15 @@ async fn q11_total_is_read_from_its_own_groups() {
     assert_eq!(metric(line, "output_rows"), Some(groups), "{line}");
     let r = run(&e, tpch::query(11)).await;
     assert!(matches!(answers::verify(11, 0.01, &r), Verdict::Verified), "Q11's answer");
+}
+
+/// TPC-H at SF 0.01 on local disk, caches off: plans and metrics show the
+/// store's reads.
+async fn tpch_without_caches(name: &str) -> (TestDb, blobhouse_engine::Session) {
+    let db = TestDb::new(Backend::Local, name);
+    let e = db.engine(EngineOptions { cache: CacheOptions::off(), ..EngineOptions::default() }).await;
+    tpch::load(&e, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
+    (db, e)
 }
 
 /// A metric of an EXPLAIN ANALYZE line (`name=1.23 K` → 1230).
@@ -168,9 +169,7 @@ fn metric(line: &str, name: &str) -> Option<f64> {
 /// qualifying parts to the partsupp scan under its `min()` aggregation.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn q5_and_q2_scans_get_the_keys_of_joins_above_them() {
-    let db = TestDb::new(Backend::Local, "shape-q5");
-    let e = db.engine(EngineOptions { cache: CacheOptions::off(), ..EngineOptions::default() }).await;
-    tpch::load(&e, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
+    let (_db, e) = tpch_without_caches("shape-q5").await;
     let scan_line = |plan: &str, table: &str| plan.lines().find(|l| l.contains(&format!("BlobScanExec: table={table},"))).unwrap_or_else(|| panic!("{plan}")).to_string();
 
     let plan = text(&run(&e, &format!("EXPLAIN ANALYZE {}", tpch::query(5))).await);
@@ -243,9 +242,7 @@ async fn many_build_keys_reach_the_probe_scan_as_a_bloom_filter() {
 /// official one.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn q9_builds_on_the_joined_line_items_not_on_orders_or_partsupp() {
-    let db = TestDb::new(Backend::Local, "shape-q9");
-    let e = db.engine(EngineOptions { cache: CacheOptions::off(), ..EngineOptions::default() }).await;
-    tpch::load(&e, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
+    let (_db, e) = tpch_without_caches("shape-q9").await;
     run(&e, "SET datafusion.optimizer.hash_join_single_partition_threshold = 0").await;
     run(&e, "SET datafusion.optimizer.hash_join_single_partition_threshold_rows = 0").await;
     let plan = text(&run(&e, &format!("EXPLAIN {}", tpch::query(9))).await);

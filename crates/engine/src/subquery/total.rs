@@ -37,6 +37,8 @@ use datafusion::logical_expr::{Aggregate, Expr, ExprSchemable, LogicalPlan, Logi
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
+use super::{same_columns, unalias};
+
 /// The rule; see the module docs.
 #[derive(Debug, Default)]
 pub struct SubqueryTotalRule;
@@ -116,9 +118,7 @@ impl OptimizerRule for SubqueryTotalRule {
         let Ok(new) = LogicalPlanBuilder::from(windowed).filter(predicate).and_then(|b| b.project(columns)).and_then(|b| b.build()) else {
             return Ok(Transformed::no(plan));
         };
-        let (a, b) = (new.schema(), plan.schema());
-        let same = a.fields().len() == b.fields().len() && a.iter().zip(b.iter()).all(|((q1, f1), (q2, f2))| q1 == q2 && f1.name() == f2.name() && f1.data_type() == f2.data_type());
-        Ok(if same { Transformed::yes(new) } else { Transformed::no(plan) })
+        Ok(if same_columns(new.schema(), plan.schema()) { Transformed::yes(new) } else { Transformed::no(plan) })
     }
 }
 
@@ -217,12 +217,6 @@ fn totals(sq: &Subquery, group: &Aggregate, windows: &mut Vec<Expr>) -> Result<O
     Ok(Some(value))
 }
 
-fn unalias(expr: &Expr) -> &Expr {
-    match expr {
-        Expr::Alias(a) => unalias(&a.expr),
-        e => e,
-    }
-}
 
 /// Whether two plans compute the same rows: equal once projections of
 /// plain columns are skipped, scans compared by table, filters and limit.

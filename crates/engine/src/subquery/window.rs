@@ -44,6 +44,8 @@ use datafusion::logical_expr::{Aggregate, Expr, ExprFunctionExt, Join, JoinType,
 use datafusion::optimizer::optimizer::ApplyOrder;
 use datafusion::optimizer::{OptimizerConfig, OptimizerRule};
 
+use super::{same_columns, unalias};
+
 /// Aggregates whose value over a group does not change when every row of
 /// the group is repeated the same number of times.
 const REPEAT_INSENSITIVE: [&str; 3] = ["avg", "min", "max"];
@@ -154,12 +156,6 @@ fn subquery(plan: &LogicalPlan) -> Option<Subquery<'_>> {
     Some(Subquery { outputs, aggregate, table, group: group.clone() })
 }
 
-fn unalias(expr: &Expr) -> &Expr {
-    match expr {
-        Expr::Alias(a) => unalias(&a.expr),
-        e => e,
-    }
-}
 
 fn columns_of(exprs: &[Expr]) -> Vec<Column> {
     let mut out = Vec::new();
@@ -311,10 +307,7 @@ fn rewrite_join(join: &Join) -> Result<Option<LogicalPlan>> {
         builder = builder.project(join.left.schema().columns().into_iter().map(Expr::Column))?;
     }
     let plan = builder.build()?;
-    // Exactly the join's columns: qualifiers, names and types.
-    let (new, old) = (plan.schema(), &join.schema);
-    let same = new.fields().len() == old.fields().len() && new.iter().zip(old.iter()).all(|((q1, f1), (q2, f2))| q1 == q2 && f1.name() == f2.name() && f1.data_type() == f2.data_type());
-    if !same {
+    if !same_columns(plan.schema(), &join.schema) {
         return Ok(None);
     }
     Ok(Some(plan))

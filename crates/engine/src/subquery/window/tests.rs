@@ -6,12 +6,11 @@ use std::sync::Arc;
 
 use datafusion::arrow::array::{Int64Array, RecordBatch};
 use datafusion::arrow::datatypes::{DataType, Field, Schema};
-use datafusion::arrow::util::pretty::pretty_format_batches;
 use datafusion::datasource::MemTable;
-use datafusion::execution::SessionStateBuilder;
-use datafusion::prelude::{SessionConfig, SessionContext};
+use datafusion::prelude::SessionContext;
 
 use super::SubqueryWindowRule;
+use crate::subquery::testing;
 
 fn table(columns: &[&str], rows: &[&[Option<i64>]]) -> Arc<MemTable> {
     let schema = Arc::new(Schema::new(columns.iter().map(|c| Field::new(*c, DataType::Int64, true)).collect::<Vec<_>>()));
@@ -23,12 +22,7 @@ fn table(columns: &[&str], rows: &[&[Option<i64>]]) -> Arc<MemTable> {
 }
 
 fn context(with_rule: bool) -> SessionContext {
-    let config = SessionConfig::new().with_target_partitions(3);
-    let mut state = SessionStateBuilder::new().with_config(config).with_default_features();
-    if with_rule {
-        state = state.with_optimizer_rule(Arc::new(SubqueryWindowRule));
-    }
-    let ctx = SessionContext::new_with_state(state.build());
+    let ctx = testing::context(with_rule.then(|| Arc::new(SubqueryWindowRule) as _));
     // Line items: part key, quantity (NULL keys and NULL quantities included).
     let n = |v: i64| Some(v);
     ctx.register_table(
@@ -56,22 +50,9 @@ fn context(with_rule: bool) -> SessionContext {
     ctx
 }
 
-async fn run(ctx: &SessionContext, sql: &str) -> (Vec<String>, String) {
-    let df = ctx.sql(sql).await.unwrap();
-    let plan = df.clone().into_optimized_plan().unwrap().display_indent().to_string();
-    let batches = df.collect().await.unwrap();
-    let text = pretty_format_batches(&batches).unwrap().to_string();
-    let mut rows: Vec<String> = text.lines().filter(|l| l.starts_with("| ")).skip(1).map(str::to_string).collect();
-    rows.sort();
-    (rows, plan)
-}
-
 /// Runs `sql` with and without the rule; returns whether the rule rewrote it.
 async fn same_answer(sql: &str) -> bool {
-    let (want, plain) = run(&context(false), sql).await;
-    let (got, plan) = run(&context(true), sql).await;
-    assert_eq!(got, want, "{sql}\nwith the rule:\n{plan}\nwithout:\n{plain}");
-    assert!(!want.is_empty(), "{sql}: a test that compares no rows proves nothing");
+    let plan = testing::same_rows(&context(false), &context(true), sql).await;
     let rewritten = plan.contains("WindowAggr");
     let scans = plan.matches("TableScan: item").count();
     if rewritten {
