@@ -67,8 +67,8 @@
 //! - [`shared_subplan`]: a final aggregation a plan computes twice (a CTE
 //!   referenced twice) computed once.
 //! - [`subquery`]: logical rules that read a subquery's value from rows the
-//!   outer query computes anyway (Q17's per-part average as a window, Q11's
-//!   total from its own groups); the rules above are physical.
+//!   outer query computes anyway (Q17's and Q2's per-part aggregates as
+//!   windows, Q11's total from its own groups); the rules above are physical.
 //! - [`decimal64`]: decimal `+`, `-`, `*` computed in 64 bits when the
 //!   values fit, with the same answer.
 //! - [`memory`]: the engine's one memory budget, and the process's resident

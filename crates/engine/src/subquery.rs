@@ -7,8 +7,8 @@
 //! Each rule here rewrites one such shape, and only when the rewrite is
 //! provably exact: the module of each rule states its conditions.
 //!
-//! - [`window`]: a correlated `avg`/`min`/`max` over the table the outer
-//!   query already joins becomes a window over the outer rows (Q17).
+//! - [`window`]: a correlated `avg`/`min`/`max` over rows the outer query
+//!   already joins becomes a window over the outer rows (Q17, Q2).
 //! - [`total`]: a scalar subquery that totals the rows a HAVING's
 //!   aggregation groups is read from the groups (Q11).
 //!

@@ -1,39 +1,44 @@
-//! [`SubqueryWindowRule`]: a correlated aggregate over the table the outer
+//! [`SubqueryWindowRule`]: a correlated aggregate over rows the outer
 //! query already joins becomes a window over the outer query's rows —
 //! TPC-H Q17's `avg(l_quantity)` per part is computed from the line items
 //! the query has already joined to its parts, not from a second scan of
-//! all of `lineitem`.
+//! all of `lineitem`; Q2's `min(ps_supplycost)` per part from the region's
+//! suppliers the query has already joined.
 //!
 //! Why ours: DataFusion 55 decorrelates `x < (SELECT avg(y) FROM t WHERE
 //! t.k = outer.k)` into a join with `SELECT k, avg(y) FROM t GROUP BY k`,
 //! which reads `t` a second time, in full. When the outer query reads the
-//! same `t` and keeps, for each key it keeps, every row of `t` with that
+//! same rows and keeps, for each key it keeps, every one of them with that
 //! key, the aggregate can be read off the outer rows instead (the WinMagic
 //! rewrite of IBM's DB2, Zuzarte et al., SIGMOD 2003). No DataFusion rule
 //! does this, and DuckDB does not either (it reads `lineitem` twice in
 //! Q17). At SF 10 the second scan of Q17 decodes 60 M rows to keep 61 K.
 //!
 //! When it is exact — the rule rewrites only a plan it can prove:
-//! - The join is an inner or left-semi equi-join on one key, `outer.k =
-//!   sub.g`, NULLs never equal, optionally with a filter over both sides.
+//! - The join is an inner or left-semi equi-join on `outer.k = sub.g` (and
+//!   possibly more pairs, which become filters), NULLs never equal,
+//!   optionally with a filter over both sides.
 //! - The subquery side is `[alias] [projection] Aggregate(GROUP BY g)` over
-//!   a bare scan of a table `t`; its aggregates are `avg`, `min` or `max`
-//!   without DISTINCT, FILTER or ORDER BY. These three do not change when
-//!   every row of a group is repeated the same number of times.
-//! - The outer side reaches a scan of the same table `t` (same name, same
-//!   pushed-down filters, no limit) through projections of plain columns,
-//!   filters and inner joins that read no column of `t` but `g`, and one
-//!   of those joins equates `outer.k` with `t.g`. Then for each key value
-//!   the outer rows hold every row of `t` with that `g`, each repeated as
-//!   often as its key's partners on the other sides: the same number for
-//!   all rows of a key. The window `agg(y) OVER (PARTITION BY outer.k)`
-//!   therefore equals the subquery's `agg(y)` for that key.
+//!   a plan `P` of scans, filters, inner joins and projections of plain
+//!   columns; its aggregates are `avg`, `min` or `max` without DISTINCT,
+//!   FILTER or ORDER BY. These three do not change when every row of a
+//!   group is repeated the same number of times.
+//! - The outer side holds `P` as it is — each of its scans (same table,
+//!   name, pushed-down filters, no limit), filters and joins — and besides
+//!   only projections of plain columns, filters and inner joins that read
+//!   no column of `P`'s tables but `g`; one of those joins equates
+//!   `outer.k` with `g` (or `outer.k` is `g`). Then for each key value the
+//!   outer rows hold every row of `P` with that `g`, each repeated as often
+//!   as its key's partners on the other sides: the same number for all
+//!   rows of a key. The window `agg(y) OVER (PARTITION BY outer.k)`
+//!   therefore equals the subquery's `agg(y)` for that key. (A subquery
+//!   over one table may name it by another alias than the outer query.)
 //! - A key the outer side does not have cannot match; a NULL key never
 //!   matches, so rows with a NULL `outer.k` are dropped as the join did.
 //!
-//! The result is `Filter(join filter) ∘ Projection(outer columns, the
-//! subquery's columns from the window)` over the outer side, with the
-//! join's own output columns (names, qualifiers, types).
+//! The result is `Filter(other pairs, join filter) ∘ Projection(outer
+//! columns, the subquery's columns from the window)` over the outer side,
+//! with the join's own output columns (names, qualifiers, types).
 
 use std::sync::Arc;
 
@@ -91,10 +96,6 @@ impl Occurrence<'_> {
     fn same_rows(&self, other: &Occurrence<'_>) -> bool {
         self.scan.table_name == other.scan.table_name && self.scan.filters == other.scan.filters && self.scan.fetch.is_none() && other.scan.fetch.is_none()
     }
-
-    fn owns(&self, column: &Column) -> bool {
-        column.relation.as_ref() == Some(&self.qualifier)
-    }
 }
 
 /// A bare scan, possibly under an alias.
@@ -109,12 +110,42 @@ fn occurrence(plan: &LogicalPlan) -> Option<Occurrence<'_>> {
     }
 }
 
+/// `plan` below projections of plain columns (which choose columns, not
+/// rows). Not below an alias: a renamed column would escape the checks.
+fn below_projections(plan: &LogicalPlan) -> &LogicalPlan {
+    match plan {
+        LogicalPlan::Projection(p) if p.expr.iter().all(|e| matches!(e, Expr::Column(_))) => below_projections(&p.input),
+        p => p,
+    }
+}
+
+/// The qualifiers of the tables a subquery's rows come from, when they
+/// come from scans through filters, inner joins and projections of plain
+/// columns only.
+fn source_tables(plan: &LogicalPlan, out: &mut Vec<TableReference>) -> Option<()> {
+    if let Some(o) = occurrence(plan) {
+        out.push(o.qualifier);
+        return Some(());
+    }
+    match below_projections(plan) {
+        LogicalPlan::Filter(f) => source_tables(&f.input, out),
+        LogicalPlan::Join(j) if j.join_type == JoinType::Inner && !j.null_aware => {
+            source_tables(&j.left, out)?;
+            source_tables(&j.right, out)
+        }
+        p if !std::ptr::eq(p, plan) => source_tables(p, out),
+        _ => None,
+    }
+}
+
 /// The subquery side: its output columns as expressions over the
-/// aggregate's output, the aggregate, and the table it reads.
+/// aggregate's output, the aggregate, and the rows it aggregates.
 struct Subquery<'a> {
     outputs: Vec<Expr>,
     aggregate: &'a Aggregate,
-    table: Occurrence<'a>,
+    /// The aggregate's input and the qualifiers of its tables.
+    source: &'a LogicalPlan,
+    tables: Vec<TableReference>,
     group: Column,
 }
 
@@ -131,11 +162,13 @@ fn subquery(plan: &LogicalPlan) -> Option<Subquery<'_>> {
         LogicalPlan::Aggregate(a) => (None, a),
         _ => return None,
     };
-    let table = occurrence(aggregate.input.as_ref())?;
+    let mut tables = Vec::new();
+    source_tables(aggregate.input.as_ref(), &mut tables)?;
+    let owned = |c: &Column| c.relation.as_ref().is_some_and(|r| tables.contains(r));
     let [Expr::Column(group)] = aggregate.group_expr.as_slice() else {
         return None;
     };
-    if !table.owns(group) {
+    if !owned(group) {
         return None;
     }
     for expr in &aggregate.aggr_expr {
@@ -145,7 +178,7 @@ fn subquery(plan: &LogicalPlan) -> Option<Subquery<'_>> {
         if !REPEAT_INSENSITIVE.contains(&func.name()) || params.distinct || params.filter.is_some() || !params.order_by.is_empty() || params.null_treatment.is_some() {
             return None;
         }
-        if !columns_of(&params.args).iter().all(|c| table.owns(c)) {
+        if !columns_of(&params.args).iter().all(owned) {
             return None;
         }
     }
@@ -153,9 +186,8 @@ fn subquery(plan: &LogicalPlan) -> Option<Subquery<'_>> {
         Some(exprs) => exprs.iter().map(|e| unalias(e).clone()).collect(),
         None => aggregate.schema.columns().into_iter().map(Expr::Column).collect(),
     };
-    Some(Subquery { outputs, aggregate, table, group: group.clone() })
+    Some(Subquery { outputs, aggregate, source: aggregate.input.as_ref(), tables, group: group.clone() })
 }
-
 
 fn columns_of(exprs: &[Expr]) -> Vec<Column> {
     let mut out = Vec::new();
@@ -165,53 +197,109 @@ fn columns_of(exprs: &[Expr]) -> Vec<Column> {
     out
 }
 
-/// Walks the outer side down to the scan of `table`'s rows. Returns the
-/// outer side's occurrence of the table and whether some inner join on
-/// the way equates `key` with its column `group`, or `None` when a node
-/// on the way could drop or add rows of the table unevenly per key.
-fn outer_path<'a>(plan: &'a LogicalPlan, table: &Occurrence<'_>, group: &str, key: &Column) -> Option<(Occurrence<'a>, bool)> {
-    if let Some(found) = occurrence(plan) {
-        return found.same_rows(table).then_some((found, false));
+/// Every occurrence of a table in `plan`, at any depth.
+fn occurrences<'a>(plan: &'a LogicalPlan, out: &mut Vec<Occurrence<'a>>) {
+    if let Some(o) = occurrence(plan) {
+        out.push(o);
+        return;
     }
-    // Which columns of the table a node may read: only the group column.
-    let reads_only_group = |columns: &[Column], qualifier: &TableReference| columns.iter().all(|c| c.relation.as_ref() != Some(qualifier) || c.name == group);
-    match plan {
-        LogicalPlan::Projection(p) => {
-            // Not even an alias: a renamed column of the table would escape
-            // the checks of the nodes above.
-            if !p.expr.iter().all(|e| matches!(e, Expr::Column(_))) {
-                return None;
-            }
-            outer_path(p.input.as_ref(), table, group, key)
+    for input in plan.inputs() {
+        occurrences(input, out);
+    }
+}
+
+/// How the outer side names the subquery's tables. A subquery over one
+/// table may read it under another alias than the outer query does (`FROM
+/// item i … (SELECT avg(qty) FROM item x …)`): then the table's one
+/// occurrence in the outer side gives the name. Over several tables the
+/// names must be the same.
+fn outer_names(sub: &Subquery<'_>, outer: &LogicalPlan) -> Option<Option<(TableReference, TableReference)>> {
+    let Some(inner) = occurrence(sub.source) else {
+        return Some(None);
+    };
+    let mut found = Vec::new();
+    occurrences(outer, &mut found);
+    let same: Vec<&Occurrence<'_>> = found.iter().filter(|o| o.same_rows(&inner)).collect();
+    match same.as_slice() {
+        [one] if one.qualifier != inner.qualifier => Some(Some((inner.qualifier.clone(), one.qualifier.clone()))),
+        [_] => Some(None),
+        _ => None,
+    }
+}
+
+/// What the outer side is matched against: the subquery's rows, its
+/// tables' qualifiers as the outer side names them, the group column and
+/// the outer join key.
+struct Target<'a> {
+    source: &'a LogicalPlan,
+    rename: Option<(TableReference, TableReference)>,
+    tables: Vec<TableReference>,
+    group: Column,
+    key: &'a Column,
+}
+
+/// `q` as the outer side names it.
+fn renamed(rename: &Option<(TableReference, TableReference)>, q: &TableReference) -> TableReference {
+    match rename {
+        Some((from, to)) if from == q => to.clone(),
+        _ => q.clone(),
+    }
+}
+
+impl Target<'_> {
+    fn outer_name(&self, q: &TableReference) -> TableReference {
+        renamed(&self.rename, q)
+    }
+
+    /// Whether `columns` read the subquery's tables only through the group
+    /// column.
+    fn reads_only_group<'c>(&self, mut columns: impl Iterator<Item = &'c Column>) -> bool {
+        columns.all(|c| c.relation.as_ref().is_none_or(|r| !self.tables.contains(r)) || *c == self.group)
+    }
+
+    /// Whether `on` equates the key with the group column.
+    fn equates(&self, on: &[(Expr, Expr)]) -> bool {
+        on.iter().any(|(l, r)| match (l, r) {
+            (Expr::Column(a), Expr::Column(b)) => (a == self.key && *b == self.group) || (b == self.key && *a == self.group),
+            _ => false,
+        })
+    }
+}
+
+/// Matches the outer side `outer` against the subquery's rows `sub`: every
+/// node of `sub` must be found in `outer` as it is, and every other node of
+/// `outer` may only select or repeat rows by the group column (a filter or
+/// inner join that reads no other column of the subquery's tables). Returns
+/// whether one of those nodes equates the outer key with the group column,
+/// or `None` when `outer` does not match.
+fn matches(outer: &LogicalPlan, sub: &LogicalPlan, target: &Target<'_>) -> Option<bool> {
+    if let (Some(o), Some(s)) = (occurrence(outer), occurrence(sub)) {
+        return (o.same_rows(&s) && o.qualifier == target.outer_name(&s.qualifier)).then_some(false);
+    }
+    let (o, s) = (below_projections(outer), below_projections(sub));
+    match (o, s) {
+        (LogicalPlan::Filter(a), LogicalPlan::Filter(b)) if a.predicate == b.predicate => return matches(&a.input, &b.input, target),
+        (LogicalPlan::Join(a), LogicalPlan::Join(b)) if a.join_type == b.join_type && a.on == b.on && a.filter == b.filter && a.null_equality == b.null_equality && a.null_aware == b.null_aware => {
+            // Both sides must match: no short-circuit.
+            let (left, right) = (matches(&a.left, &b.left, target)?, matches(&a.right, &b.right, target)?);
+            return Some(left || right);
         }
-        LogicalPlan::Filter(f) => {
-            let (found, equated) = outer_path(f.input.as_ref(), table, group, key)?;
-            let columns: Vec<Column> = f.predicate.column_refs().into_iter().cloned().collect();
-            reads_only_group(&columns, &found.qualifier).then_some((found, equated))
-        }
+        _ => {}
+    }
+    // A node of the outer side only: it may read the subquery's tables
+    // through the group column alone.
+    match o {
+        LogicalPlan::Filter(f) if target.reads_only_group(f.predicate.column_refs().into_iter()) => matches(&f.input, sub, target),
         LogicalPlan::Join(j) if j.join_type == JoinType::Inner && !j.null_aware => {
-            let (found, equated) = match outer_path(j.left.as_ref(), table, group, key) {
-                Some(f) => f,
-                None => outer_path(j.right.as_ref(), table, group, key)?,
-            };
-            let mut columns = Vec::new();
-            for (l, r) in &j.on {
-                columns.extend(l.column_refs().into_iter().cloned());
-                columns.extend(r.column_refs().into_iter().cloned());
-            }
-            if let Some(filter) = &j.filter {
-                columns.extend(filter.column_refs().into_iter().cloned());
-            }
-            if !reads_only_group(&columns, &found.qualifier) {
+            let on = j.on.iter().flat_map(|(l, r)| l.column_refs().into_iter().chain(r.column_refs()));
+            let filter = j.filter.iter().flat_map(|f| f.column_refs());
+            if !target.reads_only_group(on.chain(filter)) {
                 return None;
             }
-            let group_column = Column::new(Some(found.qualifier.clone()), group);
-            let equates = j.on.iter().any(|(l, r)| match (l, r) {
-                (Expr::Column(a), Expr::Column(b)) => (a == key && *b == group_column) || (b == key && *a == group_column),
-                _ => false,
-            });
-            Some((found, equated || equates))
+            let below = matches(&j.left, sub, target).or_else(|| matches(&j.right, sub, target))?;
+            Some(below || target.equates(&j.on))
         }
+        p if !std::ptr::eq(p, outer) => matches(p, sub, target),
         _ => None,
     }
 }
@@ -221,35 +309,43 @@ fn rewrite_join(join: &Join) -> Result<Option<LogicalPlan>> {
     if !matches!(join.join_type, JoinType::Inner | JoinType::LeftSemi) || join.null_equality != NullEquality::NullEqualsNothing || join.null_aware {
         return Ok(None);
     }
-    let [(Expr::Column(key), Expr::Column(sub_group))] = join.on.as_slice() else {
-        return Ok(None);
-    };
     let Some(sub) = subquery(join.right.as_ref()) else {
         return Ok(None);
     };
-    // The join's subquery column must be the group column passed through.
+    // The key pair: the subquery's group column, passed through, equal to
+    // a column of the outer side. Other pairs become filters.
     let right_schema = join.right.schema();
-    let Ok(position) = right_schema.index_of_column(sub_group) else {
+    let is_group = |e: &Expr| match e {
+        Expr::Column(c) => right_schema.index_of_column(c).is_ok_and(|i| matches!(&sub.outputs[i], Expr::Column(g) if sub.aggregate.schema.index_of_column(g).ok() == Some(0))),
+        _ => false,
+    };
+    let Some(pair) = join.on.iter().position(|(l, r)| matches!(l, Expr::Column(_)) && is_group(r)) else {
         return Ok(None);
     };
-    if !matches!(&sub.outputs[position], Expr::Column(c) if sub.aggregate.schema.index_of_column(c).ok() == Some(0)) {
+    let Expr::Column(key) = &join.on[pair].0 else {
         return Ok(None);
-    }
+    };
+    let others: Vec<Expr> = join.on.iter().enumerate().filter(|(i, _)| *i != pair).map(|(_, (l, r))| l.clone().eq(r.clone())).collect();
     if !join.left.schema().has_column(key) {
         return Ok(None);
     }
-    let Some((outer, equated)) = outer_path(join.left.as_ref(), &sub.table, &sub.group.name, key) else {
+    let Some(rename) = outer_names(&sub, join.left.as_ref()) else {
         return Ok(None);
     };
-    // A key equal to the group column itself needs no join to equate them.
-    let key_is_group = outer.owns(key) && key.name == sub.group.name;
-    if !(equated || key_is_group) {
+    let outer_column = |c: &Column| Column::new(c.relation.as_ref().map(|q| renamed(&rename, q)), c.name.clone());
+    let tables = sub.tables.iter().map(|q| renamed(&rename, q)).collect();
+    let target = Target { source: sub.source, rename: rename.clone(), tables, group: outer_column(&sub.group), key };
+    let Some(equated) = matches(join.left.as_ref(), target.source, &target) else {
+        return Ok(None);
+    };
+    // A key that is the group column itself needs no join to equate them.
+    if !(equated || *key == target.group) {
         return Ok(None);
     }
     // The aggregates' arguments, read from the outer side's columns.
     let to_outer = |e: Expr| -> Result<Expr> {
         e.transform_up(|e| match e {
-            Expr::Column(c) if sub.table.owns(&c) => Ok(Transformed::yes(Expr::Column(Column::new(Some(outer.qualifier.clone()), c.name)))),
+            Expr::Column(c) => Ok(Transformed::yes(Expr::Column(outer_column(&c)))),
             e => Ok(Transformed::no(e)),
         })
         .map(|t| t.data)
@@ -300,8 +396,9 @@ fn rewrite_join(join: &Join) -> Result<Option<LogicalPlan>> {
         return Ok(None);
     }
     let mut builder = LogicalPlanBuilder::from(windowed).project(projection)?;
-    if let Some(filter) = &join.filter {
-        builder = builder.filter(filter.clone())?;
+    // The other key pairs (NULL never equal, as in the join) and the filter.
+    for condition in others.into_iter().chain(join.filter.clone()) {
+        builder = builder.filter(condition)?;
     }
     if join.join_type == JoinType::LeftSemi {
         builder = builder.project(join.left.schema().columns().into_iter().map(Expr::Column))?;

@@ -120,6 +120,22 @@ async fn q17_averages_the_joined_line_items_in_one_scan() {
     assert!(matches!(answers::verify(17, 0.01, &r), Verdict::Verified), "Q17's answer");
 }
 
+/// Q2's correlated `min(ps_supplycost)` among the region's suppliers is read
+/// from the suppliers the query has already joined to its parts (the
+/// subquery's four-table join is found inside the outer query's), so
+/// partsupp, supplier, nation and region are each scanned once.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn q2_cheapest_supplier_is_a_window_over_the_joined_suppliers() {
+    let (_db, e) = tpch_without_caches("shape-q2").await;
+    let plan = text(&run(&e, &format!("EXPLAIN {}", tpch::query(2))).await);
+    for table in ["partsupp", "supplier", "nation", "region"] {
+        assert_eq!(plan.matches(&format!("BlobScanExec: table={table},")).count(), 1, "{table}: {plan}");
+    }
+    assert!(plan.contains("WindowAggExec"), "{plan}");
+    let r = run(&e, tpch::query(2)).await;
+    assert!(matches!(answers::verify(2, 0.01, &r), Verdict::Verified), "Q2's answer");
+}
+
 /// Q11 keeps the parts whose stock value exceeds a share of the total over
 /// the same joins: the total is read from the query's own groups
 /// (`engine::subquery::total`), so partsupp is scanned and joined once, and
@@ -166,7 +182,7 @@ fn metric(line: &str, name: &str) -> Option<f64> {
 /// c_nationkey)`: DataFusion's join filter covers both keys and stops at
 /// that join, so the key transfer sends the suppliers' nations (ASIA's, by
 /// the joins above) to the customer scan across two joins, and Q2's
-/// qualifying parts to the partsupp scan under its `min()` aggregation.
+/// qualifying parts to its partsupp scan.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn q5_and_q2_scans_get_the_keys_of_joins_above_them() {
     let (_db, e) = tpch_without_caches("shape-q5").await;
@@ -185,9 +201,10 @@ async fn q5_and_q2_scans_get_the_keys_of_joins_above_them() {
     assert!(matches!(answers::verify(5, 0.01, &r), Verdict::Verified), "Q5's answer");
 
     let plan = text(&run(&e, &format!("EXPLAIN ANALYZE {}", tpch::query(2))).await);
+    // One partsupp scan since the `min()` is a window (the test above).
     let partsupp: Vec<&str> = plan.lines().filter(|l| l.contains("BlobScanExec: table=partsupp,")).collect();
-    assert_eq!(partsupp.len(), 2, "{plan}");
-    assert!(partsupp.iter().all(|l| l.contains("DynamicFilter [ ps_partkey@0 >= ")), "both partsupp scans filter by the parts: {partsupp:?}");
+    assert_eq!(partsupp.len(), 1, "{plan}");
+    assert!(partsupp.iter().all(|l| l.contains("DynamicFilter [ ps_partkey@0 >= ")), "the partsupp scan filters by the parts: {partsupp:?}");
     let r = run(&e, tpch::query(2)).await;
     assert!(matches!(answers::verify(2, 0.01, &r), Verdict::Verified), "Q2's answer");
 }
