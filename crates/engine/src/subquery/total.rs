@@ -31,7 +31,10 @@
 //! subquery replaced) ∘ Window(the totals) ∘ G`.
 
 use datafusion::common::tree_node::{Transformed, TreeNode};
-use datafusion::common::{Column, Result};
+use std::sync::Arc;
+
+use datafusion::arrow::datatypes::DataType;
+use datafusion::common::{Column, DFSchemaRef, Result};
 use datafusion::logical_expr::expr::{AggregateFunction, WindowFunction};
 use datafusion::logical_expr::{Aggregate, Expr, ExprSchemable, LogicalPlan, LogicalPlanBuilder, Subquery, WindowFunctionDefinition, cast};
 use datafusion::optimizer::optimizer::ApplyOrder;
@@ -66,52 +69,71 @@ impl OptimizerRule for SubqueryTotalRule {
         if group.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) {
             return Ok(Transformed::no(plan));
         }
-        // Each subquery of the predicate that totals the groups' rows: its
-        // window expressions, and the expression that replaces it.
-        let mut windows: Vec<Expr> = Vec::new();
-        let mut replaced: Vec<(Subquery, Expr)> = Vec::new();
+        // Each subquery of the predicate that totals the groups' rows.
+        let mut found: Vec<(Subquery, Total)> = Vec::new();
         filter.predicate.apply(|e| {
             if let Expr::ScalarSubquery(sq) = e
-                && let Some(value) = totals(sq, group, &mut windows)?
+                && let Some(total) = totals(sq, group)?
             {
-                replaced.push((sq.clone(), value));
+                found.push((sq.clone(), total));
             }
             Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
         })?;
-        if replaced.is_empty() {
+        if found.is_empty() {
             return Ok(Transformed::no(plan));
+        }
+        // One window per distinct total, over all of the groups.
+        let mut windows: Vec<Expr> = Vec::new();
+        let positions: Vec<Vec<usize>> = found
+            .iter()
+            .map(|(_, t)| {
+                t.windows
+                    .iter()
+                    .map(|(w, _)| match windows.iter().position(|x| x == w) {
+                        Some(at) => at,
+                        None => {
+                            windows.push(w.clone());
+                            windows.len() - 1
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let group_plan = filter.input.as_ref().clone();
+        let columns: Vec<Expr> = group_plan.schema().columns().into_iter().map(Expr::Column).collect();
+        let width = columns.len();
+        // A plan the builder refuses leaves the query as it was.
+        let Ok(windowed) = LogicalPlanBuilder::from(group_plan).window(windows).and_then(|b| b.build()) else {
+            return Ok(Transformed::no(plan));
+        };
+        let window_column = |at: usize| {
+            let (q, f) = windowed.schema().qualified_field(width + at);
+            Expr::Column(Column::new(q.cloned(), f.name()))
+        };
+        // Each subquery's value: its aggregates read from the windows, cast
+        // back to the types they had.
+        let mut values: Vec<(Subquery, Expr)> = Vec::with_capacity(found.len());
+        for ((sq, total), at) in found.into_iter().zip(positions) {
+            let value = total
+                .output
+                .transform_up(|e| match e {
+                    Expr::Column(c) => match total.schema.index_of_column(&c) {
+                        Ok(i) => Ok(Transformed::yes(cast(window_column(at[i]), total.windows[i].1.clone()))),
+                        Err(_) => Ok(Transformed::no(Expr::Column(c))),
+                    },
+                    e => Ok(Transformed::no(e)),
+                })?
+                .data;
+            values.push((sq, value));
         }
         let predicate = filter
             .predicate
             .clone()
             .transform_up(|e| match e {
-                Expr::ScalarSubquery(sq) => match replaced.iter().find(|(s, _)| *s == sq) {
+                Expr::ScalarSubquery(sq) => match values.iter().find(|(s, _)| *s == sq) {
                     Some((_, value)) => Ok(Transformed::yes(value.clone())),
                     None => Ok(Transformed::no(Expr::ScalarSubquery(sq))),
                 },
-                e => Ok(Transformed::no(e)),
-            })?
-            .data;
-        let group_plan = filter.input.as_ref().clone();
-        let columns: Vec<Expr> = group_plan.schema().columns().into_iter().map(Expr::Column).collect();
-        // A plan the builder refuses leaves the query as it was.
-        let Ok(windowed) = LogicalPlanBuilder::from(group_plan).window(windows).and_then(|b| b.build()) else {
-            return Ok(Transformed::no(plan));
-        };
-        // The totals were named by position; read them by the window's names.
-        let width = columns.len();
-        let names: Vec<Expr> = (width..windowed.schema().fields().len())
-            .map(|i| {
-                let (q, f) = windowed.schema().qualified_field(i);
-                Expr::Column(Column::new(q.cloned(), f.name()))
-            })
-            .collect();
-        let predicate = predicate
-            .transform_up(|e| match e {
-                Expr::Column(c) if c.relation.is_none() && c.name.starts_with(TOTAL) => {
-                    let i: usize = c.name[TOTAL.len()..].parse().expect("the rule names its own placeholders");
-                    Ok(Transformed::yes(names[i].clone()))
-                }
                 e => Ok(Transformed::no(e)),
             })?
             .data;
@@ -122,14 +144,19 @@ impl OptimizerRule for SubqueryTotalRule {
     }
 }
 
-/// Placeholder name of the i-th total until the window names it.
-const TOTAL: &str = "__blobhouse_total_";
+/// A scalar subquery that totals an aggregation's rows, as read from its
+/// groups.
+struct Total {
+    /// The subquery's value, over the columns of `schema`.
+    output: Expr,
+    /// The subquery's aggregate's output (one column per aggregate).
+    schema: DFSchemaRef,
+    /// For each aggregate: its window over the groups, and its own type.
+    windows: Vec<(Expr, DataType)>,
+}
 
-/// For a scalar subquery that totals `group`'s rows: the expression that
-/// replaces it, reading placeholders for window expressions over `group`'s
-/// output, which are added to `windows` (each distinct one once; the
-/// placeholder of `windows[i]` is numbered `i`).
-fn totals(sq: &Subquery, group: &Aggregate, windows: &mut Vec<Expr>) -> Result<Option<Expr>> {
+/// `sq` as read from `group`'s groups, when it totals `group`'s rows.
+fn totals(sq: &Subquery, group: &Aggregate) -> Result<Option<Total>> {
     if !sq.outer_ref_columns.is_empty() {
         return Ok(None);
     }
@@ -145,9 +172,12 @@ fn totals(sq: &Subquery, group: &Aggregate, windows: &mut Vec<Expr>) -> Result<O
     if !total.group_expr.is_empty() || !same_rows(total.input.as_ref(), group.input.as_ref()) {
         return Ok(None);
     }
+    // The value may read nothing but the aggregates.
+    if !output.column_refs().into_iter().all(|c| total.schema.has_column(c)) {
+        return Ok(None);
+    }
     let group_schema = group.schema.as_ref();
-    // (window, its type, the type the subquery's aggregate had)
-    let mut mine: Vec<(Expr, datafusion::arrow::datatypes::DataType)> = Vec::with_capacity(total.aggr_expr.len());
+    let mut windows = Vec::with_capacity(total.aggr_expr.len());
     for (i, expr) in total.aggr_expr.iter().enumerate() {
         let Expr::AggregateFunction(AggregateFunction { func, params }) = unalias(expr) else {
             return Ok(None);
@@ -180,43 +210,10 @@ fn totals(sq: &Subquery, group: &Aggregate, windows: &mut Vec<Expr>) -> Result<O
         if !(have == want || (have.is_decimal() && want.is_decimal()) || (have.is_integer() && want.is_integer())) {
             return Ok(None);
         }
-        mine.push((window, want));
+        windows.push((window, want));
     }
-    // Placeholders by position in `windows` (each distinct window once),
-    // the new ones added only once the subquery is known to be replaced.
-    let mut added: Vec<Expr> = Vec::new();
-    let mut placeholders: Vec<(Expr, datafusion::arrow::datatypes::DataType)> = Vec::with_capacity(mine.len());
-    for (window, want) in mine {
-        let at = match windows.iter().chain(added.iter()).position(|w| *w == window) {
-            Some(at) => at,
-            None => {
-                added.push(window);
-                windows.len() + added.len() - 1
-            }
-        };
-        placeholders.push((Expr::Column(Column::from_name(format!("{TOTAL}{at}"))), want));
-    }
-    // The subquery's value, its aggregates read from the placeholders.
-    let mut unmapped = false;
-    let value = output
-        .transform_up(|e| match e {
-            Expr::Column(c) => match total.schema.index_of_column(&c) {
-                Ok(i) => Ok(Transformed::yes(cast(placeholders[i].0.clone(), placeholders[i].1.clone()))),
-                Err(_) => {
-                    unmapped = true;
-                    Ok(Transformed::no(Expr::Column(c)))
-                }
-            },
-            e => Ok(Transformed::no(e)),
-        })?
-        .data;
-    if unmapped {
-        return Ok(None);
-    }
-    windows.extend(added);
-    Ok(Some(value))
+    Ok(Some(Total { output, schema: Arc::clone(&total.schema), windows }))
 }
-
 
 /// Whether two plans compute the same rows: equal once projections of
 /// plain columns are skipped, scans compared by table, filters and limit.
