@@ -60,88 +60,99 @@ impl OptimizerRule for SubqueryTotalRule {
     }
 
     fn rewrite(&self, plan: LogicalPlan, _: &dyn OptimizerConfig) -> Result<Transformed<LogicalPlan>> {
-        let LogicalPlan::Filter(filter) = &plan else {
-            return Ok(Transformed::no(plan));
-        };
-        let LogicalPlan::Aggregate(group) = filter.input.as_ref() else {
-            return Ok(Transformed::no(plan));
-        };
-        if group.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) {
-            return Ok(Transformed::no(plan));
+        // A rewrite that fails to build leaves the query as it was: the
+        // rule only ever removes work, it must never fail a query.
+        match rewrite_filter(&plan) {
+            Ok(Some(new)) => Ok(Transformed::yes(new)),
+            Ok(None) | Err(_) => Ok(Transformed::no(plan)),
         }
-        // Each subquery of the predicate that totals the groups' rows.
-        let mut found: Vec<(Subquery, Total)> = Vec::new();
-        filter.predicate.apply(|e| {
-            if let Expr::ScalarSubquery(sq) = e
-                && let Some(total) = totals(sq, group)?
-            {
-                found.push((sq.clone(), total));
-            }
-            Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
-        })?;
-        if found.is_empty() {
-            return Ok(Transformed::no(plan));
+    }
+}
+
+/// The rewrite of a filter over an aggregation, or `None` when the rule
+/// does not apply.
+fn rewrite_filter(plan: &LogicalPlan) -> Result<Option<LogicalPlan>> {
+    let LogicalPlan::Filter(filter) = plan else {
+        return Ok(None);
+    };
+    let LogicalPlan::Aggregate(group) = filter.input.as_ref() else {
+        return Ok(None);
+    };
+    if group.group_expr.iter().any(|e| matches!(e, Expr::GroupingSet(_))) {
+        return Ok(None);
+    }
+    // Each subquery of the predicate that totals the groups' rows.
+    let mut found: Vec<(Subquery, Total)> = Vec::new();
+    filter.predicate.apply(|e| {
+        if let Expr::ScalarSubquery(sq) = e
+            && let Some(total) = totals(sq, group)?
+        {
+            found.push((sq.clone(), total));
         }
-        // One window per distinct total, over all of the groups.
-        let mut windows: Vec<Expr> = Vec::new();
-        let positions: Vec<Vec<usize>> = found
-            .iter()
-            .map(|(_, t)| {
-                t.windows
-                    .iter()
-                    .map(|(w, _)| match windows.iter().position(|x| x == w) {
-                        Some(at) => at,
-                        None => {
-                            windows.push(w.clone());
-                            windows.len() - 1
-                        }
-                    })
-                    .collect()
-            })
-            .collect();
-        let group_plan = filter.input.as_ref().clone();
-        let columns: Vec<Expr> = group_plan.schema().columns().into_iter().map(Expr::Column).collect();
-        let width = columns.len();
-        // A plan the builder refuses leaves the query as it was.
-        let Ok(windowed) = LogicalPlanBuilder::from(group_plan).window(windows).and_then(|b| b.build()) else {
-            return Ok(Transformed::no(plan));
-        };
-        let window_column = |at: usize| {
-            let (q, f) = windowed.schema().qualified_field(width + at);
-            Expr::Column(Column::new(q.cloned(), f.name()))
-        };
-        // Each subquery's value: its aggregates read from the windows, cast
-        // back to the types they had.
-        let mut values: Vec<(Subquery, Expr)> = Vec::with_capacity(found.len());
-        for ((sq, total), at) in found.into_iter().zip(positions) {
-            let value = total
-                .output
-                .transform_up(|e| match e {
-                    Expr::Column(c) => match total.schema.index_of_column(&c) {
-                        Ok(i) => Ok(Transformed::yes(cast(window_column(at[i]), total.windows[i].1.clone()))),
-                        Err(_) => Ok(Transformed::no(Expr::Column(c))),
-                    },
-                    e => Ok(Transformed::no(e)),
-                })?
-                .data;
-            values.push((sq, value));
-        }
-        let predicate = filter
-            .predicate
-            .clone()
+        Ok(datafusion::common::tree_node::TreeNodeRecursion::Continue)
+    })?;
+    if found.is_empty() {
+        return Ok(None);
+    }
+    // One window per distinct total, over all of the groups.
+    let mut windows: Vec<Expr> = Vec::new();
+    let positions: Vec<Vec<usize>> = found
+        .iter()
+        .map(|(_, t)| {
+            t.windows
+                .iter()
+                .map(|(w, _)| match windows.iter().position(|x| x == w) {
+                    Some(at) => at,
+                    None => {
+                        windows.push(w.clone());
+                        windows.len() - 1
+                    }
+                })
+                .collect()
+        })
+        .collect();
+    let group_plan = filter.input.as_ref().clone();
+    let columns: Vec<Expr> = group_plan.schema().columns().into_iter().map(Expr::Column).collect();
+    let width = columns.len();
+    // A plan the builder refuses leaves the query as it was.
+    let Ok(windowed) = LogicalPlanBuilder::from(group_plan).window(windows).and_then(|b| b.build()) else {
+        return Ok(None);
+    };
+    let window_column = |at: usize| {
+        let (q, f) = windowed.schema().qualified_field(width + at);
+        Expr::Column(Column::new(q.cloned(), f.name()))
+    };
+    // Each subquery's value: its aggregates read from the windows, cast
+    // back to the types they had.
+    let mut values: Vec<(Subquery, Expr)> = Vec::with_capacity(found.len());
+    for ((sq, total), at) in found.into_iter().zip(positions) {
+        let value = total
+            .output
             .transform_up(|e| match e {
-                Expr::ScalarSubquery(sq) => match values.iter().find(|(s, _)| *s == sq) {
-                    Some((_, value)) => Ok(Transformed::yes(value.clone())),
-                    None => Ok(Transformed::no(Expr::ScalarSubquery(sq))),
+                Expr::Column(c) => match total.schema.index_of_column(&c) {
+                    Ok(i) => Ok(Transformed::yes(cast(window_column(at[i]), total.windows[i].1.clone()))),
+                    Err(_) => Ok(Transformed::no(Expr::Column(c))),
                 },
                 e => Ok(Transformed::no(e)),
             })?
             .data;
-        let Ok(new) = LogicalPlanBuilder::from(windowed).filter(predicate).and_then(|b| b.project(columns)).and_then(|b| b.build()) else {
-            return Ok(Transformed::no(plan));
-        };
-        Ok(if same_columns(new.schema(), plan.schema()) { Transformed::yes(new) } else { Transformed::no(plan) })
+        values.push((sq, value));
     }
+    let predicate = filter
+        .predicate
+        .clone()
+        .transform_up(|e| match e {
+            Expr::ScalarSubquery(sq) => match values.iter().find(|(s, _)| *s == sq) {
+                Some((_, value)) => Ok(Transformed::yes(value.clone())),
+                None => Ok(Transformed::no(Expr::ScalarSubquery(sq))),
+            },
+            e => Ok(Transformed::no(e)),
+        })?
+        .data;
+    let Ok(new) = LogicalPlanBuilder::from(windowed).filter(predicate).and_then(|b| b.project(columns)).and_then(|b| b.build()) else {
+        return Ok(None);
+    };
+    Ok(same_columns(new.schema(), plan.schema()).then_some(new))
 }
 
 /// A scalar subquery that totals an aggregation's rows, as read from its

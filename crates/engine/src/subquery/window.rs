@@ -76,9 +76,11 @@ impl OptimizerRule for SubqueryWindowRule {
         let LogicalPlan::Join(join) = &plan else {
             return Ok(Transformed::no(plan));
         };
-        match rewrite_join(join)? {
-            Some(new) => Ok(Transformed::yes(new)),
-            None => Ok(Transformed::no(plan)),
+        // A rewrite that fails to build leaves the query as it was: the
+        // rule only ever removes work, it must never fail a query.
+        match rewrite_join(join) {
+            Ok(Some(new)) => Ok(Transformed::yes(new)),
+            Ok(None) | Err(_) => Ok(Transformed::no(plan)),
         }
     }
 }
