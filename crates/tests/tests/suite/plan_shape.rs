@@ -116,8 +116,7 @@ async fn q17_averages_the_joined_line_items_in_one_scan() {
     let line = plan.lines().find(|l| l.contains("WindowAggExec")).unwrap_or_else(|| panic!("{plan}"));
     let rows = metric(line, "output_rows").unwrap_or_else(|| panic!("{line}"));
     assert_eq!(rows, matching, "the window's rows are the matching line items: {line}");
-    let r = run(&e, tpch::query(17)).await;
-    assert!(matches!(answers::verify(17, 0.01, &r), Verdict::Verified), "Q17's answer");
+    assert_official_answer(&e, 17).await;
 }
 
 /// Q2's correlated `min(ps_supplycost)` among the region's suppliers is read
@@ -132,8 +131,7 @@ async fn q2_cheapest_supplier_is_a_window_over_the_joined_suppliers() {
         assert_eq!(plan.matches(&format!("BlobScanExec: table={table},")).count(), 1, "{table}: {plan}");
     }
     assert!(plan.contains("WindowAggExec"), "{plan}");
-    let r = run(&e, tpch::query(2)).await;
-    assert!(matches!(answers::verify(2, 0.01, &r), Verdict::Verified), "Q2's answer");
+    assert_official_answer(&e, 2).await;
 }
 
 /// Q11 keeps the parts whose stock value exceeds a share of the total over
@@ -150,8 +148,7 @@ async fn q11_total_is_read_from_its_own_groups() {
     // The window sees one row per part group, not the joined rows.
     let groups: f64 = scalar(&run(&e, "SELECT count(DISTINCT ps_partkey) FROM partsupp, supplier, nation WHERE ps_suppkey = s_suppkey AND s_nationkey = n_nationkey AND n_name = 'GERMANY'").await).parse().unwrap();
     assert_eq!(metric(line, "output_rows"), Some(groups), "{line}");
-    let r = run(&e, tpch::query(11)).await;
-    assert!(matches!(answers::verify(11, 0.01, &r), Verdict::Verified), "Q11's answer");
+    assert_official_answer(&e, 11).await;
 }
 
 /// TPC-H at SF 0.01 on local disk, caches off: plans and metrics show the
@@ -161,6 +158,12 @@ async fn tpch_without_caches(name: &str) -> (TestDb, blobhouse_engine::Session) 
     let e = db.engine(EngineOptions { cache: CacheOptions::off(), ..EngineOptions::default() }).await;
     tpch::load(&e, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
     (db, e)
+}
+
+/// Query `q` of TPC-H answers as the official SF 0.01 answer does.
+async fn assert_official_answer(e: &blobhouse_engine::Session, q: usize) {
+    let r = run(e, tpch::query(q)).await;
+    assert!(matches!(answers::verify(q, 0.01, &r), Verdict::Verified), "Q{q}'s answer");
 }
 
 /// A metric of an EXPLAIN ANALYZE line (`name=1.23 K` → 1230).
@@ -197,16 +200,14 @@ async fn q5_and_q2_scans_get_the_keys_of_joins_above_them() {
     // (EXPLAIN rounds counts to three digits.)
     assert!((dropped - (all - asia) as f64).abs() <= 0.01 * all as f64, "the {} customers outside ASIA are dropped in the scan: {customer}", all - asia);
     assert!(plan.contains("KeyCollectExec: keys=[s_suppkey -> l_suppkey@1, s_nationkey -> c_nationkey@1]"), "{plan}");
-    let r = run(&e, tpch::query(5)).await;
-    assert!(matches!(answers::verify(5, 0.01, &r), Verdict::Verified), "Q5's answer");
+    assert_official_answer(&e, 5).await;
 
     let plan = text(&run(&e, &format!("EXPLAIN ANALYZE {}", tpch::query(2))).await);
     // One partsupp scan since the `min()` is a window (the test above).
     let partsupp: Vec<&str> = plan.lines().filter(|l| l.contains("BlobScanExec: table=partsupp,")).collect();
     assert_eq!(partsupp.len(), 1, "{plan}");
     assert!(partsupp.iter().all(|l| l.contains("DynamicFilter [ ps_partkey@0 >= ")), "the partsupp scan filters by the parts: {partsupp:?}");
-    let r = run(&e, tpch::query(2)).await;
-    assert!(matches!(answers::verify(2, 0.01, &r), Verdict::Verified), "Q2's answer");
+    assert_official_answer(&e, 2).await;
 }
 
 /// A filter's conjuncts run one after another on the rows still selected:
@@ -270,6 +271,5 @@ async fn q9_builds_on_the_joined_line_items_not_on_orders_or_partsupp() {
     // The build (left) key of each pair comes first.
     assert!(join_on("o_orderkey").starts_with("on=[(l_orderkey@"), "the line items build, orders probes: {}\n{plan}", join_on("o_orderkey"));
     assert!(join_on("ps_partkey").starts_with("on=[(l_"), "the line items build, partsupp probes: {}\n{plan}", join_on("ps_partkey"));
-    let r = run(&e, tpch::query(9)).await;
-    assert!(matches!(answers::verify(9, 0.01, &r), Verdict::Verified), "Q9's answer");
+    assert_official_answer(&e, 9).await;
 }
