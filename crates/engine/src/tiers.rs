@@ -9,8 +9,9 @@
 //! an error of the query.
 //!
 //! The memory tier holds a chunk in one of two forms ([`CachedChunk`]):
-//! compressed, as fetched, or decoded into the Arrow array a scan would
-//! make of it. Decoded, a hit costs no decompression and no Parquet
+//! compressed, as fetched, or decoded into the Arrow arrays a scan makes
+//! of it ([`decoded`]: the scan's batches as they came, decimals of up to
+//! 18 digits in 64 bits). Decoded, a hit costs no decompression and no Parquet
 //! decoding — the larger part of a cached query's CPU (docs/notes/
 //! 2026-11-24-hybrid-bound.md) and the form FlexPushdownDB's cache keeps
 //! (§5) — but takes more memory: a fixed width per value for numbers and
@@ -33,12 +34,14 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
-use datafusion::arrow::array::{Array, ArrayRef};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 
 use blobhouse_cache::{Held, Lookup, MemoryTier, PolicyKind, Route, Router, RouterStats, SegmentKey, SsdTier, Touch};
 
 use crate::chunks::{RequestPolicy, Span};
+
+pub mod decoded;
+pub use decoded::{ChunkPieces, DecodedChunk};
 use crate::memory::Reclaim;
 
 /// The memory tier's consumer name in the engine's budget.
@@ -111,15 +114,16 @@ impl Default for CacheOptions {
 pub enum CachedChunk {
     /// The bytes as fetched.
     Compressed(Bytes),
-    /// The whole chunk decoded: one array, a value per row of the row group.
-    Decoded(ArrayRef),
+    /// The whole chunk decoded: a value per row of the row group, in the
+    /// pieces the scan that filled it decoded ([`DecodedChunk`]).
+    Decoded(Arc<DecodedChunk>),
 }
 
 impl Held for CachedChunk {
     fn memory_size(&self) -> u64 {
         match self {
             CachedChunk::Compressed(b) => b.len() as u64,
-            CachedChunk::Decoded(a) => a.get_array_memory_size() as u64,
+            CachedChunk::Decoded(c) => c.memory_size(),
         }
     }
 
@@ -212,8 +216,8 @@ pub struct TierRow {
 pub(crate) struct Served {
     /// (offset in the object, bytes) of every chunk served compressed.
     pub chunks: Vec<(u64, Bytes)>,
-    /// (index in the unit's chunks, array) of every chunk served decoded.
-    pub decoded: Vec<(usize, ArrayRef)>,
+    /// (index in the unit's chunks, chunk) of every chunk served decoded.
+    pub decoded: Vec<(usize, Arc<DecodedChunk>)>,
     /// Chunks the memory tier held compressed and would hold decoded: the
     /// scan decodes them anyway, and hands the arrays over
     /// ([`DecodedFills`]).
@@ -494,7 +498,7 @@ impl Tiers {
                             }
                             served.chunks.push((key.start, bytes))
                         }
-                        CachedChunk::Decoded(array) => served.decoded.push((index, array)),
+                        CachedChunk::Decoded(chunk) => served.decoded.push((index, chunk)),
                     }
                     continue;
                 }
@@ -618,9 +622,9 @@ impl Tiers {
 
     /// Decoded chunks a scan made for the memory tier, in place of the
     /// compressed bytes it held.
-    fn fill_decoded(&self, key: &SegmentKey, array: ArrayRef) {
+    fn fill_decoded(&self, key: &SegmentKey, chunk: Arc<DecodedChunk>) {
         if let Some(mem) = &self.memory {
-            mem.replace(key, CachedChunk::Decoded(array));
+            mem.replace(key, CachedChunk::Decoded(chunk));
             self.account();
         }
     }
@@ -667,14 +671,14 @@ impl DecodedFills {
         self.pending.iter().map(|(i, _)| *i)
     }
 
-    /// Chunk `index`, decoded into `array` of `rows` values (every row of
+    /// Chunk `index`, decoded into `chunk` of `rows` values (every row of
     /// its row group), goes to the memory tier. Any other length is a
     /// decoder fault and is not kept.
-    pub(crate) fn fill(&mut self, index: usize, array: ArrayRef, rows: u64) {
+    pub(crate) fn fill(&mut self, index: usize, chunk: Arc<DecodedChunk>, rows: u64) {
         let Some(at) = self.pending.iter().position(|(i, _)| *i == index) else { return };
         let (_, key) = self.pending.swap_remove(at);
-        match array.len() as u64 == rows {
-            true => self.tiers.fill_decoded(&key, array),
+        match chunk.len() == rows {
+            true => self.tiers.fill_decoded(&key, chunk),
             false => self.tiers.abandon(std::iter::once(key)),
         }
     }

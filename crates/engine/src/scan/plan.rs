@@ -430,7 +430,7 @@ impl BlobScanExec {
 /// layout the scan decodes strings into. An estimate, as DataFusion's own
 /// Parquet source makes it.
 fn decoded_size(data_type: &DataType, rows: u64, uncompressed: u64) -> u64 {
-    match data_type.primitive_width() {
+    match crate::tiers::decoded::held_width(data_type) {
         Some(width) => rows * width as u64,
         None => uncompressed + rows * 16,
     }

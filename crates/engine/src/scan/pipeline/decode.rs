@@ -7,7 +7,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::{Array, ArrayRef, MutableArrayData, RecordBatch, RecordBatchOptions, make_array};
+use datafusion::arrow::array::{ArrayRef, MutableArrayData, RecordBatch, RecordBatchOptions, make_array};
 use datafusion::arrow::datatypes::SchemaRef;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::physical_plan::SendableRecordBatchStream;
@@ -21,6 +21,7 @@ use blobhouse_storage::StorageError;
 use blobhouse_storage::rows::{Positions, RowRanges, drop_deleted, row_ids};
 
 use crate::runtime_filter::RowFilter;
+use crate::tiers::{ChunkPieces, DecodedChunk};
 
 use super::Pipeline;
 use super::morsel::{Fills, Landed, Morsel};
@@ -200,7 +201,7 @@ struct Decoding {
     /// Per column the memory tier waits for ([`Landed::assembled_columns`]):
     /// its position in the reader's output, and the arrays decoded so far.
     keep: Vec<usize>,
-    kept: Vec<Vec<ArrayRef>>,
+    kept: Vec<ChunkPieces>,
     /// The columns in Parquet form; `None` when no column is.
     reader: Option<ParquetRecordBatchReader>,
     /// Without a reader: selected rows not yet handed on.
@@ -227,7 +228,7 @@ enum Column {
     /// The reader's output column at this position (file order).
     Reader(usize),
     /// A whole chunk, decoded: every row of the row group.
-    Decoded(ArrayRef),
+    Decoded(Arc<DecodedChunk>),
     /// The row ids.
     RowIds,
 }
@@ -246,9 +247,9 @@ impl Decoding {
         if data.len() != unit.chunks.len() {
             return Err(DataFusionError::Internal(format!("a scan of {} reads {} columns from {} chunks", object.display, data.len(), unit.chunks.len())));
         }
-        let mut arrays: Vec<Option<ArrayRef>> = vec![None; data.len()];
-        for (i, array) in &landed.decoded {
-            arrays[*i] = Some(array.clone());
+        let mut arrays: Vec<Option<Arc<DecodedChunk>>> = vec![None; data.len()];
+        for (i, chunk) in &landed.decoded {
+            arrays[*i] = Some(chunk.clone());
         }
         let reader = |columns: &[usize], rows: Option<&RowRanges>, batch: usize| {
             let mask = ProjectionMask::roots(object.reader.metadata().file_metadata().schema_descr(), columns.iter().copied());
@@ -272,14 +273,18 @@ impl Decoding {
             let mut to_decode: Vec<(usize, usize)> = fills.indexes().map(|i| (data[i], i)).collect();
             to_decode.sort_unstable();
             let columns: Vec<usize> = to_decode.iter().map(|(c, _)| *c).collect();
-            let batches = reader(&columns, None, (unit.rows as usize).max(1))?.collect::<Result<Vec<RecordBatch>, _>>().map_err(|e| corrupt(e.to_string()))?;
-            for (position, (_, i)) in to_decode.iter().enumerate() {
-                let array = match batches.as_slice() {
-                    [one] => one.column(position).clone(),
-                    _ => datafusion::arrow::compute::concat(&batches.iter().map(|b| b.column(position).as_ref()).collect::<Vec<&dyn Array>>())?,
-                };
-                fills.fill(*i, array.clone(), unit.rows);
-                arrays[*i] = Some(array);
+            let mut pieces = vec![ChunkPieces::default(); to_decode.len()];
+            for batch in reader(&columns, None, batch_size)? {
+                let batch = batch.map_err(|e| corrupt(e.to_string()))?;
+                for (position, p) in pieces.iter_mut().enumerate() {
+                    p.push(batch.column(position));
+                }
+            }
+            for ((_, i), p) in to_decode.iter().zip(pieces) {
+                let Some(chunk) = DecodedChunk::join([p]) else { continue };
+                let chunk = Arc::new(chunk);
+                arrays[*i] = Some(chunk.clone());
+                fills.fill(*i, chunk, unit.rows);
             }
         }
         // The rest in Parquet form; the reader returns them in file order.
@@ -304,7 +309,7 @@ impl Decoding {
             false => Some(reader(&parquet, (!selected.is_all()).then_some(selected.as_ref()), batch_size)?),
         };
         Ok(Decoding {
-            kept: vec![Vec::new(); keep.len()],
+            kept: vec![ChunkPieces::default(); keep.len()],
             keep,
             reader,
             rows_left: selected.selected() as usize,
@@ -341,7 +346,7 @@ impl Decoding {
                 Ok(b) => {
                     let rows = b.num_rows();
                     for (kept, &position) in self.kept.iter_mut().zip(&self.keep) {
-                        kept.push(b.column(position).clone());
+                        kept.push(b.column(position));
                     }
                     (Some(b), rows)
                 }
@@ -360,12 +365,12 @@ impl Decoding {
             .map(|(position, c)| match (c, &decoded) {
                 (Column::Reader(i), Some(b)) => Ok(b.column(*i).clone()),
                 (Column::Reader(_), None) => Err(datafusion::arrow::error::ArrowError::InvalidArgumentError(format!("a scan of {} lost its Parquet reader", self.location))),
-                (Column::Decoded(array), _) => match (lend, at.as_slice()) {
-                    (true, [one]) if (one.end - one.start) < array.len() as u64 => {
+                (Column::Decoded(chunk), _) => match (lend, at.as_slice()) {
+                    (true, [one]) if let Some(slice) = chunk.lend(one) => {
                         lent.push(position);
-                        Ok(array.slice(one.start as usize, (one.end - one.start) as usize))
+                        Ok(slice)
                     }
-                    _ => copy_rows(array, &at),
+                    _ => chunk.rows(&at),
                 },
                 (Column::RowIds, _) => Ok(Arc::new(row_ids(self.ordinal, self.first_row, &at)) as ArrayRef),
             })
@@ -392,26 +397,11 @@ impl Decoding {
     }
 }
 
-/// The rows `at` of a whole decoded chunk, copied into an array of their
-/// own. Copied, not sliced: a slice would keep (and, in the operators'
-/// memory accounting, count) the whole chunk's buffers for each batch.
-/// All of them (a small row group in one batch): the array itself, which
-/// is then exactly what a copy would be.
-fn copy_rows(array: &ArrayRef, at: &[std::ops::Range<u64>]) -> Result<ArrayRef, datafusion::arrow::error::ArrowError> {
-    if let [whole] = at
-        && whole.start == 0
-        && whole.end == array.len() as u64
-    {
-        return Ok(array.clone());
-    }
-    copy_ranges(array, at)
-}
-
 /// A batch whose columns `lent` are slices of whole decoded chunks, after
 /// a filter that started from `rows_in` rows: when the filter dropped
 /// rows it copied the ones it kept, so nothing is lent any more; when it
 /// kept them all (or let the batch pass), the lent columns are copied now,
-/// for the reason [`copy_rows`] gives.
+/// for the reason [`DecodedChunk::lend`] gives.
 fn settle(batch: RecordBatch, rows_in: usize, lent: &[usize]) -> Result<RecordBatch, datafusion::arrow::error::ArrowError> {
     if lent.is_empty() || batch.num_rows() < rows_in {
         return Ok(batch);
@@ -438,19 +428,6 @@ fn copy_ranges(array: &ArrayRef, at: &[std::ops::Range<u64>]) -> Result<ArrayRef
 mod tests {
     use super::*;
     use datafusion::arrow::array::Int32Array;
-
-    #[test]
-    fn decoded_rows_are_copied_unless_all_are_wanted() {
-        let array: ArrayRef = Arc::new(Int32Array::from((0..1000).collect::<Vec<i32>>()));
-        let some = copy_rows(&array, &[1..3, 7..9]).unwrap();
-        assert_eq!(some.as_any().downcast_ref::<Int32Array>().unwrap().values(), &[1, 2, 7, 8]);
-        assert!(some.get_array_memory_size() < array.get_array_memory_size(), "a copy holds only its rows");
-        let all = copy_rows(&array, &[0..1000]).unwrap();
-        assert!(Arc::ptr_eq(&all, &array), "all rows: the array itself");
-        let split = copy_rows(&array, &[0..500, 500..1000]).unwrap();
-        assert_eq!(split.len(), 1000);
-        assert!(copy_rows(&array, &[]).unwrap().is_empty());
-    }
 
     #[test]
     fn lent_rows_are_copied_unless_a_filter_copied_them() {

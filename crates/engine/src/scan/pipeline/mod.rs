@@ -49,7 +49,6 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
-use datafusion::arrow::array::ArrayRef;
 use datafusion::common::runtime::SpawnedTask;
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryLimit, MemoryPool, MemoryReservation};
 use tokio::sync::Notify;
@@ -59,7 +58,7 @@ use crate::runtime_filter::RuntimeFilters;
 use crate::scan::ScanUnit;
 use crate::scheduler::{Controller, EpochStats, SchedulerOptions};
 use crate::source::DataSource;
-use crate::tiers::DecodedFills;
+use crate::tiers::{DecodedChunk, DecodedFills};
 use crate::zone_maps::ZoneMaps;
 
 pub(crate) use counters::{CpuSpan, ScanCounters};
@@ -77,9 +76,9 @@ struct Arrived {
 struct UnitData {
     /// Those in Parquet form, for the decoder.
     compressed: FetchedChunks,
-    /// (index in the unit's chunks, array) of those the memory tier held
+    /// (index in the unit's chunks, chunk) of those the memory tier held
     /// decoded.
-    decoded: Vec<(usize, ArrayRef)>,
+    decoded: Vec<(usize, Arc<DecodedChunk>)>,
     /// Those the memory tier waits for decoded (their bytes are among
     /// `compressed`).
     fills: Option<DecodedFills>,

@@ -13,8 +13,9 @@
 //! form (every row, one array) in place of the compressed bytes it served
 //! (`crate::tiers`: a chunk's second read). They are not decoded a second
 //! time for it: each morsel keeps the arrays its batches decoded for them,
-//! and the morsel that finishes last joins the pieces and hands them to the
-//! tier ([`Fills::Assembled`]). Only a row group that the page index thinned
+//! and the morsel that finishes last hands all the pieces to the tier, as
+//! they are: joined into one array they cost a copy in fresh memory on the
+//! query's path (`crate::tiers::decoded`) ([`Fills::Assembled`]). Only a row group that the page index thinned
 //! out is decoded whole for the tier ([`Fills::Whole`]): its batches do not
 //! hold every row.
 
@@ -22,13 +23,12 @@ use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Instant;
 
-use datafusion::arrow::array::{Array, ArrayRef};
 
 use blobhouse_storage::rows::RowRanges;
 
 use crate::chunks::FetchedChunks;
 use crate::scan::ScanUnit;
-use crate::tiers::DecodedFills;
+use crate::tiers::{ChunkPieces, DecodedChunk, DecodedFills};
 
 use super::Arrived;
 
@@ -37,9 +37,9 @@ pub(super) struct Landed {
     pub unit: ScanUnit,
     /// Its chunks in Parquet form.
     pub compressed: FetchedChunks,
-    /// (index in the unit's chunks, array) of those the memory tier held
+    /// (index in the unit's chunks, chunk) of those the memory tier held
     /// decoded.
-    pub decoded: Vec<(usize, ArrayRef)>,
+    pub decoded: Vec<(usize, Arc<DecodedChunk>)>,
     /// When it arrived.
     pub at: Instant,
     pub fills: Fills,
@@ -64,7 +64,7 @@ pub(super) struct Assembly {
     /// The unit's chunk indexes to fill, ascending.
     columns: Vec<usize>,
     /// Per morsel, per column of `columns`: the arrays its batches decoded.
-    pieces: Vec<Option<Vec<Vec<ArrayRef>>>>,
+    pieces: Vec<Option<Vec<ChunkPieces>>>,
 }
 
 /// One piece of an arrived row group, for one partition to decode.
@@ -131,7 +131,7 @@ impl Landed {
     /// the memory tier (per [`Landed::assembled_columns`] column). Returns
     /// whether it was the row group's last: its bytes may then be released,
     /// and the tier's chunks are filled.
-    pub(super) fn finished(&self, piece: usize, arrays: Vec<Vec<ArrayRef>>) -> bool {
+    pub(super) fn finished(&self, piece: usize, arrays: Vec<ChunkPieces>) -> bool {
         if let Fills::Assembled(a) = &self.fills
             && let Some(slot) = a.lock().expect("not poisoned").pieces.get_mut(piece)
         {
@@ -146,22 +146,18 @@ impl Landed {
 }
 
 impl Assembly {
-    /// Joins every morsel's pieces into one array per chunk and hands them
-    /// to the tier. A chunk that cannot be joined (a morsel's pieces are
-    /// missing) is left to [`DecodedFills`]'s drop, which gives its space
-    /// back.
+    /// Hands every morsel's pieces of each chunk to the tier, in row order.
+    /// A chunk that cannot be put together (a morsel's pieces are missing)
+    /// is left to [`DecodedFills`]'s drop, which gives its space back.
     fn fill(&mut self, rows: u64) {
         if self.pieces.iter().any(Option::is_none) {
             return;
         }
-        for (position, &index) in self.columns.iter().enumerate() {
-            let arrays: Vec<&dyn Array> = self.pieces.iter().flatten().flat_map(|p| p.get(position)).flatten().map(|a| a.as_ref()).collect();
-            let array = match arrays.as_slice() {
-                [one] => Ok(one.slice(0, one.len())),
-                _ => datafusion::arrow::compute::concat(&arrays),
-            };
-            if let Ok(array) = array {
-                self.fills.fill(index, array, rows);
+        let mut morsels: Vec<std::vec::IntoIter<ChunkPieces>> = self.pieces.iter_mut().flatten().map(|p| std::mem::take(p).into_iter()).collect();
+        for &index in &self.columns {
+            let parts: Vec<ChunkPieces> = morsels.iter_mut().flat_map(|m| m.next()).collect();
+            if let Some(chunk) = DecodedChunk::join(parts) {
+                self.fills.fill(index, Arc::new(chunk), rows);
             }
         }
     }
