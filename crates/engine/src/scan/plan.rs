@@ -360,7 +360,13 @@ impl BlobScanExec {
                 .zip(&uncompressed)
                 .map(|(&c, &bytes)| {
                     let data_type = req.table_schema.field(c).data_type();
-                    DecodedSize { bytes: decoded_size(data_type, rg_meta.rows, bytes), fixed_width: data_type.primitive_width().is_some() }
+                    // The memory tier's size of it, which may be narrower than
+                    // the arrays scans make (`tiers::decoded`).
+                    let bytes = match crate::tiers::decoded::held_width(data_type) {
+                        Some(width) => rg_meta.rows * width as u64,
+                        None => decoded_size(data_type, rg_meta.rows, bytes),
+                    };
+                    DecodedSize { bytes, fixed_width: data_type.primitive_width().is_some() }
                 })
                 .collect();
             let spans = if data_columns.is_empty() { Vec::new() } else { req.policy.plan(&ranges) };
@@ -430,7 +436,7 @@ impl BlobScanExec {
 /// layout the scan decodes strings into. An estimate, as DataFusion's own
 /// Parquet source makes it.
 fn decoded_size(data_type: &DataType, rows: u64, uncompressed: u64) -> u64 {
-    match crate::tiers::decoded::held_width(data_type) {
+    match data_type.primitive_width() {
         Some(width) => rows * width as u64,
         None => uncompressed + rows * 16,
     }
