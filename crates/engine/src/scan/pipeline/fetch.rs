@@ -9,7 +9,7 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::Instant;
 
-use bytes::{Bytes, BytesMut};
+use bytes::Bytes;
 use datafusion::common::{DataFusionError, Result};
 use futures::StreamExt;
 use futures::stream::FuturesUnordered;
@@ -218,8 +218,10 @@ async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> R
     Ok((UnitData { compressed: compressed(served.chunks), decoded: served.decoded, fills }, from_store))
 }
 
-/// Issues the range requests of `spans` (of `unit`'s object) concurrently
-/// and reassembles each span.
+/// Issues the range requests of `spans` (of `unit`'s object) concurrently.
+/// Each request's bytes are one piece: the decoder reads across pieces
+/// that continue one another ([`FetchedChunks`]), so a span is never joined
+/// into one buffer.
 async fn fetch_spans(source: &DataSource, unit: &ScanUnit, spans: &[Span], m: &ScanCounters) -> Result<Vec<(u64, Bytes)>> {
     let object = &unit.object;
     let requests: Vec<std::ops::Range<u64>> = spans.iter().flat_map(|s| s.requests.iter().cloned()).collect();
@@ -234,19 +236,8 @@ async fn fetch_spans(source: &DataSource, unit: &ScanUnit, spans: &[Span], m: &S
     m.retries.add(got.retries as usize);
     m.hedged.add(got.hedged as usize);
     m.first_byte_time.add_duration(got.first_byte);
-    let mut parts = fetched.into_iter();
-    let mut out = Vec::with_capacity(spans.len());
-    for span in spans {
-        let bytes = if span.requests.len() == 1 {
-            parts.next().expect("one part per request")
-        } else {
-            let mut buf = BytesMut::with_capacity((span.range.end - span.range.start) as usize);
-            for _ in &span.requests {
-                buf.extend_from_slice(&parts.next().expect("one part per request"));
-            }
-            buf.freeze()
-        };
-        out.push((span.range.start, bytes));
+    if fetched.len() != requests.len() {
+        return Err(DataFusionError::Internal(format!("{} requests to {} returned {} parts", requests.len(), object.display, fetched.len())));
     }
-    Ok(out)
+    Ok(requests.iter().map(|r| r.start).zip(fetched).collect())
 }
