@@ -21,7 +21,7 @@ use blobhouse_storage::format::CatalogVersion;
 use blobhouse_storage::{Database, Location, StorageError, StoreOptions, open_location};
 
 use crate::memory::MemoryBudget;
-use crate::options::{CATALOG, collect_left_bytes, sort_merge_reservation};
+use crate::options::{CATALOG, SKIP_PARTIAL_AGGREGATION_RATIO, collect_left_bytes, sort_merge_reservation};
 use crate::provider::{BlobSchemaProvider, DML_SCHEMA, Scope};
 use crate::scan::MetadataCache;
 use crate::source::DataSource;
@@ -82,6 +82,14 @@ impl Engine {
         // 25–40 % faster (docs/notes/2026-11-23-join-estimates.md). With
         // fewer partitions, larger tables pay ([`collect_left_bytes`]).
         config.options_mut().optimizer.hash_join_single_partition_threshold = collect_left_bytes(options.target_partitions);
+        // A partial aggregation stops aggregating (and passes rows on to the
+        // final one) when its groups are at least this share of its rows.
+        // DataFusion's 0.8 keeps a partial aggregation that only reduces 4×
+        // (TPC-H Q18: 60 M line items into 15 M orders), which then costs
+        // about as much as the final one. At 0.1, SF 10 Q18 took 4.4–4.8 s
+        // against 5.2–5.4 s at 2 threads, Q3, Q10, Q13 within noise
+        // (docs/notes/2026-11-27-issue43-scaling.md, sixth session).
+        config.options_mut().execution.skip_partial_aggregation_probe_ratio_threshold = SKIP_PARTIAL_AGGREGATION_RATIO;
         let memory = MemoryBudget::new(options.memory_limit);
         let spill_mode = match &options.spill.dir {
             Some(dir) => {

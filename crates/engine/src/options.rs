@@ -126,6 +126,12 @@ pub(crate) fn collect_left_bytes(partitions: usize) -> usize {
 const COLLECT_LEFT_SHARED_BYTES: usize = 64 << 20;
 const COLLECT_LEFT_MIN_BYTES: usize = 8 << 20;
 
+/// The share of its input rows a partial aggregation's groups may reach
+/// before it stops aggregating (DataFusion's
+/// `skip_partial_aggregation_probe_ratio_threshold`, 0.8 by default): see
+/// where the engine sets it.
+pub(crate) const SKIP_PARTIAL_AGGREGATION_RATIO: f64 = 0.1;
+
 /// The name of the database's DataFusion catalog (its tables are
 /// `blobhouse.public.name`): what PostgreSQL clients see as the database.
 pub const CATALOG: &str = "blobhouse";

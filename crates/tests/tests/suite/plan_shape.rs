@@ -273,3 +273,23 @@ async fn q9_builds_on_the_joined_line_items_not_on_orders_or_partsupp() {
     assert!(join_on("ps_partkey").starts_with("on=[(l_"), "the line items build, partsupp probes: {}\n{plan}", join_on("ps_partkey"));
     assert_official_answer(&e, 9).await;
 }
+
+/// A partial aggregation that reduces its rows only 4× (Q18's line items
+/// into orders) passes them on to the final one instead of aggregating
+/// twice (`options::SKIP_PARTIAL_AGGREGATION_RATIO`); one that reduces them
+/// 20× keeps aggregating. Same answers either way.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_partial_aggregation_that_barely_reduces_is_skipped() {
+    let db = TestDb::new(Backend::Local, "shape-skip-partial");
+    let e = db.engine(EngineOptions::default()).await;
+    run(&e, "CREATE TABLE t AS SELECT value AS v FROM generate_series(1, 400000)").await;
+    let skipped = |plan: &str| plan.lines().filter(|l| l.contains("AggregateExec: mode=Partial")).map(|l| metric(l, "skipped_aggregation_rows").unwrap_or(0.0)).sum::<f64>();
+    for (per_group, skips) in [(4, true), (20, false)] {
+        let q = format!("SELECT v / {per_group} AS k, count(*) AS n FROM t GROUP BY k");
+        let plan = text(&run(&e, &format!("EXPLAIN ANALYZE {q}")).await);
+        assert_eq!(skipped(&plan) > 0.0, skips, "{per_group} rows a group: {plan}");
+        let check = format!("SELECT count(*), sum(n), min(n), max(n) FROM ({q})");
+        let groups = 400000 / per_group + 1;
+        assert_eq!(lines(&run(&e, &check).await), vec![format!("{groups}|400000|1|{per_group}")], "{per_group}");
+    }
+}
