@@ -51,6 +51,8 @@ pub struct ChunkPieces {
     /// The type scans read (the first piece's, before narrowing).
     data_type: Option<DataType>,
     pieces: Vec<ArrayRef>,
+    /// A piece of another type came: a decoder fault, and no chunk is made.
+    mixed: bool,
 }
 
 impl ChunkPieces {
@@ -63,7 +65,10 @@ impl ChunkPieces {
             return;
         }
         let data_type = self.data_type.get_or_insert_with(|| array.data_type().clone());
-        debug_assert_eq!(data_type, array.data_type(), "one chunk, one type");
+        if data_type != array.data_type() {
+            self.mixed = true;
+            return;
+        }
         if narrows(array.data_type())
             && let Some(narrow) = narrow(array.as_primitive::<Decimal128Type>())
         {
@@ -127,11 +132,14 @@ pub struct DecodedChunk {
 
 impl DecodedChunk {
     /// The chunk made of `parts`, each one scan's consecutive rows, in row
-    /// order. `None` with no rows, or when the parts disagree on the type.
+    /// order. `None` with no rows, or when the pieces disagree on the type.
     pub fn join(parts: impl IntoIterator<Item = ChunkPieces>) -> Option<DecodedChunk> {
         let mut data_type: Option<DataType> = None;
         let mut pieces = Vec::new();
         for part in parts {
+            if part.mixed {
+                return None;
+            }
             let Some(t) = part.data_type else { continue };
             match &data_type {
                 Some(d) if *d != t => return None,

@@ -135,7 +135,10 @@ fn parts_of_different_types_or_no_rows_make_no_chunk() {
     a.push(&ints(0..3));
     let mut b = ChunkPieces::default();
     b.push(&decimals(&[Some(1)], 10));
-    assert!(DecodedChunk::join([a.clone(), b]).is_none());
+    assert!(DecodedChunk::join([a.clone(), b.clone()]).is_none());
+    let mut mixed = a.clone();
+    mixed.push(&decimals(&[Some(1)], 10));
+    assert!(DecodedChunk::join([mixed]).is_none(), "a piece of another type within one part");
     assert!(DecodedChunk::join([ChunkPieces::default()]).is_none());
     assert_eq!(DecodedChunk::join([a, ChunkPieces::default()]).unwrap().len(), 3);
 }
