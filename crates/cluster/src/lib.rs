@@ -12,6 +12,7 @@
 //! issue's design note); the worker command and the supervisor that
 //! starts workers with these plans come next.
 
+pub mod affinity;
 pub mod bind;
 pub mod deploy;
 pub mod topology;
