@@ -191,6 +191,11 @@ impl ChunkReader for FetchedChunks {
 
     fn get_read(&self, start: u64) -> Result<Self::T, ParquetError> {
         let Some((idx, off)) = self.locate(start) else {
+            // Just past a piece: nothing left to read there (an empty reader,
+            // as a slice at the end would be); anywhere else was not fetched.
+            if self.spans.iter().any(|(s, b)| s + b.len() as u64 == start) {
+                return Ok(PiecesReader { pieces: Default::default() });
+            }
             return self.find(start, 1).map(|b| PiecesReader { pieces: [b].into() });
         };
         let mut pieces: std::collections::VecDeque<Bytes> = self.contiguous(idx).cloned().collect();
@@ -235,5 +240,8 @@ mod tests {
         std::io::Read::read_to_string(&mut c.get_read(104).unwrap(), &mut s).unwrap();
         assert_eq!(s, "efghijkl", "a header is read on across pieces, up to a gap");
         assert!(c.get_read(150).is_err());
+        let mut s = String::new();
+        std::io::Read::read_to_string(&mut c.get_read(112).unwrap(), &mut s).unwrap();
+        assert_eq!(s, "", "at the end of the fetched bytes: an empty reader");
     }
 }

@@ -30,10 +30,13 @@ fn a_worker_starts_on_its_cpus_with_its_memory_policy() {
         check(&t, p).unwrap();
         let mut child = sleeper(p, MemBind::Strict).unwrap();
         let allowed = status_field(child.id(), "Cpus_allowed_list");
+        let mems = status_field(child.id(), "Mems_allowed_list");
         let policy = stack_policy(child.id());
         child.kill().unwrap();
         child.wait().unwrap();
         assert_eq!(allowed, format_list(&p.cpus), "worker {i}");
+        let mems = crate::topology::parse_list(&mems, std::path::Path::new("status")).unwrap();
+        assert!(p.memory_nodes.iter().all(|n| mems.contains(n)), "worker {i}: its nodes {:?} within Mems_allowed_list {mems:?}", p.memory_nodes);
         assert_eq!(policy, format!("bind:{}", format_list(&p.memory_nodes)), "worker {i}");
     }
     // Preferred: the first node, softly.
