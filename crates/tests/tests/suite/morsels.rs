@@ -115,6 +115,15 @@ async fn the_memory_tier_is_filled_from_the_morsels(b: Backend) {
     assert!(second.scan.partitions_busy >= 2, "{:?}", second.scan);
     let held = lines(&run(&e, "SHOW CACHE").await);
     assert!(held[0].starts_with("memory|"), "{held:?}");
+    // From the third run on, rows come out of the decoded pieces, each
+    // morsel's in its place: the same answer, and every row's columns
+    // still belong together.
+    let tiers = e.engine().tiers().unwrap();
+    assert!(tiers.decoded_segments().0 >= 1, "x is held decoded after its second read");
+    let third = run(&e, sql).await;
+    assert_eq!(lines(&third), lines(&first));
+    assert_eq!(scalar(&run(&e, "SELECT count(*) FROM t WHERE s <> 'row ' || x").await), "0");
+    assert_eq!(scalar(&run(&e, "SELECT sum(x) FROM t WHERE x % 99991 = 0").await), (1..=ROWS).filter(|x| x % 99991 == 0).sum::<u64>().to_string());
 }
 
 /// Page-index pruning and morsels together: the morsels cut the selected
