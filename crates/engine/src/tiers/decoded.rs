@@ -89,15 +89,6 @@ impl ChunkPieces {
             false => copy().unwrap_or_else(|_| array.clone()),
         });
     }
-
-    /// Rows pushed so far.
-    pub fn len(&self) -> u64 {
-        self.pieces.iter().map(|p| p.len() as u64).sum()
-    }
-
-    pub fn is_empty(&self) -> bool {
-        self.pieces.is_empty()
-    }
 }
 
 /// The values of `array` in 64 bits; `None` when one does not fit.
