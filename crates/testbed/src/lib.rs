@@ -240,8 +240,14 @@ impl Testbed {
 
         let minio_port = self.state.minio_port;
         let minio_host = self.link().map_or("127.0.0.1".to_string(), |l| l.store_ip);
+        // `/minio/health/live` answers 200 as soon as the HTTP listener is up,
+        // before the object layer is initialised; S3 requests then get 503
+        // `XMinioServerNotInitialized` (a CI run failed that way). Wait for
+        // readiness and for a real S3 request on the test bucket to be answered
+        // by the object layer (403 for this unsigned request, never 503).
         process::wait_ready("MinIO", &log, 60, || {
-            process::http_to(&minio_host, minio_port, "GET", "/minio/health/live", None).is_ok_and(|(s, _)| s == 200)
+            let ready = process::http_to(&minio_host, minio_port, "GET", "/minio/health/ready", None).is_ok_and(|(s, _)| s == 200);
+            ready && process::http_to(&minio_host, minio_port, "GET", &format!("/{TEST_BUCKET}/"), None).is_ok_and(|(s, _)| s != 503 && s != 0)
         })?;
         let nginx_port = self.state.nginx_port;
         process::wait_ready("nginx", &nginx_log, 20, || process::http(nginx_port, "GET", "/health", None).is_ok_and(|(s, _)| s == 200))?;
