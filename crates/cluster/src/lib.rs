@@ -8,14 +8,33 @@
 //!   per machine, per NUMA node, per physical core, or N): its CPUs, the
 //!   memory nodes to bind it to, and its memory budget.
 //!
-//! Distributed execution itself runs on `datafusion-distributed` (the
-//! issue's design note); the worker command and the supervisor that
-//! starts workers with these plans come next.
+//! - [`affinity`]: each row group's home worker (rendezvous hashing).
+//! - [`bind`]: a worker process bound to its CPUs and memory nodes.
+//!
+//! Distributed execution runs on `datafusion-distributed` (stages, tasks,
+//! Arrow Flight between processes); what blobhouse adds to it:
+//! - [`coordinator`]: [`Cluster`], installed on an engine, makes its
+//!   statements plan and run on the workers.
+//! - [`tasks`]: how our scan becomes a stage's tasks — disjoint shares of
+//!   row groups, each on the worker that is its home.
+//! - [`worker`]: a worker serving tasks through its own engine.
+//! - [`channels`]: the connections to workers, reused across statements,
+//!   with bounded connects and keepalives.
+//!
+//! Layering: this crate calls the engine (`blobhouse-engine`); the engine
+//! knows it only as a `StatementExtension`.
 
 pub mod affinity;
 pub mod bind;
+pub mod channels;
+pub mod coordinator;
 pub mod deploy;
+pub mod tasks;
 pub mod topology;
+pub mod worker;
+
+pub use coordinator::{Cluster, ClusterError};
+pub use worker::WorkerServer;
 
 pub use bind::{BindError, MemBind, bind, check};
 pub use deploy::{DeployError, Placement, Workers, plan};

@@ -47,6 +47,12 @@ struct Shared {
     /// The tables; each statement gets a copy bound to its [`Scope`].
     tables: Arc<BlobSchemaProvider>,
     pushdown: Option<Arc<crate::hybrid::Pushdown>>,
+    /// What a layer above changes in every statement's state (the
+    /// cluster's distributed planning), if anything.
+    extension: std::sync::RwLock<Option<Arc<dyn crate::StatementExtension>>>,
+    /// The metadata scans keep (footers, zone maps), shared with workers'
+    /// scans decoded in this process.
+    metadata: Arc<MetadataCache>,
 }
 
 impl Engine {
@@ -146,9 +152,9 @@ impl Engine {
         let source = source.with_tiers(tiers);
         let metadata = Arc::new(MetadataCache::new(&memory.pool()));
         db.account_caches_in(&memory.pool());
-        let tables = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), metadata, source.clone()));
+        let tables = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), metadata.clone(), source.clone()));
         base.catalog(CATALOG).expect("the default catalog exists").register_schema("public", tables.clone())?;
-        Ok(Engine { shared: Arc::new(Shared { db, base, options, store_options, source, memory, tables, pushdown }) })
+        Ok(Engine { shared: Arc::new(Shared { db, base, options, store_options, source, memory, tables, pushdown, extension: Default::default(), metadata }) })
     }
 
     /// The DataFusion context sessions start from. Embedders extend it
@@ -158,6 +164,24 @@ impl Engine {
     /// server adds PostgreSQL's `pg_catalog`.
     pub fn base_context(&self) -> &SessionContext {
         &self.shared.base
+    }
+
+    /// Installs (or with `None` removes) what a layer above changes in every
+    /// statement's DataFusion state from the next statement on
+    /// ([`crate::extension`]).
+    pub fn set_statement_extension(&self, extension: Option<Arc<dyn crate::StatementExtension>>) {
+        *self.shared.extension.write().expect("not poisoned") = extension;
+    }
+
+    /// Where this engine's scans read data ranges from (store, download
+    /// manager, caching tiers): what a worker's decoded scans read through.
+    pub fn data_source(&self) -> &DataSource {
+        &self.shared.source
+    }
+
+    /// The footers and zone maps scans keep.
+    pub fn metadata(&self) -> &Arc<MetadataCache> {
+        &self.shared.metadata
     }
 
     /// The storage handle.
@@ -241,7 +265,12 @@ impl Engine {
         // pool of its own, so that one statement over its share of a spent
         // budget fails rather than the others (memory::StatementPool).
         let runtime = RuntimeEnvBuilder::from_runtime_env(session.runtime_env()).with_memory_pool(self.shared.memory.statement_pool()).build_arc()?;
-        let mut state = SessionStateBuilder::new_from_existing(session.clone()).with_catalog_list(Arc::new(catalogs)).with_runtime_env(runtime).build();
+        let mut builder = SessionStateBuilder::new_from_existing(session.clone()).with_catalog_list(Arc::new(catalogs)).with_runtime_env(runtime);
+        let extension = self.shared.extension.read().expect("not poisoned").clone();
+        if let Some(extension) = extension {
+            builder = extension.extend(builder.with_physical_optimizer_rules(crate::extension::portable_rules(session.physical_optimizers())));
+        }
+        let mut state = builder.build();
         state.config_mut().options_mut().execution.sort_spill_reservation_bytes = sort_merge_reservation(self.shared.memory.limit());
         Ok(SessionContext::new_with_state(state))
     }

@@ -33,6 +33,8 @@
 //! - [`result`]: what a statement answers.
 //! - [`error`] and [`sqlstate`]: the engine's errors and their SQLSTATEs.
 //! - [`options`]: how an engine is opened.
+//! - [`extension`]: what a layer above (the cluster) changes in every
+//!   statement's DataFusion state.
 //!
 //! Reading data:
 //! - [`provider`]: tables, the schema provider and the INSERT sink.
@@ -89,6 +91,7 @@ mod dml;
 mod engine;
 mod env;
 pub mod error;
+pub mod extension;
 mod history;
 pub mod hybrid;
 pub mod key_bloom;
@@ -121,6 +124,7 @@ mod zone_maps;
 pub use chunks::RequestPolicy;
 pub use engine::Engine;
 pub use error::{EngineError, TxnRule};
+pub use extension::StatementExtension;
 pub use memory::MemoryBudget;
 pub use options::{CATALOG, EngineOptions, SpillOptions, scan_download_options};
 pub use result::{Answer, Described, MemoryUse, Notice, QueryResult, RowStream};

@@ -73,15 +73,38 @@ struct SliceNode {
     selections: Vec<SelectionNode>,
 }
 
-/// The rows of one row group to decode (a [`RowRanges`] on the wire).
+/// The rows of one row group to decode (a [`RowRanges`] on the wire):
+/// also how a cluster's coordinator sends a scan's row selections.
 #[derive(Clone, PartialEq, prost::Message)]
-struct SelectionNode {
+pub struct SelectionNode {
     /// Rows of the row group.
     #[prost(uint64, tag = "1")]
     rows: u64,
     /// Start and end of each selected range; empty: all rows.
     #[prost(uint64, repeated, tag = "2")]
     bounds: Vec<u64>,
+}
+
+impl SelectionNode {
+    /// `selection` on the wire (`None`: every row).
+    pub fn of(selection: Option<&RowRanges>) -> Self {
+        match selection {
+            None => SelectionNode { rows: 0, bounds: Vec::new() },
+            Some(r) => SelectionNode { rows: r.rows(), bounds: r.ranges().iter().flat_map(|r| [r.start, r.end]).collect() },
+        }
+    }
+
+    /// The selection again, checked; `what` names the row group in errors.
+    pub fn ranges(&self, what: &str) -> Result<Option<Arc<RowRanges>>> {
+        if self.bounds.is_empty() {
+            return Ok(None);
+        }
+        if !self.bounds.len().is_multiple_of(2) {
+            return Err(invalid(format!("the row selection of {what} has an odd number of bounds")));
+        }
+        let ranges = self.bounds.chunks_exact(2).map(|b| b[0]..b[1]).collect();
+        RowRanges::try_new(ranges, self.rows).map(|r| Some(Arc::new(r))).map_err(|e| invalid(format!("the row selection of {what} is malformed: {e}")))
+    }
 }
 
 /// A [`BloomProbeExpr`] on the wire (its key expressions are its inputs).
@@ -152,16 +175,7 @@ impl PhysicalExtensionCodec for SliceCodec {
             .selections
             .iter()
             .zip(&node.row_groups)
-            .map(|(s, rg)| {
-                if s.bounds.is_empty() {
-                    return Ok(None);
-                }
-                if s.bounds.len() % 2 != 0 {
-                    return Err(invalid(format!("the row selection of row group {rg} has an odd number of bounds")));
-                }
-                let ranges = s.bounds.chunks_exact(2).map(|b| b[0]..b[1]).collect();
-                RowRanges::try_new(ranges, s.rows).map(|r| Some(Arc::new(r))).map_err(|e| invalid(format!("the row selection of row group {rg} is malformed: {e}")))
-            })
+            .map(|(s, rg)| s.ranges(&format!("row group {rg}")))
             .collect::<Result<Vec<_>>>()?;
         let slice = ObjectSlice {
             object: node.object,
@@ -210,10 +224,7 @@ impl PhysicalExtensionCodec for SliceCodec {
                 true => slice
                     .selections
                     .iter()
-                    .map(|s| match s {
-                        None => SelectionNode { rows: 0, bounds: Vec::new() },
-                        Some(r) => SelectionNode { rows: r.rows(), bounds: r.ranges().iter().flat_map(|r| [r.start, r.end]).collect() },
-                    })
+                    .map(|s| SelectionNode::of(s.as_deref()))
                     .collect(),
             },
         }

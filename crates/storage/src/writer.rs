@@ -145,11 +145,15 @@ impl TableWriter {
     }
 
     fn slice_rows(&self) -> usize {
-        if self.bytes_per_row <= 0.0 {
-            return MIN_SLICE_ROWS.max(1024);
-        }
-        let target_rg = (self.options.target_chunk_bytes * self.schema.fields().len().max(1)) as f64;
-        ((target_rg / self.bytes_per_row / 4.0) as usize).clamp(MIN_SLICE_ROWS, MAX_SLICE_ROWS)
+        let rows = if self.bytes_per_row <= 0.0 {
+            MIN_SLICE_ROWS.max(1024)
+        } else {
+            let target_rg = (self.options.target_chunk_bytes * self.schema.fields().len().max(1)) as f64;
+            ((target_rg / self.bytes_per_row / 4.0) as usize).clamp(MIN_SLICE_ROWS, MAX_SLICE_ROWS)
+        };
+        // A row-count limit below a slice is honoured: row groups are cut
+        // between slices.
+        self.options.max_row_group_rows.map_or(rows, |m| rows.min(m.max(1)))
     }
 
     async fn write_slice(&mut self, slice: &RecordBatch) -> Result<()> {

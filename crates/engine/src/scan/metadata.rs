@@ -90,6 +90,17 @@ impl MetadataCache {
         Ok((self.keep(&object.path, &location, meta)?, true))
     }
 
+    /// The footer of the object named `name` as a worker was sent it (a
+    /// file tail, [`decode`] parsing it), decoded once and kept like the
+    /// manifest's.
+    pub(super) fn footer_from_tail(&self, name: &str, location: &str, decode: impl FnOnce() -> parquet::errors::Result<ParquetMetaData>) -> Result<ArrowReaderMetadata> {
+        if let Some(m) = self.footers.lock().expect("footer cache").get(name) {
+            return Ok(m.clone());
+        }
+        let meta = decode().map_err(|e| corrupt(location, format!("the footer sent with the scan does not decode: {e}")))?;
+        self.keep(name, location, meta)
+    }
+
     /// Keeps `meta` for `path` (replacing what was kept) if the memory
     /// budget allows, and returns it ready for the Arrow reader.
     fn keep(&self, path: &str, location: &str, meta: ParquetMetaData) -> Result<ArrowReaderMetadata> {

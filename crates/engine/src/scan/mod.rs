@@ -14,6 +14,7 @@ mod metadata;
 mod metrics;
 mod pipeline;
 mod plan;
+mod portable;
 
 use std::fmt;
 use std::sync::{Arc, Mutex};
@@ -49,6 +50,7 @@ pub use metadata::MetadataCache;
 pub use metrics::{GET_PRICE_USD, ScanMetrics, collect_scan_metrics, collect_scheduler_timelines};
 use plan::PlanSummary;
 pub use plan::ScanRequest;
+pub use portable::{ScanCodec, ScanTally, TallyRead};
 pub(crate) use plan::ScanUnit;
 
 /// The scan operator of blobhouse tables.

@@ -6,6 +6,7 @@
 mod common;
 
 mod bad_input;
+mod cluster;
 mod cache;
 mod concurrency;
 mod dml;

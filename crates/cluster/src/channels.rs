@@ -1,0 +1,66 @@
+//! [`Channels`]: the connections from a coordinator (or a worker) to the
+//! cluster's workers, one per worker URL, reused by every statement.
+//!
+//! datafusion-distributed's default keeps connections per DataFusion
+//! runtime, and blobhouse builds a runtime per statement (its memory pool),
+//! so every statement would connect anew. These are the engine's: made
+//! once, lazily (a worker that is down fails the statement that needs it,
+//! naming it, not the start), with explicit bounds on how long a connect
+//! may take and how long a silent peer is believed alive.
+
+use std::collections::HashMap;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use async_trait::async_trait;
+use datafusion::common::DataFusionError;
+use datafusion_distributed::{ChannelResolver, WorkerChannel, grpc};
+use tonic::transport::Endpoint;
+use url::Url;
+
+/// Longest a connection to a worker may take to open.
+pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
+/// How often an idle connection is probed, and how long the probe's answer
+/// may take before the worker is taken for dead: a killed worker's streams
+/// fail within about their sum, rather than hanging.
+pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
+pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
+
+/// Connections to workers, by URL (cheap to clone; clones share them).
+#[derive(Clone, Default)]
+pub struct Channels {
+    open: Arc<Mutex<HashMap<Url, grpc::BoxCloneSyncChannel>>>,
+}
+
+impl std::fmt::Debug for Channels {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let urls: Vec<String> = self.open.lock().expect("not poisoned").keys().map(Url::to_string).collect();
+        f.debug_struct("Channels").field("open", &urls).finish()
+    }
+}
+
+impl Channels {
+    fn channel(&self, url: &Url) -> Result<grpc::BoxCloneSyncChannel, DataFusionError> {
+        let mut open = self.open.lock().expect("not poisoned");
+        if let Some(c) = open.get(url) {
+            return Ok(c.clone());
+        }
+        let endpoint = Endpoint::from_shared(url.to_string())
+            .map_err(|e| DataFusionError::Configuration(format!("worker URL {url} is not a valid endpoint: {e}")))?
+            .connect_timeout(CONNECT_TIMEOUT)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true)
+            .tcp_nodelay(true);
+        let channel = grpc::BoxCloneSyncChannel::new(endpoint.connect_lazy());
+        open.insert(url.clone(), channel.clone());
+        Ok(channel)
+    }
+}
+
+#[async_trait]
+impl ChannelResolver for Channels {
+    async fn get_worker_client_for_url(&self, url: &Url) -> Result<Box<dyn WorkerChannel>, DataFusionError> {
+        Ok(grpc::create_worker_client(self.channel(url)?))
+    }
+}

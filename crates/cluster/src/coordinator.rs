@@ -1,0 +1,102 @@
+//! [`Cluster`]: what turns an [`Engine`] into a coordinator. Installed on
+//! the engine, it makes every statement plan with datafusion-distributed:
+//! DataFusion's physical plan is cut into stages at its repartitions and
+//! merges, stages run as tasks on the workers, and our scans are split so
+//! each worker reads the row groups it is home to ([`crate::tasks`]).
+//!
+//! Everything else stays on the coordinator: parsing, transactions, time
+//! travel, commits and the catalog. A statement's scans are planned there
+//! from the version it reads — past versions, deleted rows and an open
+//! transaction's own uncommitted objects included — and the shares carry
+//! exactly those row groups, so a worker cannot see a different version.
+
+use std::sync::Arc;
+
+use datafusion::common::DataFusionError;
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion_distributed::{DesiredTaskCountEvent, DistributedExt, RouteTasksEvent, ScaleUpLeafNodeEvent, SessionStateBuilderExt, WorkerResolver};
+use url::Url;
+
+use blobhouse_engine::scan::ScanCodec;
+use blobhouse_engine::{Engine, StatementExtension};
+
+use crate::channels::Channels;
+use crate::tasks::TaskPlacement;
+
+/// A bad cluster configuration.
+#[derive(Debug, thiserror::Error)]
+pub enum ClusterError {
+    #[error("a cluster needs at least one worker (--worker URL)")]
+    NoWorkers,
+    #[error("worker URL {url:?} is not valid: {reason}; give it as http://HOST:PORT")]
+    BadUrl { url: String, reason: String },
+    #[error("worker {0} is listed twice")]
+    Duplicate(Url),
+}
+
+/// The workers a coordinator runs its statements on (cheap to clone).
+#[derive(Debug, Clone)]
+pub struct Cluster {
+    urls: Arc<[Url]>,
+    channels: Channels,
+    placement: TaskPlacement,
+}
+
+/// The fixed list of workers, as datafusion-distributed asks for it.
+#[derive(Debug)]
+struct StaticWorkers(Arc<[Url]>);
+
+impl WorkerResolver for StaticWorkers {
+    fn get_urls(&self) -> Result<Vec<Url>, DataFusionError> {
+        Ok(self.0.to_vec())
+    }
+}
+
+impl Cluster {
+    /// A cluster of the workers at `urls` (`http://HOST:PORT`), in the order
+    /// given: a worker's place in it decides nothing but its tasks' order;
+    /// row groups find their home by the worker's URL.
+    pub fn new(urls: &[impl AsRef<str>]) -> Result<Cluster, ClusterError> {
+        if urls.is_empty() {
+            return Err(ClusterError::NoWorkers);
+        }
+        let mut parsed: Vec<Url> = Vec::with_capacity(urls.len());
+        for u in urls {
+            let text = u.as_ref();
+            let url = Url::parse(text).map_err(|e| ClusterError::BadUrl { url: text.into(), reason: e.to_string() })?;
+            if !matches!(url.scheme(), "http" | "https") || url.host().is_none() || url.port_or_known_default().is_none() {
+                return Err(ClusterError::BadUrl { url: text.into(), reason: "it needs http:// or https://, a host and a port".into() });
+            }
+            if parsed.contains(&url) {
+                return Err(ClusterError::Duplicate(url));
+            }
+            parsed.push(url);
+        }
+        let urls: Arc<[Url]> = parsed.into();
+        Ok(Cluster { placement: TaskPlacement::new(&urls), urls, channels: Channels::default() })
+    }
+
+    /// The workers.
+    pub fn workers(&self) -> &[Url] {
+        &self.urls
+    }
+
+    /// Makes `engine` run its statements on this cluster from the next one on.
+    pub fn install(&self, engine: &Engine) {
+        engine.set_statement_extension(Some(Arc::new(self.clone())));
+    }
+}
+
+impl StatementExtension for Cluster {
+    fn extend(&self, builder: SessionStateBuilder) -> SessionStateBuilder {
+        let (desired, scale_up, route) = (self.placement.clone(), self.placement.clone(), self.placement.clone());
+        builder
+            .with_distributed_worker_resolver(StaticWorkers(self.urls.clone()))
+            .with_distributed_channel_resolver(self.channels.clone())
+            .with_distributed_user_codec(ScanCodec::default())
+            .with_distributed_desired_task_count_handler(move |ev: DesiredTaskCountEvent<'_>| desired.desired(ev))
+            .with_distributed_scale_up_leaf_node_handler(move |ev: ScaleUpLeafNodeEvent<'_>| scale_up.scale_up(ev))
+            .with_distributed_route_tasks_handler(move |ev: RouteTasksEvent<'_>| route.route(ev))
+            .with_distributed_planner()
+    }
+}

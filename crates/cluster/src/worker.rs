@@ -1,0 +1,129 @@
+//! A worker: runs the tasks a coordinator sends, reading through its own
+//! [`Engine`] — its download manager, memory budget, spill directory,
+//! caching tiers and footer cache — with no session and no catalog.
+//!
+//! The worker is datafusion-distributed's `Worker` service (plans arrive
+//! encoded, partitions stream back as Arrow Flight). What blobhouse adds
+//! is the session each task runs in ([`EngineSessions`]): the engine's
+//! execution options, its functions, our scan's codec bound to the
+//! engine, and the engine's runtime (memory pool, disk manager), so a
+//! worker's operators spill and fail within its own budget.
+
+use std::net::SocketAddr;
+use std::sync::Arc;
+
+use async_trait::async_trait;
+use datafusion::common::DataFusionError;
+use datafusion::common::config::ExecutionOptions;
+use datafusion::execution::SessionState;
+use datafusion::logical_expr::ScalarUDF;
+use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext, WorkerSessionBuilder};
+use tokio::sync::oneshot;
+use tokio::task::JoinHandle;
+use tonic::transport::Server;
+use tonic::transport::server::TcpIncoming;
+
+use blobhouse_engine::Engine;
+use blobhouse_engine::scan::{ScanCodec, ScanTally};
+
+use crate::channels::Channels;
+
+/// Builds the session of each task a worker runs (see the module docs).
+#[derive(Clone)]
+pub struct EngineSessions {
+    execution: ExecutionOptions,
+    functions: Vec<Arc<ScalarUDF>>,
+    codec: Arc<ScanCodec>,
+    channels: Channels,
+}
+
+impl EngineSessions {
+    /// Sessions over `engine`; with `tally`, every scan the worker decodes
+    /// is added to it.
+    pub fn new(engine: &Engine, tally: Option<Arc<ScanTally>>) -> Self {
+        let base = engine.base_context().state();
+        let mut codec = ScanCodec::reading(engine);
+        if let Some(t) = tally {
+            codec = codec.with_tally(t);
+        }
+        EngineSessions {
+            execution: base.config().options().execution.clone(),
+            functions: base.scalar_functions().values().cloned().collect(),
+            codec: Arc::new(codec),
+            channels: Channels::default(),
+        }
+    }
+}
+
+#[async_trait]
+impl WorkerSessionBuilder for EngineSessions {
+    async fn build_session_state(&self, ctx: WorkerQueryContext) -> Result<SessionState, DataFusionError> {
+        let mut builder = ctx.builder;
+        // In place: the config already holds the task's place in its stage.
+        if let Some(config) = builder.config().as_mut() {
+            config.options_mut().execution = self.execution.clone();
+        }
+        Ok(builder
+            .with_scalar_functions(self.functions.clone())
+            .with_distributed_user_codec_arc(self.codec.clone())
+            .with_distributed_channel_resolver(self.channels.clone())
+            .build())
+    }
+}
+
+/// datafusion-distributed's worker service over `engine`.
+pub fn worker(engine: &Engine, tally: Option<Arc<ScanTally>>) -> Worker {
+    Worker::from_session_builder(EngineSessions::new(engine, tally))
+        .with_runtime_env(engine.base_context().runtime_env())
+        .with_version(concat!("blobhouse ", env!("CARGO_PKG_VERSION")))
+}
+
+/// A worker serving on a TCP address until it is stopped or dropped.
+#[derive(Debug)]
+pub struct WorkerServer {
+    addr: SocketAddr,
+    stop: Option<oneshot::Sender<()>>,
+    task: Option<JoinHandle<Result<(), tonic::transport::Error>>>,
+}
+
+impl WorkerServer {
+    /// Serves `engine`'s worker on `listener` (bind port 0 for any).
+    pub fn start(engine: &Engine, listener: tokio::net::TcpListener, tally: Option<Arc<ScanTally>>) -> std::io::Result<WorkerServer> {
+        let addr = listener.local_addr()?;
+        let service = worker(engine, tally).into_worker_server();
+        let (stop, stopped) = oneshot::channel::<()>();
+        let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
+        let task = tokio::spawn(Server::builder().add_service(service).serve_with_incoming_shutdown(incoming, async {
+            let _ = stopped.await;
+        }));
+        Ok(WorkerServer { addr, stop: Some(stop), task: Some(task) })
+    }
+
+    /// Where it listens.
+    pub fn addr(&self) -> SocketAddr {
+        self.addr
+    }
+
+    /// Its URL for a coordinator.
+    pub fn url(&self) -> url::Url {
+        url::Url::parse(&format!("http://{}", self.addr)).expect("a socket address makes a URL")
+    }
+
+    /// Stops serving and waits for the server to end.
+    pub async fn stop(mut self) {
+        if let Some(s) = self.stop.take() {
+            let _ = s.send(());
+        }
+        if let Some(t) = self.task.take() {
+            let _ = t.await;
+        }
+    }
+}
+
+impl Drop for WorkerServer {
+    fn drop(&mut self) {
+        if let Some(t) = self.task.take() {
+            t.abort();
+        }
+    }
+}

@@ -1,0 +1,42 @@
+//! [`StatementExtension`]: how a layer above the engine changes the
+//! DataFusion state every statement plans and runs with, without the engine
+//! knowing that layer. The cluster (`blobhouse-cluster`) installs one that
+//! plans statements to run on workers; the engine stays the coordinator
+//! (parsing, transactions, commits, the catalog) and never imports it.
+//!
+//! An extension is consulted for each statement, after the statement's
+//! catalog and memory pool are set: it may add a query planner, session
+//! config extensions, or change options. While one is installed the engine
+//! plans with [`portable_rules`]: plans it builds are cut into stages and
+//! sent to other processes, so operators that share state through memory
+//! (a hybrid scan's split, a key transfer between a join and a distant
+//! scan, a subplan computed once for two consumers) or physical
+//! expressions of our own inside DataFusion's nodes (which DataFusion 55's
+//! plan codec cannot carry, apache/datafusion#24829) are left out.
+
+use std::sync::Arc;
+
+use datafusion::execution::session_state::SessionStateBuilder;
+use datafusion::physical_optimizer::PhysicalOptimizerRule;
+
+/// A change to every statement's DataFusion state (see the module docs).
+pub trait StatementExtension: Send + Sync + std::fmt::Debug {
+    /// Extends `builder`, the state one statement is about to plan with.
+    fn extend(&self, builder: SessionStateBuilder) -> SessionStateBuilder;
+}
+
+/// The physical optimizer rules of ours whose plans cannot leave the
+/// process (see the module docs), by [`PhysicalOptimizerRule::name`].
+pub const PROCESS_LOCAL_RULES: [&str; 6] = [
+    "blobhouse_hybrid_pushdown",
+    "blobhouse_bloom_join",
+    "blobhouse_key_transfer",
+    "decimal64",
+    "blobhouse_shared_subplan",
+    "blobhouse_adaptive_filter",
+];
+
+/// `rules` without [`PROCESS_LOCAL_RULES`].
+pub fn portable_rules(rules: &[Arc<dyn PhysicalOptimizerRule + Send + Sync>]) -> Vec<Arc<dyn PhysicalOptimizerRule + Send + Sync>> {
+    rules.iter().filter(|r| !PROCESS_LOCAL_RULES.contains(&r.name())).cloned().collect()
+}
