@@ -1,6 +1,7 @@
 //! The `blobhouse` command: SQL over tables that live in object storage.
 
 mod bench;
+mod cluster;
 mod config;
 mod demo;
 mod output;
@@ -57,6 +58,9 @@ enum Command {
     #[command(after_help = "Users log in with SCRAM-SHA-256 (PostgreSQL) or a password handshake that gives a token\n(Flight SQL; use TLS off loopback). On 127.0.0.1 a server may run without users (nobody can\nlog in then); on any other address it refuses to start without them.\n\nExamples:\n  BLOBHOUSE_PASSWORD=secret blobhouse serve --db ./mydb --user alice\n  psql \"host=127.0.0.1 port=5432 user=alice dbname=blobhouse\"\n  python3 -c 'import adbc_driver_flightsql.dbapi as f; c = f.connect(\"grpc://127.0.0.1:50051\", db_kwargs={\"username\": \"alice\", \"password\": \"secret\"})'\n  blobhouse hash-password < pw.txt    # prints a hash for a --users-file line  alice:<hash>\n  blobhouse serve --db s3://bucket/db --pg-listen 0.0.0.0:5432 --users-file users.txt \\\n      --tls-cert server.crt --tls-key server.key\n  blobhouse serve --db ./mydb --user alice --metrics-listen 127.0.0.1:9187 --slow-query-ms 500\n  blobhouse serve --config blobhouse.toml --pg-listen 127.0.0.1:5433   # flags win over the file\n\nConfig file (TOML): serve's flags as keys, and users' hashes:\n  db = \"s3://bucket/db\"\n  pg-listen = \"0.0.0.0:5432\"\n  [users]\n  alice = \"scram-sha-256$4096$…\"")]
     #[command(args_override_self = true)]
     Serve(ServeArgs),
+    /// Serve a database to coordinators as a cluster worker: run the tasks of their statements.
+    #[command(after_help = "A worker reads the database's data objects through its own download manager, memory\nbudget, spill directory and caches; it needs no catalog. Coordinators name it with --worker.\n\nExamples:\n  blobhouse worker --db s3://bucket/db --listen 127.0.0.1:50071 --memory-limit 8G\n  blobhouse worker --db s3://bucket/db --listen 127.0.0.1:50072 --memory-limit 8G\n  blobhouse sql --db s3://bucket/db --worker http://127.0.0.1:50071 --worker http://127.0.0.1:50072")]
+    Worker(cluster::WorkerArgs),
     /// Print a SCRAM-SHA-256 hash of the password read from standard input (for --users-file).
     HashPassword,
     /// The object-store testbed: MinIO, nginx and toxiproxy on 127.0.0.1, shaped like a cloud store.
@@ -316,6 +320,8 @@ struct SqlArgs {
     /// How results are printed (in the shell, `\pset format MODE` or `.mode MODE` switches).
     #[arg(long, value_enum, default_value = "table")]
     format: output::Format,
+    #[command(flatten)]
+    cluster: cluster::ClusterArgs,
 }
 
 #[derive(Args)]
@@ -383,7 +389,9 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
     match cli.command {
         Command::Demo(args) => demo::run(args).await,
         Command::Sql(args) => {
-            let session = open(&args.db).await?.connect();
+            let engine = open(&args.db).await?;
+            args.cluster.install(&engine)?;
+            let session = engine.connect();
             let mut shell = shell::Shell::new(&session, args.format);
             if let Some(sql) = &args.command {
                 shell.run_script(sql).await?;
@@ -505,6 +513,7 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
             .map_err(|e| anyhow::anyhow!(e))?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Worker(args) => cluster::worker(args).await,
         Command::Testbed(cmd) => {
             testbed::run(cmd)?;
             Ok(ExitCode::SUCCESS)

@@ -1,0 +1,60 @@
+//! `blobhouse worker`, and `--worker URL` on the commands that run
+//! statements: the command line of the cluster (`blobhouse_cluster`).
+
+use std::process::ExitCode;
+
+use anyhow::{Context, Result};
+use clap::Args;
+
+use blobhouse_cluster::{Cluster, WorkerServer};
+use blobhouse_engine::Engine;
+
+use crate::DbArgs;
+
+/// `blobhouse worker`'s flags.
+#[derive(Args)]
+pub struct WorkerArgs {
+    #[command(flatten)]
+    db: DbArgs,
+    /// Address to listen on for coordinators.
+    #[arg(long, default_value = "127.0.0.1:50071")]
+    listen: std::net::SocketAddr,
+}
+
+/// The workers a command runs its statements on.
+#[derive(Args, Clone, Default)]
+pub struct ClusterArgs {
+    /// Run statements on this worker (`blobhouse worker`), as many times as there are workers.
+    /// This process stays the coordinator: it parses, plans, commits and keeps the catalog.
+    #[arg(long = "worker", value_name = "URL")]
+    workers: Vec<String>,
+}
+
+impl ClusterArgs {
+    /// Makes `engine` a coordinator of the workers given, if any.
+    pub fn install(&self, engine: &Engine) -> Result<()> {
+        if self.workers.is_empty() {
+            return Ok(());
+        }
+        let cluster = Cluster::new(&self.workers).context("--worker")?;
+        cluster.install(engine);
+        Ok(())
+    }
+}
+
+/// Serves a worker until Ctrl-C.
+pub async fn worker(args: WorkerArgs) -> Result<ExitCode> {
+    let engine = crate::open(&args.db).await?;
+    let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+    let server = WorkerServer::start(&engine, listener, None).with_context(|| format!("cannot serve on {}", args.listen))?;
+    eprintln!(
+        "worker for {} on {} ({} threads, memory limit {}); Ctrl-C stops it",
+        args.db.db,
+        server.url(),
+        engine.options().target_partitions,
+        engine.options().memory_limit.map_or("none".to_string(), |l| format!("{} MiB", l >> 20)),
+    );
+    let _ = tokio::signal::ctrl_c().await;
+    server.stop().await;
+    Ok(ExitCode::SUCCESS)
+}

@@ -1,0 +1,88 @@
+//! `blobhouse worker` processes serving `blobhouse sql --worker …`: the
+//! answers are the one-process answers, and a worker killed with SIGKILL
+//! makes the next statement fail quickly, naming it.
+
+use std::net::{TcpListener, TcpStream};
+use std::process::{Child, Command, Output, Stdio};
+use std::time::{Duration, Instant};
+
+const BIN: &str = env!("CARGO_BIN_EXE_blobhouse");
+
+fn sql(db: &str, workers: &[String], script: &str) -> Output {
+    let mut cmd = Command::new(BIN);
+    cmd.args(["sql", "--db", db, "--threads", "2", "-c", script]);
+    for w in workers {
+        cmd.args(["--worker", w]);
+    }
+    cmd.output().expect("run blobhouse sql")
+}
+
+fn ok(out: Output) -> String {
+    assert!(out.status.success(), "blobhouse failed: {}\n{}", String::from_utf8_lossy(&out.stderr), String::from_utf8_lossy(&out.stdout));
+    String::from_utf8_lossy(&out.stdout).to_string()
+}
+
+/// A worker process, killed when dropped.
+struct Worker {
+    child: Child,
+    url: String,
+}
+
+impl Worker {
+    fn start(db: &str) -> Worker {
+        let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
+        let child = Command::new(BIN)
+            .args(["worker", "--db", db, "--listen", &format!("127.0.0.1:{port}"), "--threads", "2", "--memory-limit", "1G"])
+            .stdout(Stdio::null())
+            .stderr(Stdio::null())
+            .spawn()
+            .expect("start a worker");
+        let started = Instant::now();
+        while TcpStream::connect(("127.0.0.1", port)).is_err() {
+            assert!(started.elapsed() < Duration::from_secs(30), "worker on port {port} did not listen within 30 s");
+            std::thread::sleep(Duration::from_millis(50));
+        }
+        Worker { child, url: format!("http://127.0.0.1:{port}") }
+    }
+}
+
+impl Drop for Worker {
+    fn drop(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+#[test]
+fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().to_string_lossy().to_string();
+    // Six inserts: six data objects, so the scan has row groups to share.
+    let mut load = String::from("CREATE TABLE t AS SELECT value AS x, value % 7 AS k FROM generate_series(1, 50000)");
+    for i in 1..6 {
+        load.push_str(&format!("; INSERT INTO t SELECT value AS x, value % 7 AS k FROM generate_series({}, {})", i * 50000 + 1, (i + 1) * 50000));
+    }
+    ok(sql(&db, &[], &load));
+    let q = "SELECT k, count(*) AS n, sum(x) AS s FROM t GROUP BY k ORDER BY k";
+    let alone = ok(sql(&db, &[], q));
+    assert!(alone.contains("| 0 | 42857 |"), "{alone}");
+
+    let (a, mut b) = (Worker::start(&db), Worker::start(&db));
+    let urls = vec![a.url.clone(), b.url.clone()];
+    assert_eq!(ok(sql(&db, &urls, q)), alone, "two workers");
+    let join = "SELECT count(*) FROM t AS l JOIN t AS r ON l.x = r.x + 1 WHERE l.k = 3";
+    assert_eq!(ok(sql(&db, &urls, join)), ok(sql(&db, &[], join)), "a join on two workers");
+
+    // SIGKILL one worker: the next statement fails within a bound, naming it.
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    let started = Instant::now();
+    let out = sql(&db, &urls, q);
+    let took = started.elapsed();
+    assert!(!out.status.success(), "a statement on a dead worker succeeded: {}", String::from_utf8_lossy(&out.stdout));
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(err.contains(b.url.trim_start_matches("http://")), "the error does not name the dead worker {}: {err}", b.url);
+    assert!(took < Duration::from_secs(15), "failing took {took:?}");
+    // The survivor alone still answers.
+    assert_eq!(ok(sql(&db, std::slice::from_ref(&a.url), q)), alone, "the surviving worker");
+}
