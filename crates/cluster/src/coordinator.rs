@@ -14,7 +14,8 @@ use std::sync::Arc;
 
 use datafusion::common::DataFusionError;
 use datafusion::execution::session_state::SessionStateBuilder;
-use datafusion_distributed::{DesiredTaskCountEvent, DistributedExt, RouteTasksEvent, ScaleUpLeafNodeEvent, SessionStateBuilderExt, WorkerResolver};
+use datafusion::physical_plan::ExecutionPlan;
+use datafusion_distributed::{DesiredTaskCountEvent, DistributedExec, display_plan_ascii, DistributedExt, RouteTasksEvent, ScaleUpLeafNodeEvent, SessionStateBuilderExt, WorkerResolver};
 use url::Url;
 
 use blobhouse_engine::scan::ScanCodec;
@@ -98,5 +99,11 @@ impl StatementExtension for Cluster {
             .with_distributed_scale_up_leaf_node_handler(move |ev: ScaleUpLeafNodeEvent<'_>| scale_up.scale_up(ev))
             .with_distributed_route_tasks_handler(move |ev: RouteTasksEvent<'_>| route.route(ev))
             .with_distributed_planner()
+    }
+
+    /// The stages, their tasks, and what each task's scan share reads.
+    fn explain(&self, plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
+        plan.downcast_ref::<DistributedExec>()?;
+        Some(display_plan_ascii(plan.as_ref(), false))
     }
 }

@@ -173,6 +173,11 @@ impl Engine {
         *self.shared.extension.write().expect("not poisoned") = extension;
     }
 
+    /// The statement extension installed, if any.
+    pub fn statement_extension(&self) -> Option<Arc<dyn crate::StatementExtension>> {
+        self.shared.extension.read().expect("not poisoned").clone()
+    }
+
     /// Where this engine's scans read data ranges from (store, download
     /// manager, caching tiers): what a worker's decoded scans read through.
     pub fn data_source(&self) -> &DataSource {

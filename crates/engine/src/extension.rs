@@ -18,11 +18,19 @@ use std::sync::Arc;
 
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
+use datafusion::physical_plan::ExecutionPlan;
 
 /// A change to every statement's DataFusion state (see the module docs).
 pub trait StatementExtension: Send + Sync + std::fmt::Debug {
     /// Extends `builder`, the state one statement is about to plan with.
     fn extend(&self, builder: SessionStateBuilder) -> SessionStateBuilder;
+
+    /// How EXPLAIN shows `plan`, a physical plan planned with this
+    /// extension, beyond DataFusion's own rows (the cluster's stages and
+    /// tasks): `None` adds nothing.
+    fn explain(&self, _plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
+        None
+    }
 }
 
 /// The physical optimizer rules of ours whose plans cannot leave the

@@ -71,6 +71,10 @@ pub(crate) async fn run(env: &Env<'_>, statement: DFStatement, session: &Session
         }
         plan => {
             let analyze = matches!(plan, LogicalPlan::Analyze(_));
+            let explained = match (&plan, env.engine.statement_extension()) {
+                (LogicalPlan::Explain(e), Some(ext)) => Some((e.plan.as_ref().clone(), ext)),
+                _ => None,
+            };
             let df = env.ctx.execute_logical_plan(plan).await?;
             let mut result = run_planned(plan_physical(df).await?, started).await?;
             if analyze {
@@ -80,6 +84,13 @@ pub(crate) async fn run(env: &Env<'_>, statement: DFStatement, session: &Session
                 append_explain_row(&mut result, "Memory", &text);
                 if let Some(cache) = result.scan.cache_summary() {
                     append_explain_row(&mut result, "Cache", &cache);
+                }
+            }
+            if let Some((input, extension)) = explained {
+                // What runs where: the plan as the extension (the cluster) cut it.
+                let physical = env.ctx.execute_logical_plan(input).await?.create_physical_plan().await?;
+                if let Some(text) = extension.explain(&physical) {
+                    append_explain_row(&mut result, "distributed_plan", &text);
                 }
             }
             Ok(result)

@@ -93,6 +93,9 @@ async fn each_row_group_is_read_by_exactly_one_worker() {
     assert!(alone.scan.row_groups_read >= 50, "{:?}", alone.scan);
     let workers = Workers::start(&db, 3).await;
     let c = workers.coordinator(&db).await;
+    let plan = text(&run(&c, &format!("EXPLAIN {sql}")).await);
+    assert!(plan.contains("distributed_plan") && plan.contains("Stage") && plan.contains("BlobScanExec"), "{plan}");
+    workers.clear();
     let together = run(&c, sql).await;
     assert_eq!(text(&together), text(&alone));
     let given = workers.row_groups();
