@@ -42,7 +42,7 @@ impl EngineSessions {
     /// is added to it.
     pub fn new(engine: &Engine, tally: Option<Arc<ScanTally>>) -> Self {
         let base = engine.base_context().state();
-        let mut codec = ScanCodec::reading(engine);
+        let mut codec = engine.scan_codec();
         if let Some(t) = tally {
             codec = codec.with_tally(t);
         }

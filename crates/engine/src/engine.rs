@@ -178,15 +178,11 @@ impl Engine {
         self.shared.extension.read().expect("not poisoned").clone()
     }
 
-    /// Where this engine's scans read data ranges from (store, download
-    /// manager, caching tiers): what a worker's decoded scans read through.
-    pub fn data_source(&self) -> &DataSource {
-        &self.shared.source
-    }
-
-    /// The footers and zone maps scans keep.
-    pub fn metadata(&self) -> &Arc<MetadataCache> {
-        &self.shared.metadata
+    /// A codec that runs scans sent by a coordinator through this engine
+    /// (a worker's): its download manager, tiers, footer cache and
+    /// scheduler, under its database prefix.
+    pub fn scan_codec(&self) -> crate::scan::ScanCodec {
+        crate::scan::ScanCodec::reading(self.shared.source.clone(), self.shared.db.location().clone(), self.shared.metadata.clone(), self.shared.options.scan.clone())
     }
 
     /// The storage handle.

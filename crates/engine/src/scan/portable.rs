@@ -188,18 +188,12 @@ struct Reader {
 }
 
 impl ScanCodec {
-    /// A codec that decodes scans reading through `engine`'s download
-    /// manager, caching tiers and footer cache, under its database prefix.
-    pub fn reading(engine: &crate::Engine) -> Self {
-        ScanCodec {
-            reader: Some(Reader {
-                source: engine.data_source().clone(),
-                location: engine.database().location().clone(),
-                metadata: engine.metadata().clone(),
-                scheduler: engine.options().scan.clone(),
-                tally: None,
-            }),
-        }
+    /// A codec that decodes scans reading through `source` (an engine's
+    /// download manager and caching tiers) and `metadata` (its footer
+    /// cache), under the database at `location`, paced by `scheduler`
+    /// (`Engine::scan_codec` gives an engine's).
+    pub fn reading(source: DataSource, location: Location, metadata: Arc<MetadataCache>, scheduler: SchedulerOptions) -> Self {
+        ScanCodec { reader: Some(Reader { source, location, metadata, scheduler, tally: None }) }
     }
 
     /// Also adds every decoded scan to `tally`.
