@@ -6,7 +6,7 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use blobhouse_cluster::{Cluster, WorkerServer};
+use blobhouse_cluster::{Cluster, ClusterToken, WorkerServer};
 use blobhouse_engine::Engine;
 
 use crate::DbArgs;
@@ -19,6 +19,9 @@ pub struct WorkerArgs {
     /// Address to listen on for coordinators.
     #[arg(long, default_value = "127.0.0.1:50071")]
     listen: std::net::SocketAddr,
+    /// The environment variable holding the cluster's token, which every caller must present.
+    #[arg(long, value_name = "VAR", default_value = "BLOBHOUSE_CLUSTER_TOKEN")]
+    token_env: String,
 }
 
 /// The workers a command runs its statements on.
@@ -28,6 +31,9 @@ pub struct ClusterArgs {
     /// This process stays the coordinator: it parses, plans, commits and keeps the catalog.
     #[arg(long = "worker", value_name = "URL")]
     workers: Vec<String>,
+    /// The environment variable holding the cluster's token (the workers' own).
+    #[arg(long, value_name = "VAR", default_value = "BLOBHOUSE_CLUSTER_TOKEN")]
+    cluster_token_env: String,
 }
 
 impl ClusterArgs {
@@ -36,7 +42,8 @@ impl ClusterArgs {
         if self.workers.is_empty() {
             return Ok(());
         }
-        let cluster = Cluster::new(&self.workers).context("--worker")?;
+        let token = ClusterToken::from_env(&self.cluster_token_env)?;
+        let cluster = Cluster::new(&self.workers, token).context("--worker")?;
         cluster.install(engine);
         Ok(())
     }
@@ -44,9 +51,10 @@ impl ClusterArgs {
 
 /// Serves a worker until Ctrl-C.
 pub async fn worker(args: WorkerArgs) -> Result<ExitCode> {
+    let token = ClusterToken::from_env(&args.token_env)?;
     let engine = crate::open(&args.db).await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
-    let server = WorkerServer::start(&engine, listener, None).with_context(|| format!("cannot serve on {}", args.listen))?;
+    let server = WorkerServer::start(&engine, listener, token, None).with_context(|| format!("cannot serve on {}", args.listen))?;
     eprintln!(
         "worker for {} on {} ({} threads, memory limit {}); Ctrl-C stops it",
         args.db.db,

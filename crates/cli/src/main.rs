@@ -59,7 +59,7 @@ enum Command {
     #[command(args_override_self = true)]
     Serve(ServeArgs),
     /// Serve a database to coordinators as a cluster worker: run the tasks of their statements.
-    #[command(after_help = "A worker reads the database's data objects through its own download manager, memory\nbudget, spill directory and caches; it needs no catalog. Coordinators name it with --worker.\n\nExamples:\n  blobhouse worker --db s3://bucket/db --listen 127.0.0.1:50071 --memory-limit 8G\n  blobhouse worker --db s3://bucket/db --listen 127.0.0.1:50072 --memory-limit 8G\n  blobhouse sql --db s3://bucket/db --worker http://127.0.0.1:50071 --worker http://127.0.0.1:50072")]
+    #[command(after_help = "A worker reads the database's data objects through its own download manager, memory\nbudget, spill directory and caches; it needs no catalog. Coordinators name it with --worker.\nIt answers only callers that present the cluster token ($BLOBHOUSE_CLUSTER_TOKEN, the same everywhere).\n\nExamples:\n  export BLOBHOUSE_CLUSTER_TOKEN=$(openssl rand -hex 16)\n  blobhouse worker --db s3://bucket/db --listen 127.0.0.1:50071 --memory-limit 8G\n  blobhouse worker --db s3://bucket/db --listen 127.0.0.1:50072 --memory-limit 8G\n  blobhouse sql --db s3://bucket/db --worker http://127.0.0.1:50071 --worker http://127.0.0.1:50072")]
     Worker(cluster::WorkerArgs),
     /// Print a SCRAM-SHA-256 hash of the password read from standard input (for --users-file).
     HashPassword,

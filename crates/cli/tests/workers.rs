@@ -7,10 +7,11 @@ use std::process::{Child, Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
 const BIN: &str = env!("CARGO_BIN_EXE_blobhouse");
+const TOKEN: &str = "test-cluster-token";
 
 fn sql(db: &str, workers: &[String], script: &str) -> Output {
     let mut cmd = Command::new(BIN);
-    cmd.args(["sql", "--db", db, "--threads", "2", "-c", script]);
+    cmd.env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN).args(["sql", "--db", db, "--threads", "2", "-c", script]);
     for w in workers {
         cmd.args(["--worker", w]);
     }
@@ -32,6 +33,7 @@ impl Worker {
     fn start(db: &str) -> Worker {
         let port = TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port();
         let child = Command::new(BIN)
+            .env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN)
             .args(["worker", "--db", db, "--listen", &format!("127.0.0.1:{port}"), "--threads", "2", "--memory-limit", "1G"])
             .stdout(Stdio::null())
             .stderr(Stdio::null())
@@ -72,6 +74,15 @@ fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
     assert_eq!(ok(sql(&db, &urls, q)), alone, "two workers");
     let join = "SELECT count(*) FROM t AS l JOIN t AS r ON l.x = r.x + 1 WHERE l.k = 3";
     assert_eq!(ok(sql(&db, &urls, join)), ok(sql(&db, &[], join)), "a join on two workers");
+
+    // A coordinator with another token is refused, and says why.
+    let mut wrong = Command::new(BIN);
+    wrong.env("BLOBHOUSE_CLUSTER_TOKEN", "not-the-token").args(["sql", "--db", &db, "-c", q, "--worker", &a.url, "--worker", &b.url]);
+    let out = wrong.output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cluster token"), "{}", String::from_utf8_lossy(&out.stderr));
+    // A worker without a token does not start.
+    let out = Command::new(BIN).env_remove("BLOBHOUSE_CLUSTER_TOKEN").args(["worker", "--db", &db, "--listen", "127.0.0.1:0"]).output().unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("BLOBHOUSE_CLUSTER_TOKEN"), "{}", String::from_utf8_lossy(&out.stderr));
 
     // SIGKILL one worker: the next statement fails within a bound, naming it.
     b.child.kill().unwrap();

@@ -18,6 +18,8 @@ use datafusion_distributed::{ChannelResolver, WorkerChannel, grpc};
 use tonic::transport::Endpoint;
 use url::Url;
 
+use crate::token::{ClusterToken, WithToken};
+
 /// Longest a connection to a worker may take to open.
 pub const CONNECT_TIMEOUT: Duration = Duration::from_secs(5);
 /// How often an idle connection is probed, and how long the probe's answer
@@ -27,9 +29,11 @@ pub const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(2);
 pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 
 /// Connections to workers, by URL (cheap to clone; clones share them).
-#[derive(Clone, Default)]
+/// Every request on them carries the cluster's token.
+#[derive(Clone)]
 pub struct Channels {
     open: Arc<Mutex<HashMap<Url, grpc::BoxCloneSyncChannel>>>,
+    token: ClusterToken,
 }
 
 impl std::fmt::Debug for Channels {
@@ -40,6 +44,11 @@ impl std::fmt::Debug for Channels {
 }
 
 impl Channels {
+    /// No connection yet; each will carry `token`.
+    pub fn new(token: ClusterToken) -> Self {
+        Channels { open: Arc::default(), token }
+    }
+
     fn channel(&self, url: &Url) -> Result<grpc::BoxCloneSyncChannel, DataFusionError> {
         let mut open = self.open.lock().expect("not poisoned");
         if let Some(c) = open.get(url) {
@@ -52,7 +61,7 @@ impl Channels {
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true)
             .tcp_nodelay(true);
-        let channel = grpc::BoxCloneSyncChannel::new(endpoint.connect_lazy());
+        let channel = grpc::BoxCloneSyncChannel::new(WithToken { inner: endpoint.connect_lazy(), token: self.token.clone() });
         open.insert(url.clone(), channel.clone());
         Ok(channel)
     }

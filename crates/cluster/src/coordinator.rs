@@ -22,6 +22,7 @@ use blobhouse_engine::scan::ScanCodec;
 use blobhouse_engine::{Engine, StatementExtension};
 
 use crate::channels::Channels;
+use crate::token::ClusterToken;
 use crate::tasks::TaskPlacement;
 
 /// A bad cluster configuration.
@@ -57,7 +58,8 @@ impl Cluster {
     /// A cluster of the workers at `urls` (`http://HOST:PORT`), in the order
     /// given: a worker's place in it decides nothing but its tasks' order;
     /// row groups find their home by the worker's URL.
-    pub fn new(urls: &[impl AsRef<str>]) -> Result<Cluster, ClusterError> {
+    /// Every call carries `token`, which the workers check.
+    pub fn new(urls: &[impl AsRef<str>], token: ClusterToken) -> Result<Cluster, ClusterError> {
         if urls.is_empty() {
             return Err(ClusterError::NoWorkers);
         }
@@ -74,7 +76,7 @@ impl Cluster {
             parsed.push(url);
         }
         let urls: Arc<[Url]> = parsed.into();
-        Ok(Cluster { placement: TaskPlacement::new(&urls), urls, channels: Channels::default() })
+        Ok(Cluster { placement: TaskPlacement::new(&urls), urls, channels: Channels::new(token) })
     }
 
     /// The workers.

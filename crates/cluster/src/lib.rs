@@ -20,6 +20,7 @@
 //! - [`worker`]: a worker serving tasks through its own engine.
 //! - [`channels`]: the connections to workers, reused across statements,
 //!   with bounded connects and keepalives.
+//! - [`token`]: the cluster's bearer token, checked by every worker.
 //!
 //! Layering: this crate calls the engine (`blobhouse-engine`); the engine
 //! knows it only as a `StatementExtension`.
@@ -30,10 +31,12 @@ pub mod channels;
 pub mod coordinator;
 pub mod deploy;
 pub mod tasks;
+pub mod token;
 pub mod topology;
 pub mod worker;
 
 pub use coordinator::{Cluster, ClusterError};
+pub use token::{ClusterToken, TokenError};
 pub use worker::WorkerServer;
 
 pub use bind::{BindError, MemBind, bind, check};

@@ -20,6 +20,7 @@ use datafusion::logical_expr::ScalarUDF;
 use datafusion_distributed::{DistributedExt, Worker, WorkerQueryContext, WorkerSessionBuilder};
 use tokio::sync::oneshot;
 use tokio::task::JoinHandle;
+use tonic::service::interceptor::InterceptedService;
 use tonic::transport::Server;
 use tonic::transport::server::TcpIncoming;
 
@@ -27,6 +28,7 @@ use blobhouse_engine::Engine;
 use blobhouse_engine::scan::{ScanCodec, ScanTally};
 
 use crate::channels::Channels;
+use crate::token::ClusterToken;
 
 /// Builds the session of each task a worker runs (see the module docs).
 #[derive(Clone)]
@@ -39,8 +41,8 @@ pub struct EngineSessions {
 
 impl EngineSessions {
     /// Sessions over `engine`; with `tally`, every scan the worker decodes
-    /// is added to it.
-    pub fn new(engine: &Engine, tally: Option<Arc<ScanTally>>) -> Self {
+    /// is added to it. Calls to other workers (shuffles) carry `token`.
+    pub fn new(engine: &Engine, token: ClusterToken, tally: Option<Arc<ScanTally>>) -> Self {
         let base = engine.base_context().state();
         let mut codec = engine.scan_codec();
         if let Some(t) = tally {
@@ -50,7 +52,7 @@ impl EngineSessions {
             execution: base.config().options().execution.clone(),
             functions: base.scalar_functions().values().cloned().collect(),
             codec: Arc::new(codec),
-            channels: Channels::default(),
+            channels: Channels::new(token),
         }
     }
 }
@@ -72,8 +74,8 @@ impl WorkerSessionBuilder for EngineSessions {
 }
 
 /// datafusion-distributed's worker service over `engine`.
-pub fn worker(engine: &Engine, tally: Option<Arc<ScanTally>>) -> Worker {
-    Worker::from_session_builder(EngineSessions::new(engine, tally))
+pub fn worker(engine: &Engine, token: ClusterToken, tally: Option<Arc<ScanTally>>) -> Worker {
+    Worker::from_session_builder(EngineSessions::new(engine, token, tally))
         .with_runtime_env(engine.base_context().runtime_env())
         .with_version(concat!("blobhouse ", env!("CARGO_PKG_VERSION")))
 }
@@ -87,10 +89,12 @@ pub struct WorkerServer {
 }
 
 impl WorkerServer {
-    /// Serves `engine`'s worker on `listener` (bind port 0 for any).
-    pub fn start(engine: &Engine, listener: tokio::net::TcpListener, tally: Option<Arc<ScanTally>>) -> std::io::Result<WorkerServer> {
+    /// Serves `engine`'s worker on `listener` (bind port 0 for any) to
+    /// callers that present `token`.
+    pub fn start(engine: &Engine, listener: tokio::net::TcpListener, token: ClusterToken, tally: Option<Arc<ScanTally>>) -> std::io::Result<WorkerServer> {
         let addr = listener.local_addr()?;
-        let service = worker(engine, tally).into_worker_server();
+        let check = token.clone();
+        let service = InterceptedService::new(worker(engine, token, tally).into_worker_server(), move |r: tonic::Request<()>| check.check(&r).map(|_| r));
         let (stop, stopped) = oneshot::channel::<()>();
         let incoming = TcpIncoming::from(listener).with_nodelay(Some(true));
         let task = tokio::spawn(Server::builder().add_service(service).serve_with_incoming_shutdown(incoming, async {

@@ -8,12 +8,16 @@ use std::collections::HashSet;
 use std::sync::Arc;
 
 use blobhouse_bench::tpch;
-use blobhouse_cluster::{Cluster, WorkerServer};
+use blobhouse_cluster::{Cluster, ClusterToken, WorkerServer};
 use blobhouse_engine::scan::ScanTally;
 use blobhouse_engine::{EngineOptions, Session};
 
 use crate::common::*;
 use crate::tpch::assert_22_answers;
+
+fn token() -> ClusterToken {
+    ClusterToken::new("suite-cluster-token").expect("a token")
+}
 
 /// Workers serving in this process, with what each one's scans read.
 struct Workers {
@@ -29,7 +33,7 @@ impl Workers {
             let engine = db.engine(EngineOptions::default()).await;
             let tally = Arc::new(ScanTally::default());
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
-            w.servers.push(WorkerServer::start(engine.engine(), listener, Some(tally.clone())).expect("serve"));
+            w.servers.push(WorkerServer::start(engine.engine(), listener, token(), Some(tally.clone())).expect("serve"));
             w.tallies.push(tally);
             w._engines.push(engine);
         }
@@ -43,7 +47,7 @@ impl Workers {
     /// A coordinator on `db` that runs its statements on these workers.
     async fn coordinator(&self, db: &TestDb) -> Session {
         let e = db.engine(EngineOptions::default()).await;
-        Cluster::new(&self.urls()).expect("a valid cluster").install(e.engine());
+        Cluster::new(&self.urls(), token()).expect("a valid cluster").install(e.engine());
         e
     }
 
