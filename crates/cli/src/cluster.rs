@@ -1,12 +1,13 @@
 //! `blobhouse worker`, and `--worker URL` on the commands that run
 //! statements: the command line of the cluster (`blobhouse_cluster`).
 
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 
 use anyhow::{Context, Result};
 use clap::Args;
 
-use blobhouse_cluster::{Cluster, ClusterToken, WorkerServer};
+use blobhouse_cluster::{Cluster, ClusterToken, WorkerServer, WorkerTls};
 use blobhouse_engine::Engine;
 
 use crate::DbArgs;
@@ -22,6 +23,15 @@ pub struct WorkerArgs {
     /// The environment variable holding the cluster's token, which every caller must present.
     #[arg(long, value_name = "VAR", default_value = "BLOBHOUSE_CLUSTER_TOKEN")]
     token_env: String,
+    /// Serve over TLS only, with this certificate chain (PEM); the worker does not start if it does not load.
+    #[arg(long, requires = "tls_key", value_name = "PEM")]
+    tls_cert: Option<PathBuf>,
+    /// The private key of --tls-cert (PEM).
+    #[arg(long, requires = "tls_cert", value_name = "PEM")]
+    tls_key: Option<PathBuf>,
+    /// The CA that signed the other workers' certificates (shuffles between https:// workers).
+    #[arg(long, value_name = "PEM")]
+    tls_ca: Option<PathBuf>,
 }
 
 /// The workers a command runs its statements on.
@@ -34,6 +44,9 @@ pub struct ClusterArgs {
     /// The environment variable holding the cluster's token (the workers' own).
     #[arg(long, value_name = "VAR", default_value = "BLOBHOUSE_CLUSTER_TOKEN")]
     cluster_token_env: String,
+    /// The CA that signed the certificates of https:// workers (PEM).
+    #[arg(long, value_name = "PEM")]
+    worker_ca: Option<PathBuf>,
 }
 
 impl ClusterArgs {
@@ -43,7 +56,8 @@ impl ClusterArgs {
             return Ok(());
         }
         let token = ClusterToken::from_env(&self.cluster_token_env)?;
-        let cluster = Cluster::new(&self.workers, token).context("--worker")?;
+        let ca = self.worker_ca.as_ref().map(|p| read(p, "--worker-ca")).transpose()?;
+        let cluster = Cluster::new(&self.workers, token, ca.as_deref()).context("--worker")?;
         cluster.install(engine);
         Ok(())
     }
@@ -54,7 +68,11 @@ pub async fn worker(args: WorkerArgs) -> Result<ExitCode> {
     let token = ClusterToken::from_env(&args.token_env)?;
     let engine = crate::open(&args.db).await?;
     let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
-    let server = WorkerServer::start(&engine, listener, token, None).with_context(|| format!("cannot serve on {}", args.listen))?;
+    let tls = match (&args.tls_cert, &args.tls_key) {
+        (Some(cert), Some(key)) => Some(WorkerTls { cert: read(cert, "--tls-cert")?, key: read(key, "--tls-key")?, ca: args.tls_ca.as_ref().map(|p| read(p, "--tls-ca")).transpose()? }),
+        _ => None,
+    };
+    let server = WorkerServer::start(&engine, listener, token, tls.as_ref(), None).with_context(|| format!("the worker on {} did not start", args.listen))?;
     eprintln!(
         "worker for {} on {} ({} threads, memory limit {}); Ctrl-C stops it",
         args.db.db,
@@ -65,4 +83,8 @@ pub async fn worker(args: WorkerArgs) -> Result<ExitCode> {
     let _ = tokio::signal::ctrl_c().await;
     server.stop().await;
     Ok(ExitCode::SUCCESS)
+}
+
+fn read(path: &Path, flag: &str) -> Result<Vec<u8>> {
+    std::fs::read(path).with_context(|| format!("{flag}: cannot read {}", path.display()))
 }

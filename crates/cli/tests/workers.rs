@@ -84,6 +84,17 @@ fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
     let out = Command::new(BIN).env_remove("BLOBHOUSE_CLUSTER_TOKEN").args(["worker", "--db", &db, "--listen", "127.0.0.1:0"]).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("BLOBHOUSE_CLUSTER_TOKEN"), "{}", String::from_utf8_lossy(&out.stderr));
 
+    // A worker whose TLS certificate does not load does not start.
+    let bad = dir.path().join("bad.pem");
+    std::fs::write(&bad, "-----BEGIN CERTIFICATE-----\nnot base64 at all\n-----END CERTIFICATE-----\n").unwrap();
+    let bad = bad.to_string_lossy().to_string();
+    let out = Command::new(BIN)
+        .env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN)
+        .args(["worker", "--db", &db, "--listen", "127.0.0.1:0", "--tls-cert", &bad, "--tls-key", &bad])
+        .output()
+        .unwrap();
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("TLS certificate"), "{}", String::from_utf8_lossy(&out.stderr));
+
     // SIGKILL one worker: the next statement fails within a bound, naming it.
     b.child.kill().unwrap();
     b.child.wait().unwrap();

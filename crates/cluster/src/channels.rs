@@ -15,7 +15,7 @@ use std::time::Duration;
 use async_trait::async_trait;
 use datafusion::common::DataFusionError;
 use datafusion_distributed::{ChannelResolver, WorkerChannel, grpc};
-use tonic::transport::Endpoint;
+use tonic::transport::{Certificate, ClientTlsConfig, Endpoint};
 use url::Url;
 
 use crate::token::{ClusterToken, WithToken};
@@ -34,6 +34,8 @@ pub const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(3);
 pub struct Channels {
     open: Arc<Mutex<HashMap<Url, grpc::BoxCloneSyncChannel>>>,
     token: ClusterToken,
+    /// The CA that signed the workers' certificates (`https://` workers).
+    ca: Option<Certificate>,
 }
 
 impl std::fmt::Debug for Channels {
@@ -44,9 +46,10 @@ impl std::fmt::Debug for Channels {
 }
 
 impl Channels {
-    /// No connection yet; each will carry `token`.
-    pub fn new(token: ClusterToken) -> Self {
-        Channels { open: Arc::default(), token }
+    /// No connection yet; each will carry `token`, and connections to
+    /// `https://` workers trust only `ca` (PEM).
+    pub fn new(token: ClusterToken, ca: Option<&[u8]>) -> Self {
+        Channels { open: Arc::default(), token, ca: ca.map(Certificate::from_pem) }
     }
 
     fn channel(&self, url: &Url) -> Result<grpc::BoxCloneSyncChannel, DataFusionError> {
@@ -61,6 +64,13 @@ impl Channels {
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)
             .keep_alive_while_idle(true)
             .tcp_nodelay(true);
+        let endpoint = match (url.scheme(), &self.ca) {
+            ("https", Some(ca)) => endpoint
+                .tls_config(ClientTlsConfig::new().ca_certificate(ca.clone()))
+                .map_err(|e| DataFusionError::Configuration(format!("TLS to worker {url}: {e}")))?,
+            ("https", None) => return Err(DataFusionError::Configuration(format!("worker {url} is https: give the CA of its certificate (--worker-ca)"))),
+            _ => endpoint,
+        };
         let channel = grpc::BoxCloneSyncChannel::new(WithToken { inner: endpoint.connect_lazy(), token: self.token.clone() });
         open.insert(url.clone(), channel.clone());
         Ok(channel)

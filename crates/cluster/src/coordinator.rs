@@ -58,8 +58,9 @@ impl Cluster {
     /// A cluster of the workers at `urls` (`http://HOST:PORT`), in the order
     /// given: a worker's place in it decides nothing but its tasks' order;
     /// row groups find their home by the worker's URL.
-    /// Every call carries `token`, which the workers check.
-    pub fn new(urls: &[impl AsRef<str>], token: ClusterToken) -> Result<Cluster, ClusterError> {
+    /// Every call carries `token`, which the workers check; `https://`
+    /// workers are trusted when `ca` (PEM) signed their certificates.
+    pub fn new(urls: &[impl AsRef<str>], token: ClusterToken, ca: Option<&[u8]>) -> Result<Cluster, ClusterError> {
         if urls.is_empty() {
             return Err(ClusterError::NoWorkers);
         }
@@ -76,7 +77,7 @@ impl Cluster {
             parsed.push(url);
         }
         let urls: Arc<[Url]> = parsed.into();
-        Ok(Cluster { placement: TaskPlacement::new(&urls), urls, channels: Channels::new(token) })
+        Ok(Cluster { placement: TaskPlacement::new(&urls), urls, channels: Channels::new(token, ca) })
     }
 
     /// The workers.

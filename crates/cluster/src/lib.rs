@@ -37,7 +37,7 @@ pub mod worker;
 
 pub use coordinator::{Cluster, ClusterError};
 pub use token::{ClusterToken, TokenError};
-pub use worker::WorkerServer;
+pub use worker::{WorkerError, WorkerServer, WorkerTls};
 
 pub use bind::{BindError, MemBind, bind, check};
 pub use deploy::{DeployError, Placement, Workers, plan};

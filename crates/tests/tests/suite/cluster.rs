@@ -33,7 +33,7 @@ impl Workers {
             let engine = db.engine(EngineOptions::default()).await;
             let tally = Arc::new(ScanTally::default());
             let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.expect("bind a loopback port");
-            w.servers.push(WorkerServer::start(engine.engine(), listener, token(), Some(tally.clone())).expect("serve"));
+            w.servers.push(WorkerServer::start(engine.engine(), listener, token(), None, Some(tally.clone())).expect("serve"));
             w.tallies.push(tally);
             w._engines.push(engine);
         }
@@ -47,7 +47,7 @@ impl Workers {
     /// A coordinator on `db` that runs its statements on these workers.
     async fn coordinator(&self, db: &TestDb) -> Session {
         let e = db.engine(EngineOptions::default()).await;
-        Cluster::new(&self.urls(), token()).expect("a valid cluster").install(e.engine());
+        Cluster::new(&self.urls(), token(), None).expect("a valid cluster").install(e.engine());
         e
     }
 
@@ -153,4 +153,42 @@ async fn versions_deletes_and_open_transactions_read_the_same_on_workers() {
         run(e, "ROLLBACK").await;
     }
     assert_eq!(text(&run(&c, q).await), text(&now), "after ROLLBACK");
+}
+
+/// Workers over TLS: a coordinator that trusts their CA gets the answers;
+/// one without the CA is told to give it; a worker whose key does not
+/// match its certificate does not start.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn workers_over_tls_serve_coordinators_that_trust_their_ca() {
+    let db = TestDb::new(Backend::Local, "cluster-tls");
+    small_row_groups(&db).await;
+    let certs = tempfile::tempdir().unwrap();
+    blobhouse_testbed::make_certificates(certs.path()).expect("openssl makes the test certificates");
+    let read = |f: &str| std::fs::read(certs.path().join(f)).unwrap();
+    let tls = blobhouse_cluster::WorkerTls { cert: read("cert.pem"), key: read("key.pem"), ca: Some(read("ca.pem")) };
+    let mut servers = Vec::new();
+    let mut engines = Vec::new();
+    for _ in 0..2 {
+        let engine = db.engine(EngineOptions::default()).await;
+        let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+        servers.push(WorkerServer::start(engine.engine(), listener, token(), Some(&tls), None).expect("serve over TLS"));
+        engines.push(engine);
+    }
+    let urls: Vec<String> = servers.iter().map(|s| s.url().to_string()).collect();
+    assert!(urls.iter().all(|u| u.starts_with("https://")), "{urls:?}");
+    let q = "SELECT l_returnflag, count(*), sum(l_quantity) FROM lineitem GROUP BY l_returnflag ORDER BY l_returnflag";
+    let single = db.engine(EngineOptions::default()).await;
+    let c = db.engine(EngineOptions::default()).await;
+    Cluster::new(&urls, token(), Some(&read("ca.pem"))).unwrap().install(c.engine());
+    assert_eq!(text(&run(&c, q).await), text(&run(&single, q).await));
+    let untrusting = db.engine(EngineOptions::default()).await;
+    Cluster::new(&urls, token(), None).unwrap().install(untrusting.engine());
+    let err = fail(&untrusting, q).await;
+    assert!(err.contains("--worker-ca"), "{err}");
+
+    let engine = db.engine(EngineOptions::default()).await;
+    let listener = tokio::net::TcpListener::bind("127.0.0.1:0").await.unwrap();
+    let mismatched = blobhouse_cluster::WorkerTls { key: read("ca.key"), ..tls.clone() };
+    let refused = WorkerServer::start(engine.engine(), listener, token(), Some(&mismatched), None);
+    assert!(matches!(refused, Err(blobhouse_cluster::WorkerError::Tls(_))), "{refused:?}");
 }
