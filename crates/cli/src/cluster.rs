@@ -50,14 +50,19 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
-    /// Makes `engine` a coordinator of the workers given, if any.
-    pub fn install(&self, engine: &Engine) -> Result<()> {
+    /// Makes `engine` a coordinator of the workers given, if any; says
+    /// which of them are down now (statements leave them out until they
+    /// answer again).
+    pub async fn install(&self, engine: &Engine) -> Result<()> {
         if self.workers.is_empty() {
             return Ok(());
         }
         let token = ClusterToken::from_env(&self.cluster_token_env)?;
         let ca = self.worker_ca.as_ref().map(|p| read(p, "--worker-ca")).transpose()?;
         let cluster = Cluster::new(&self.workers, token, ca.as_deref()).context("--worker")?;
+        for url in cluster.probe().await {
+            eprintln!("warning: worker {url} does not answer; statements run on the others until it does");
+        }
         cluster.install(engine);
         Ok(())
     }

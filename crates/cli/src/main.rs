@@ -390,7 +390,7 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
         Command::Demo(args) => demo::run(args).await,
         Command::Sql(args) => {
             let engine = open(&args.db).await?;
-            args.cluster.install(&engine)?;
+            args.cluster.install(&engine).await?;
             let session = engine.connect();
             let mut shell = shell::Shell::new(&session, args.format);
             if let Some(sql) = &args.command {

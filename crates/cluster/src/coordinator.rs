@@ -16,12 +16,14 @@ use datafusion::common::DataFusionError;
 use datafusion::execution::session_state::SessionStateBuilder;
 use datafusion::physical_plan::ExecutionPlan;
 use datafusion_distributed::{DesiredTaskCountEvent, DistributedExec, display_plan_ascii, DistributedExt, RouteTasksEvent, ScaleUpLeafNodeEvent, SessionStateBuilderExt, WorkerResolver};
+use futures::future::BoxFuture;
 use url::Url;
 
 use blobhouse_engine::scan::ScanCodec;
 use blobhouse_engine::{Engine, StatementExtension};
 
 use crate::channels::Channels;
+use crate::liveness::Liveness;
 use crate::token::ClusterToken;
 use crate::tasks::TaskPlacement;
 
@@ -40,17 +42,25 @@ pub enum ClusterError {
 #[derive(Debug, Clone)]
 pub struct Cluster {
     urls: Arc<[Url]>,
+    live: Liveness,
     channels: Channels,
     placement: TaskPlacement,
 }
 
-/// The fixed list of workers, as datafusion-distributed asks for it.
+/// The workers that are up, as datafusion-distributed asks for them.
 #[derive(Debug)]
-struct StaticWorkers(Arc<[Url]>);
+struct UpWorkers(Liveness);
 
-impl WorkerResolver for StaticWorkers {
+impl WorkerResolver for UpWorkers {
     fn get_urls(&self) -> Result<Vec<Url>, DataFusionError> {
-        Ok(self.0.to_vec())
+        let up = self.0.up();
+        if up.is_empty() {
+            return Err(DataFusionError::Execution(format!(
+                "every worker of the cluster is down (tried again {} s after each failed): start them, or run without --worker",
+                crate::liveness::DOWN_FOR.as_secs()
+            )));
+        }
+        Ok(up)
     }
 }
 
@@ -77,12 +87,19 @@ impl Cluster {
             parsed.push(url);
         }
         let urls: Arc<[Url]> = parsed.into();
-        Ok(Cluster { placement: TaskPlacement::new(&urls), urls, channels: Channels::new(token, ca) })
+        let live = Liveness::new(urls.clone());
+        Ok(Cluster { placement: TaskPlacement::new(live.clone()), live, urls, channels: Channels::new(token, ca) })
     }
 
     /// The workers.
     pub fn workers(&self) -> &[Url] {
         &self.urls
+    }
+
+    /// The workers that do not accept a connection now (each left out of
+    /// statements for a while): what a command reports at start.
+    pub async fn probe(&self) -> Vec<Url> {
+        self.live.probe().await
     }
 
     /// Makes `engine` run its statements on this cluster from the next one on.
@@ -95,13 +112,19 @@ impl StatementExtension for Cluster {
     fn extend(&self, builder: SessionStateBuilder) -> SessionStateBuilder {
         let (desired, scale_up, route) = (self.placement.clone(), self.placement.clone(), self.placement.clone());
         builder
-            .with_distributed_worker_resolver(StaticWorkers(self.urls.clone()))
+            .with_distributed_worker_resolver(UpWorkers(self.live.clone()))
             .with_distributed_channel_resolver(self.channels.clone())
             .with_distributed_user_codec(ScanCodec::default())
             .with_distributed_desired_task_count_handler(move |ev: DesiredTaskCountEvent<'_>| desired.desired(ev))
             .with_distributed_scale_up_leaf_node_handler(move |ev: ScaleUpLeafNodeEvent<'_>| scale_up.scale_up(ev))
             .with_distributed_route_tasks_handler(move |ev: RouteTasksEvent<'_>| route.route(ev))
             .with_distributed_planner()
+    }
+
+    /// Marks down the workers that no longer answer after a failed
+    /// statement ([`Liveness::probe`]) and names them.
+    fn failed_by<'a>(&'a self, _error: &'a DataFusionError) -> BoxFuture<'a, Vec<String>> {
+        Box::pin(async move { self.live.probe().await.iter().map(|u| u.as_str().trim_end_matches('/').to_string()).collect() })
     }
 
     /// The stages, their tasks, and what each task's scan share reads.

@@ -21,6 +21,8 @@
 //! - [`channels`]: the connections to workers, reused across statements,
 //!   with bounded connects and keepalives.
 //! - [`token`]: the cluster's bearer token, checked by every worker.
+//! - [`liveness`]: which workers are up; a failed statement's dead
+//!   workers are left out for a while.
 //!
 //! Layering: this crate calls the engine (`blobhouse-engine`); the engine
 //! knows it only as a `StatementExtension`.
@@ -30,6 +32,7 @@ pub mod bind;
 pub mod channels;
 pub mod coordinator;
 pub mod deploy;
+pub mod liveness;
 pub mod tasks;
 pub mod token;
 pub mod topology;

@@ -26,11 +26,11 @@ use datafusion_distributed::{
     DesiredTaskCountEvent, DesiredTaskCountEventResponse, DistributedLeafExec, RouteTasksEvent, RouteTasksEventResponse, ScaleUpLeafNodeEvent,
     ScaleUpLeafNodeEventResponse,
 };
-use url::Url;
 
 use blobhouse_engine::BlobScanExec;
 
 use crate::affinity::{WorkerKey, home, row_group_key};
+use crate::liveness::Liveness;
 
 /// Tasks for a scan of `row_groups` row groups on `workers` workers.
 pub fn desired_tasks(row_groups: usize, workers: usize) -> usize {
@@ -44,23 +44,28 @@ pub fn share_of(row_groups: &[(&str, usize)], workers: &[WorkerKey], tasks: usiz
     row_groups.iter().map(|(object, rg)| home(row_group_key(object, *rg), workers).unwrap_or(0) % tasks).collect()
 }
 
-/// The workers of a cluster, in the order tasks are routed to them.
+/// The workers of a cluster that are up, in the order tasks are routed to
+/// them: read at each question, so a worker found down leaves the next
+/// plan.
 #[derive(Debug, Clone)]
 pub struct TaskPlacement {
-    urls: Arc<[Url]>,
-    keys: Arc<[WorkerKey]>,
+    live: Liveness,
 }
 
 impl TaskPlacement {
-    /// Placement over `urls`; a worker's identity is its URL.
-    pub fn new(urls: &[Url]) -> Self {
-        TaskPlacement { urls: urls.into(), keys: urls.iter().map(|u| WorkerKey::new(u.as_str())).collect() }
+    /// Placement over the up workers of `live`; a worker's identity is its URL.
+    pub fn new(live: Liveness) -> Self {
+        TaskPlacement { live }
+    }
+
+    fn keys(&self) -> Vec<WorkerKey> {
+        self.live.up().iter().map(|u| WorkerKey::new(u.as_str())).collect()
     }
 
     /// The answer to "how many tasks" for `plan`, when it is our scan.
     pub fn desired(&self, ev: DesiredTaskCountEvent) -> Option<Result<DesiredTaskCountEventResponse>> {
         let scan = ev.plan.downcast_ref::<BlobScanExec>()?;
-        Some(Ok(DesiredTaskCountEventResponse::desired(desired_tasks(scan.unit_count(), self.keys.len()))))
+        Some(Ok(DesiredTaskCountEventResponse::desired(desired_tasks(scan.unit_count(), self.keys().len()))))
     }
 
     /// `plan` (our scan) cut into one share per task.
@@ -69,7 +74,7 @@ impl TaskPlacement {
         if ev.task_count <= 1 {
             return None;
         }
-        let shares = share_of(&scan.unit_identities(), &self.keys, ev.task_count);
+        let shares = share_of(&scan.unit_identities(), &self.keys(), ev.task_count);
         Some(scan.split(&shares, ev.task_count).and_then(|variants| {
             let variants = variants.into_iter().map(|v| Arc::new(v) as Arc<dyn ExecutionPlan>);
             Ok(ScaleUpLeafNodeEventResponse::new(Arc::new(DistributedLeafExec::try_new(ev.plan.clone(), variants)?)))
@@ -82,10 +87,11 @@ impl TaskPlacement {
             .plan
             .exists(|p| Ok(p.downcast_ref::<DistributedLeafExec>().is_some_and(|l| l.original().downcast_ref::<BlobScanExec>().is_some())))
             .unwrap_or(false);
-        if !reads_ours || self.urls.is_empty() {
+        let urls = self.live.up();
+        if !reads_ours || urls.is_empty() {
             return None;
         }
-        Some(Ok(RouteTasksEventResponse::new(self.urls.iter().cycle().take(ev.task_count).cloned().collect())))
+        Some(Ok(RouteTasksEventResponse::new(urls.iter().cycle().take(ev.task_count).cloned().collect())))
     }
 }
 

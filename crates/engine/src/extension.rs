@@ -16,7 +16,9 @@
 
 use std::sync::Arc;
 
+use datafusion::common::DataFusionError;
 use datafusion::execution::session_state::SessionStateBuilder;
+use futures::future::BoxFuture;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 
@@ -30,6 +32,15 @@ pub trait StatementExtension: Send + Sync + std::fmt::Debug {
     /// tasks): `None` adds nothing.
     fn explain(&self, _plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
         None
+    }
+
+    /// After `error` failed a statement: the processes this extension
+    /// found down (the cluster's dead workers, by address), each left out
+    /// of the plans that follow. A statement that only reads, outside
+    /// BEGIN … COMMIT, then runs once more; any other fails naming them.
+    /// Default: none.
+    fn failed_by<'a>(&'a self, _error: &'a DataFusionError) -> BoxFuture<'a, Vec<String>> {
+        Box::pin(async { Vec::new() })
     }
 }
 

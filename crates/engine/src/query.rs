@@ -12,7 +12,9 @@ use datafusion::common::DataFusionError;
 use datafusion::dataframe::DataFrame;
 use datafusion::execution::context::SessionContext;
 use datafusion::logical_expr::{DdlStatement, DescribeTable, LogicalPlan, Statement};
-use datafusion::physical_plan::{ExecutionPlan, collect, execute_stream};
+use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
+use datafusion::physical_plan::{ExecutionPlan, SendableRecordBatchStream, collect, execute_stream};
+use futures::{StreamExt, TryStreamExt};
 use datafusion::sql::parser::Statement as DFStatement;
 
 use crate::env::Env;
@@ -28,6 +30,12 @@ pub(crate) const SHOW_TABLES: &str = "SELECT table_name AS name FROM information
 pub(crate) struct Planned {
     task: Arc<datafusion::execution::TaskContext>,
     physical: Arc<dyn ExecutionPlan>,
+    /// Asked who failed a run ([`Planned::with_cluster`]).
+    cluster: Option<Arc<dyn crate::StatementExtension>>,
+    /// Whether a run a worker failed may run again.
+    rerun: bool,
+    /// What it was planned from, to plan it again for a rerun.
+    logical: Option<DataFrame>,
 }
 
 /// Plans `statement` in `ctx` down to the physical plan when it is a
@@ -75,8 +83,10 @@ pub(crate) async fn run(env: &Env<'_>, statement: DFStatement, session: &Session
                 (LogicalPlan::Explain(e), Some(ext)) => Some((e.plan.as_ref().clone(), ext)),
                 _ => None,
             };
+            let reads_only = !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Copy(_) | LogicalPlan::Ddl(_) | LogicalPlan::Statement(_));
             let df = env.ctx.execute_logical_plan(plan).await?;
-            let mut result = run_planned(plan_physical(df).await?, started).await?;
+            let planned = plan_physical(df).await?.with_cluster(env.engine, reads_only && !env.in_transaction);
+            let mut result = run_planned(planned, started).await?;
             if analyze {
                 // EXPLAIN ANALYZE: one more row with what the query held.
                 record_memory(env.engine, &mut result);
@@ -107,25 +117,103 @@ pub(crate) fn record_memory(engine: &crate::Engine, result: &mut QueryResult) {
 
 pub(crate) async fn plan_physical(df: DataFrame) -> Result<Planned, DataFusionError> {
     let task = Arc::new(df.task_ctx());
-    let physical = df.create_physical_plan().await?;
-    Ok(Planned { task, physical })
+    let physical = df.clone().create_physical_plan().await?;
+    Ok(Planned { task, physical, cluster: None, rerun: false, logical: Some(df) })
+}
+
+impl Planned {
+    /// With a statement extension on `engine` (a cluster): a run that fails
+    /// because a worker died says which; with `rerun` (a statement that
+    /// only reads, outside BEGIN … COMMIT) it runs once more, planned again
+    /// without that worker. A streamed query is rerun only before its
+    /// first rows are out.
+    pub(crate) fn with_cluster(mut self, engine: &crate::Engine, rerun: bool) -> Planned {
+        self.cluster = engine.statement_extension();
+        self.rerun = rerun && self.cluster.is_some();
+        if !self.rerun {
+            self.logical = None;
+        }
+        self
+    }
+}
+
+/// After `error` failed a run: the notice of a rerun when a worker is
+/// found down and `rerun` allows it (57P01, admin_shutdown: PostgreSQL's
+/// code for a server process that went away); otherwise the error, naming
+/// the workers found down.
+async fn after_failure(cluster: Option<&Arc<dyn crate::StatementExtension>>, rerun: bool, error: DataFusionError) -> Result<crate::Notice, DataFusionError> {
+    let Some(cluster) = cluster else { return Err(error) };
+    let down = cluster.failed_by(&error).await;
+    if down.is_empty() {
+        return Err(error);
+    }
+    let workers = down.join(", ");
+    if !rerun {
+        return Err(DataFusionError::Execution(format!(
+            "cluster worker {workers} failed during this statement; inside a transaction (or when it writes) it is not run again: ROLLBACK and run it again ({error})"
+        )));
+    }
+    let message = format!("cluster worker {workers} failed this statement and it ran again on the others: {error}");
+    Ok(crate::Notice { severity: "WARNING", sqlstate: "57P01", message })
+}
+
+/// The plan of `logical` made again, for a rerun: a distributed plan that
+/// ran keeps the workers its stages were sent to (a rerun of the same plan
+/// failed again on the dead one), a new plan asks for the workers up.
+async fn replan(logical: Option<DataFrame>) -> Result<Arc<dyn ExecutionPlan>, DataFusionError> {
+    let logical = logical.ok_or_else(|| DataFusionError::Internal("a rerun without the statement's plan".into()))?;
+    logical.create_physical_plan().await
 }
 
 /// Starts a planned query; its rows come as they are computed.
 pub(crate) fn stream_planned(planned: Planned) -> Result<RowStream, EngineError> {
-    let Planned { task, physical } = planned;
+    let Planned { task, physical, cluster, rerun, logical } = planned;
     let schema = physical.schema();
-    let batches = execute_stream(physical, task)?;
-    Ok(RowStream { schema, batches })
+    let Some(cluster) = cluster else {
+        return Ok(RowStream { schema, batches: execute_stream(physical, task)? });
+    };
+    // The first batch decides: an error before any row is out may be rerun;
+    // one after names the worker.
+    let first = async move {
+        let mut batches = execute_stream(physical.clone(), task.clone())?;
+        match batches.next().await {
+            Some(Err(e)) => {
+                after_failure(Some(&cluster), rerun, e).await?;
+                execute_stream(replan(logical).await?, task)
+            }
+            first => {
+                let rest = batches.then(move |b| {
+                    let cluster = cluster.clone();
+                    async move {
+                        match b {
+                            Err(e) => Err(after_failure(Some(&cluster), false, e).await.err().unwrap_or_else(|| DataFusionError::Internal("a failure became a rerun".into()))),
+                            ok => ok,
+                        }
+                    }
+                });
+                Ok(Box::pin(RecordBatchStreamAdapter::new(physical.schema(), futures::stream::iter(first).chain(rest))) as SendableRecordBatchStream)
+            }
+        }
+    };
+    let batches = futures::stream::once(first).try_flatten();
+    Ok(RowStream { schema: schema.clone(), batches: Box::pin(RecordBatchStreamAdapter::new(schema, batches)) })
 }
 
 /// Runs a planned query to the end; what came before it (planning, and
 /// finding the newest version) counts as its planning time.
 pub(crate) async fn run_planned(planned: Planned, started: Instant) -> Result<QueryResult, DataFusionError> {
-    let Planned { task, physical } = planned;
+    let Planned { task, mut physical, cluster, rerun, logical } = planned;
     let planning = started.elapsed();
     let schema = physical.schema();
-    let batches = collect(physical.clone(), task).await?;
+    let mut notices = Vec::new();
+    let batches = match collect(physical.clone(), task.clone()).await {
+        Err(e) => {
+            notices.push(after_failure(cluster.as_ref(), rerun, e).await?);
+            physical = replan(logical).await?;
+            collect(physical.clone(), task).await?
+        }
+        Ok(batches) => batches,
+    };
     let (spilled_bytes, spills) = spill_totals(&physical);
     Ok(QueryResult {
         schema,
@@ -136,7 +224,7 @@ pub(crate) async fn run_planned(planned: Planned, started: Instant) -> Result<Qu
         scheduler: collect_scheduler_timelines(&physical),
         memory: MemoryUse { spilled_bytes, spills, ..MemoryUse::default() },
         pushdown: crate::hybrid::collect_pushdown(&physical),
-        notices: Vec::new(),
+        notices,
         rolled_back: false,
     })
 }
