@@ -268,6 +268,8 @@ fn parse_listener(text: &str) -> Result<Listener, String> {
 struct ServeArgs {
     #[command(flatten)]
     db: DbArgs,
+    #[command(flatten)]
+    cluster: cluster::ClusterArgs,
     /// Settings from a TOML file: serve's flags as keys (pg-listen = "0.0.0.0:5432") and a
     /// [users] table of SCRAM hashes. Flags on the command line win over the file.
     #[arg(long, value_name = "FILE", env = "BLOBHOUSE_CONFIG")]
@@ -463,6 +465,7 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
                 metrics_listen: args.metrics_listen,
             };
             let engine = open(&args.db).await?;
+            args.cluster.install(&engine).await?;
             let server = blobhouse_server::Server::start(engine, options).await?;
             eprintln!(
                 "serving {} to PostgreSQL clients on {}{}{}{}; Ctrl-C stops it",

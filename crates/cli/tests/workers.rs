@@ -137,3 +137,53 @@ fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
     assert!(err.contains(c.url.trim_start_matches("http://")), "the error does not name the dead worker {}: {err}", c.url);
     assert!(took < Duration::from_secs(15), "failing took {took:?}");
 }
+
+/// `blobhouse serve --worker …`: a PostgreSQL client's statements run on
+/// the workers (EXPLAIN shows the distributed plan) with the answers of
+/// one process.
+#[test]
+fn serve_runs_client_statements_on_workers() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().to_string_lossy().to_string();
+    let mut load = String::from("CREATE TABLE t AS SELECT value AS x, value % 7 AS k FROM generate_series(1, 50000)");
+    load.push_str("; INSERT INTO t SELECT value AS x, value % 7 AS k FROM generate_series(50001, 100000)");
+    ok(sql(&db, &[], &load));
+    let q = "SELECT k, count(*) AS n, sum(x) AS s FROM t GROUP BY k ORDER BY k";
+    let (a, b) = (Worker::start(&db), Worker::start(&db));
+    let mut serve = Command::new(BIN)
+        .env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN)
+        .env("BLOBHOUSE_PASSWORD", "pw")
+        .args(["serve", "--db", &db, "--pg-listen", "127.0.0.1:0", "--flight-listen", "off", "--user", "alice", "--worker", &a.url, "--worker", &b.url])
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(serve.stderr.take().unwrap());
+    let port = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "serve stopped before serving");
+        if let Some(rest) = line.strip_prefix("serving ") {
+            break rest.split(" on ").nth(1).unwrap().split([',', ';']).next().unwrap().rsplit(':').next().unwrap().to_string();
+        }
+    };
+    let psql = |sql: &str| {
+        let out = Command::new("psql")
+            .arg(format!("host=127.0.0.1 port={port} user=alice dbname=blobhouse sslmode=disable"))
+            .args(["-X", "-A", "-t", "-c", sql])
+            .env("PGPASSWORD", "pw")
+            .output()
+            .expect("psql runs (install postgresql-client)");
+        assert!(out.status.success(), "{sql}: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8_lossy(&out.stdout).to_string()
+    };
+    assert!(psql(&format!("EXPLAIN {q}")).contains("distributed_plan"), "not distributed");
+    let rows = psql(q);
+    assert!(rows.starts_with("0|14285|"), "{rows}");
+    let alone = ok(sql(&db, &[], q));
+    for line in rows.lines() {
+        let cells: Vec<&str> = line.split('|').collect();
+        assert!(alone.contains(&format!("| {} | {} | {} |", cells[0], cells[1], cells[2])), "{line} is not in\n{alone}");
+    }
+    serve.kill().unwrap();
+    serve.wait().unwrap();
+}

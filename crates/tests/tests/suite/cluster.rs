@@ -192,3 +192,45 @@ async fn workers_over_tls_serve_coordinators_that_trust_their_ca() {
     let refused = WorkerServer::start(engine.engine(), listener, token(), Some(&mismatched), None);
     assert!(matches!(refused, Err(blobhouse_cluster::WorkerError::Tls(_))), "{refused:?}");
 }
+
+/// Cache affinity: a repeated query sends each row group to the worker
+/// that read it last time, so the second run reads its data from the
+/// workers' memory tiers and hardly from the store.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_repeated_query_reads_from_the_workers_tiers() {
+    let db = TestDb::new(Backend::Local, "cluster-affinity");
+    small_row_groups(&db).await;
+    for q in [1, 6] {
+        // Fresh workers for each query: Q6's columns are among Q1's.
+        let workers = Workers::start(&db, 3).await;
+        let c = workers.coordinator(&db).await;
+        repeat_on(&workers, &c, q).await;
+    }
+}
+
+async fn repeat_on(workers: &Workers, c: &Session, q: usize) {
+    let read = || {
+        let mut sum = blobhouse_engine::scan::TallyRead::default();
+        for t in &workers.tallies {
+            let r = t.read();
+            sum.get_requests += r.get_requests;
+            sum.bytes_fetched += r.bytes_fetched;
+            sum.tier_bytes += r.tier_bytes;
+            sum.row_groups_read += r.row_groups_read;
+        }
+        sum
+    };
+    let sql = tpch::query(q);
+    workers.clear();
+    let first = run(c, sql).await;
+    let cold = read();
+    workers.clear();
+    let second = run(c, sql).await;
+    let warm = read();
+    assert_eq!(text(&first), text(&second), "Q{q}");
+    assert!(cold.get_requests > 0 && cold.bytes_fetched > 0, "Q{q} cold: {cold:?}");
+    assert_eq!(warm.row_groups_read, cold.row_groups_read, "Q{q}");
+    let from_tiers = warm.tier_bytes as f64 / (warm.tier_bytes + warm.bytes_fetched).max(1) as f64;
+    assert!(from_tiers >= 0.95, "Q{q}: {:.1} % of the second run's bytes came from the tiers: {warm:?}", from_tiers * 100.0);
+    assert!(warm.get_requests * 20 <= cold.get_requests, "Q{q}: {} GETs against {} the first time", warm.get_requests, cold.get_requests);
+}
