@@ -7,7 +7,8 @@ use std::process::ExitCode;
 use anyhow::{Context, Result};
 use clap::Args;
 
-use blobhouse_cluster::{Cluster, ClusterToken, WorkerServer, WorkerTls};
+use blobhouse_cluster::supervisor::random_token;
+use blobhouse_cluster::{Cluster, ClusterToken, LocalSpec, LocalWorkers, MemBind, WorkerServer, WorkerTls, Workers};
 use blobhouse_engine::Engine;
 
 use crate::DbArgs;
@@ -39,8 +40,16 @@ pub struct WorkerArgs {
 pub struct ClusterArgs {
     /// Run statements on this worker (`blobhouse worker`), as many times as there are workers.
     /// This process stays the coordinator: it parses, plans, commits and keeps the catalog.
-    #[arg(long = "worker", value_name = "URL")]
+    #[arg(long = "worker", value_name = "URL", conflicts_with = "local_workers")]
     workers: Vec<String>,
+    /// Start worker processes on this machine and run statements on them: one per machine,
+    /// per NUMA node (CPUs and memory bound to it), per physical core, or N.
+    #[arg(long = "workers", value_name = "machine|numa|core|N")]
+    local_workers: Option<String>,
+    /// How the memory of --workers numa|core|N workers is bound to their nodes:
+    /// strict (never elsewhere; a worker that outgrows its nodes is killed) or preferred.
+    #[arg(long, value_name = "strict|preferred", default_value = "preferred", value_parser = parse_membind)]
+    membind: MemBind,
     /// The environment variable holding the cluster's token (the workers' own).
     #[arg(long, value_name = "VAR", default_value = "BLOBHOUSE_CLUSTER_TOKEN")]
     cluster_token_env: String,
@@ -50,21 +59,49 @@ pub struct ClusterArgs {
 }
 
 impl ClusterArgs {
-    /// Makes `engine` a coordinator of the workers given, if any; says
-    /// which of them are down now (statements leave them out until they
-    /// answer again).
-    pub async fn install(&self, engine: &Engine) -> Result<()> {
-        if self.workers.is_empty() {
-            return Ok(());
-        }
-        let token = ClusterToken::from_env(&self.cluster_token_env)?;
+    /// Makes `engine` a coordinator of the workers given, if any — or of
+    /// workers it starts here (`--workers`, returned: they stop when it is
+    /// dropped); says which of them are down now (statements leave them
+    /// out until they answer again).
+    pub async fn install(&self, engine: &Engine, db: &crate::DbArgs) -> Result<Option<LocalWorkers>> {
+        let mut local = None;
+        let (urls, token) = match &self.local_workers {
+            Some(mode) => {
+                let workers: Workers = mode.parse()?;
+                if matches!(workers, Workers::Count(1) | Workers::Machine) {
+                    eprintln!("note: with one worker every stage is one task, and statements run in this process (docs/cluster.md)");
+                }
+                let token = match std::env::var(&self.cluster_token_env) {
+                    Ok(t) if !t.trim().is_empty() => t,
+                    _ => random_token().context("cannot make a cluster token")?,
+                };
+                let spec = LocalSpec {
+                    binary: std::env::current_exe().context("cannot find this program to start workers")?,
+                    db: db.db.clone(),
+                    workers,
+                    membind: self.membind,
+                    spill_dir: db.spill_dir(),
+                    token_env: self.cluster_token_env.clone(),
+                    token: token.clone(),
+                };
+                let started = LocalWorkers::start(&spec).await?;
+                for (pid, p) in started.processes() {
+                    eprintln!("worker pid {pid}: {p}");
+                }
+                let urls: Vec<String> = started.urls().iter().map(|u| u.to_string()).collect();
+                local = Some(started);
+                (urls, ClusterToken::new(&token)?)
+            }
+            None if self.workers.is_empty() => return Ok(None),
+            None => (self.workers.clone(), ClusterToken::from_env(&self.cluster_token_env)?),
+        };
         let ca = self.worker_ca.as_ref().map(|p| read(p, "--worker-ca")).transpose()?;
-        let cluster = Cluster::new(&self.workers, token, ca.as_deref()).context("--worker")?;
+        let cluster = Cluster::new(&urls, token, ca.as_deref()).context("--worker")?;
         for url in cluster.probe().await {
             eprintln!("warning: worker {url} does not answer; statements run on the others until it does");
         }
         cluster.install(engine);
-        Ok(())
+        Ok(local)
     }
 }
 
@@ -92,4 +129,12 @@ pub async fn worker(args: WorkerArgs) -> Result<ExitCode> {
 
 fn read(path: &Path, flag: &str) -> Result<Vec<u8>> {
     std::fs::read(path).with_context(|| format!("{flag}: cannot read {}", path.display()))
+}
+
+fn parse_membind(text: &str) -> Result<MemBind, String> {
+    match text {
+        "strict" => Ok(MemBind::Strict),
+        "preferred" => Ok(MemBind::Preferred),
+        _ => Err(format!("{text:?}: expected strict or preferred")),
+    }
 }

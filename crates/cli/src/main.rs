@@ -106,6 +106,13 @@ pub struct DbArgs {
     engine: EngineArgs,
 }
 
+impl DbArgs {
+    /// The spill directory given, if any.
+    fn spill_dir(&self) -> Option<std::path::PathBuf> {
+        self.engine.spill_dir.clone()
+    }
+}
+
 /// The engine's memory and spilling.
 #[derive(Args, Clone, Default)]
 pub struct EngineArgs {
@@ -392,7 +399,7 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
         Command::Demo(args) => demo::run(args).await,
         Command::Sql(args) => {
             let engine = open(&args.db).await?;
-            args.cluster.install(&engine).await?;
+            let _workers = args.cluster.install(&engine, &args.db).await?;
             let session = engine.connect();
             let mut shell = shell::Shell::new(&session, args.format);
             if let Some(sql) = &args.command {
@@ -465,7 +472,7 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
                 metrics_listen: args.metrics_listen,
             };
             let engine = open(&args.db).await?;
-            args.cluster.install(&engine).await?;
+            let _workers = args.cluster.install(&engine, &args.db).await?;
             let server = blobhouse_server::Server::start(engine, options).await?;
             eprintln!(
                 "serving {} to PostgreSQL clients on {}{}{}{}; Ctrl-C stops it",

@@ -23,6 +23,15 @@ fn ok(out: Output) -> String {
     String::from_utf8_lossy(&out.stdout).to_string()
 }
 
+/// Table `t(x, k)` of `objects` data objects of 50 000 rows each (x from 1).
+fn load(db: &str, objects: u64) {
+    let mut script = String::from("CREATE TABLE t AS SELECT value AS x, value % 7 AS k FROM generate_series(1, 50000)");
+    for i in 1..objects {
+        script.push_str(&format!("; INSERT INTO t SELECT value AS x, value % 7 AS k FROM generate_series({}, {})", i * 50000 + 1, (i + 1) * 50000));
+    }
+    ok(sql(db, &[], &script));
+}
+
 /// A worker process, killed when dropped.
 struct Worker {
     child: Child,
@@ -59,12 +68,8 @@ impl Drop for Worker {
 fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().to_string_lossy().to_string();
-    // Six inserts: six data objects, so the scan has row groups to share.
-    let mut load = String::from("CREATE TABLE t AS SELECT value AS x, value % 7 AS k FROM generate_series(1, 50000)");
-    for i in 1..6 {
-        load.push_str(&format!("; INSERT INTO t SELECT value AS x, value % 7 AS k FROM generate_series({}, {})", i * 50000 + 1, (i + 1) * 50000));
-    }
-    ok(sql(&db, &[], &load));
+    // Six data objects, so the scan has row groups to share.
+    load(&db, 6);
     let q = "SELECT k, count(*) AS n, sum(x) AS s FROM t GROUP BY k ORDER BY k";
     let alone = ok(sql(&db, &[], q));
     assert!(alone.contains("| 0 | 42857 |"), "{alone}");
@@ -146,9 +151,7 @@ fn serve_runs_client_statements_on_workers() {
     use std::io::BufRead;
     let dir = tempfile::tempdir().unwrap();
     let db = dir.path().to_string_lossy().to_string();
-    let mut load = String::from("CREATE TABLE t AS SELECT value AS x, value % 7 AS k FROM generate_series(1, 50000)");
-    load.push_str("; INSERT INTO t SELECT value AS x, value % 7 AS k FROM generate_series(50001, 100000)");
-    ok(sql(&db, &[], &load));
+    load(&db, 2);
     let q = "SELECT k, count(*) AS n, sum(x) AS s FROM t GROUP BY k ORDER BY k";
     let (a, b) = (Worker::start(&db), Worker::start(&db));
     let mut serve = Command::new(BIN)
@@ -186,4 +189,49 @@ fn serve_runs_client_statements_on_workers() {
     }
     serve.kill().unwrap();
     serve.wait().unwrap();
+}
+
+/// `--workers N`: the coordinator starts N worker processes bound to their
+/// CPUs, runs its statements on them, and they end with it.
+#[test]
+fn local_workers_are_bound_to_their_cpus_and_end_with_the_coordinator() {
+    use std::io::BufRead;
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().to_string_lossy().to_string();
+    load(&db, 2);
+    let heavy = "SELECT k, count(*) AS n, max(sha256(repeat(CAST(x AS VARCHAR), 3000))) AS h FROM t GROUP BY k ORDER BY k";
+    let expected = ok(sql(&db, &[], heavy));
+    let mut coordinator = Command::new(BIN)
+        .env_remove("BLOBHOUSE_CLUSTER_TOKEN")
+        .args(["sql", "--db", &db, "--workers", "2", "-c", heavy])
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = std::io::BufReader::new(coordinator.stderr.take().unwrap());
+    let mut workers = Vec::new();
+    while workers.len() < 2 {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "the coordinator stopped before starting two workers");
+        if let Some(rest) = line.strip_prefix("worker pid ") {
+            let (pid, placement) = rest.split_once(": ").unwrap();
+            let cpus = placement.strip_prefix("cpus ").unwrap().split(' ').next().unwrap().to_string();
+            workers.push((pid.parse::<u32>().unwrap(), cpus));
+        }
+    }
+    // While the statement runs, each worker may use only its CPUs.
+    for (pid, cpus) in &workers {
+        let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
+        let allowed = status.lines().find_map(|l| l.strip_prefix("Cpus_allowed_list:")).unwrap().trim().to_string();
+        assert_eq!(&allowed, cpus, "worker {pid}");
+    }
+    let mut out = String::new();
+    std::io::Read::read_to_string(coordinator.stdout.as_mut().unwrap(), &mut out).unwrap();
+    assert!(coordinator.wait().unwrap().success());
+    assert_eq!(out, expected);
+    std::thread::sleep(Duration::from_millis(200));
+    for (pid, _) in &workers {
+        let state = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();
+        assert!(state.is_empty() || state.contains("State:\tZ"), "worker {pid} outlived its coordinator");
+    }
 }

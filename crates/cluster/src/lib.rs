@@ -21,6 +21,8 @@
 //! - [`channels`]: the connections to workers, reused across statements,
 //!   with bounded connects and keepalives.
 //! - [`token`]: the cluster's bearer token, checked by every worker.
+//! - [`supervisor`]: worker processes started on this machine, one per
+//!   placement, bound to their CPUs and memory nodes.
 //! - [`liveness`]: which workers are up; a failed statement's dead
 //!   workers are left out for a while.
 //!
@@ -33,12 +35,14 @@ pub mod channels;
 pub mod coordinator;
 pub mod deploy;
 pub mod liveness;
+pub mod supervisor;
 pub mod tasks;
 pub mod token;
 pub mod topology;
 pub mod worker;
 
 pub use coordinator::{Cluster, ClusterError};
+pub use supervisor::{LocalSpec, LocalWorkers, SuperviseError};
 pub use token::{ClusterToken, TokenError};
 pub use worker::{WorkerError, WorkerServer, WorkerTls};
 
