@@ -138,3 +138,11 @@ fn parse_membind(text: &str) -> Result<MemBind, String> {
         _ => Err(format!("{text:?}: expected strict or preferred")),
     }
 }
+
+/// Says each local worker's peak resident set against its memory limit.
+pub fn report_peaks(workers: &LocalWorkers) {
+    for (pid, peak, limit) in workers.peaks() {
+        let peak = peak.map_or("unknown".to_string(), |b| format!("{} MiB", b >> 20));
+        eprintln!("worker pid {pid}: peak RSS {peak}, memory limit {} MiB", limit >> 20);
+    }
+}

@@ -410,6 +410,9 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
             } else {
                 shell.interactive(&args.db.db).await?;
             }
+            if let Some(workers) = &_workers {
+                cluster::report_peaks(workers);
+            }
             Ok(ExitCode::SUCCESS)
         }
         Command::Gc(args) => {

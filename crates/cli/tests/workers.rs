@@ -227,8 +227,14 @@ fn local_workers_are_bound_to_their_cpus_and_end_with_the_coordinator() {
     }
     let mut out = String::new();
     std::io::Read::read_to_string(coordinator.stdout.as_mut().unwrap(), &mut out).unwrap();
+    let mut rest = String::new();
+    std::io::Read::read_to_string(&mut stderr, &mut rest).unwrap();
     assert!(coordinator.wait().unwrap().success());
     assert_eq!(out, expected);
+    // At exit, each worker's peak resident set against its limit.
+    for (pid, _) in &workers {
+        assert!(rest.contains(&format!("worker pid {pid}: peak RSS ")) && rest.contains("memory limit"), "{rest}");
+    }
     std::thread::sleep(Duration::from_millis(200));
     for (pid, _) in &workers {
         let state = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap_or_default();

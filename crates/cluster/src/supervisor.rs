@@ -106,6 +106,19 @@ impl LocalWorkers {
         self.children.iter().map(|(c, _, p)| (c.id(), p)).collect()
     }
 
+    /// Each worker's peak resident set so far (`VmHWM`, bytes) and the
+    /// memory limit it was given: what `--workers` reports at exit.
+    pub fn peaks(&self) -> Vec<(u32, Option<u64>, u64)> {
+        self.children
+            .iter()
+            .map(|(c, _, p)| {
+                let status = std::fs::read_to_string(format!("/proc/{}/status", c.id())).unwrap_or_default();
+                let peak = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).map(|kb| kb << 10);
+                (c.id(), peak, memory_limit(p))
+            })
+            .collect()
+    }
+
     async fn wait_serving(&mut self) -> Result<(), SuperviseError> {
         let started = Instant::now();
         for (index, (child, url, p)) in self.children.iter_mut().enumerate() {
@@ -142,7 +155,7 @@ fn worker_command(spec: &LocalSpec, p: &Placement, index: usize, port: u16) -> C
         .args(["--db", &spec.db])
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--threads", &p.cpus.len().max(1).to_string()])
-        .args(["--memory-limit", &format!("{}M", (p.memory / 2 >> 20).max(64))])
+        .args(["--memory-limit", &format!("{}M", memory_limit(p) >> 20)])
         .env(&spec.token_env, &spec.token)
         .args(["--token-env", &spec.token_env])
         .stdin(Stdio::null())
@@ -152,6 +165,11 @@ fn worker_command(spec: &LocalSpec, p: &Placement, index: usize, port: u16) -> C
         cmd.args(["--spill-dir", &Path::new(dir).join(format!("worker-{index}")).to_string_lossy()]);
     }
     cmd
+}
+
+/// A worker's memory limit: half its placement's memory, at least 64 MiB.
+fn memory_limit(p: &Placement) -> u64 {
+    (p.memory / 2).max(64 << 20)
 }
 
 /// A fresh random token (hex) for workers this process starts itself.
