@@ -50,6 +50,9 @@ pub struct ClusterArgs {
     /// strict (never elsewhere; a worker that outgrows its nodes is killed) or preferred.
     #[arg(long, value_name = "strict|preferred", default_value = "preferred", value_parser = parse_membind)]
     membind: MemBind,
+    /// Memory limit of each --workers worker, e.g. 4G (default: half its NUMA node's or share's memory).
+    #[arg(long, value_name = "SIZE", requires = "local_workers")]
+    worker_memory_limit: Option<String>,
     /// The environment variable holding the cluster's token (the workers' own).
     #[arg(long, value_name = "VAR", default_value = "BLOBHOUSE_CLUSTER_TOKEN")]
     cluster_token_env: String,
@@ -81,6 +84,10 @@ impl ClusterArgs {
                     workers,
                     membind: self.membind,
                     spill_dir: db.spill_dir(),
+                    memory_limit: match &self.worker_memory_limit {
+                        Some(text) => blobhouse_engine::memory::parse_limit(text).map_err(|e| anyhow::anyhow!("--worker-memory-limit: {e}"))?.map(|b| b as u64),
+                        None => None,
+                    },
                     token_env: self.cluster_token_env.clone(),
                     token: token.clone(),
                 };

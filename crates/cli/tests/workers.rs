@@ -203,7 +203,7 @@ fn local_workers_are_bound_to_their_cpus_and_end_with_the_coordinator() {
     let expected = ok(sql(&db, &[], heavy));
     let mut coordinator = Command::new(BIN)
         .env_remove("BLOBHOUSE_CLUSTER_TOKEN")
-        .args(["sql", "--db", &db, "--workers", "2", "-c", heavy])
+        .args(["sql", "--db", &db, "--workers", "2", "--worker-memory-limit", "512M", "-c", heavy])
         .stdout(Stdio::piped())
         .stderr(Stdio::piped())
         .spawn()
@@ -233,7 +233,7 @@ fn local_workers_are_bound_to_their_cpus_and_end_with_the_coordinator() {
     assert_eq!(out, expected);
     // At exit, each worker's peak resident set against its limit.
     for (pid, _) in &workers {
-        assert!(rest.contains(&format!("worker pid {pid}: peak RSS ")) && rest.contains("memory limit"), "{rest}");
+        assert!(rest.contains(&format!("worker pid {pid}: peak RSS ")) && rest.contains("memory limit 512 MiB"), "{rest}");
     }
     std::thread::sleep(Duration::from_millis(200));
     for (pid, _) in &workers {

@@ -37,6 +37,8 @@ pub struct LocalSpec {
     pub membind: MemBind,
     /// Where each worker's spill directory goes (a subdirectory each).
     pub spill_dir: Option<PathBuf>,
+    /// Each worker's memory limit; `None`: half its placement's memory.
+    pub memory_limit: Option<u64>,
     /// The cluster token, given to the workers in their environment.
     pub token_env: String,
     pub token: String,
@@ -65,6 +67,7 @@ pub enum SuperviseError {
 #[derive(Debug)]
 pub struct LocalWorkers {
     children: Vec<(Child, Url, Placement)>,
+    limit: Option<u64>,
 }
 
 impl LocalWorkers {
@@ -72,7 +75,7 @@ impl LocalWorkers {
     pub async fn start(spec: &LocalSpec) -> Result<LocalWorkers, SuperviseError> {
         let topology = Topology::detect()?;
         let placements = plan(&topology, spec.workers)?;
-        let mut started = LocalWorkers { children: Vec::new() };
+        let mut started = LocalWorkers { children: Vec::new(), limit: spec.memory_limit };
         for (index, p) in placements.into_iter().enumerate() {
             check(&topology, &p)?;
             let port = std::net::TcpListener::bind("127.0.0.1:0").and_then(|l| l.local_addr()).map_err(SuperviseError::Port)?.port();
@@ -114,7 +117,7 @@ impl LocalWorkers {
             .map(|(c, _, p)| {
                 let status = std::fs::read_to_string(format!("/proc/{}/status", c.id())).unwrap_or_default();
                 let peak = status.lines().find_map(|l| l.strip_prefix("VmHWM:")).and_then(|v| v.trim().trim_end_matches("kB").trim().parse::<u64>().ok()).map(|kb| kb << 10);
-                (c.id(), peak, memory_limit(p))
+                (c.id(), peak, memory_limit(p, self.limit))
             })
             .collect()
     }
@@ -155,7 +158,7 @@ fn worker_command(spec: &LocalSpec, p: &Placement, index: usize, port: u16) -> C
         .args(["--db", &spec.db])
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--threads", &p.cpus.len().max(1).to_string()])
-        .args(["--memory-limit", &format!("{}M", memory_limit(p) >> 20)])
+        .args(["--memory-limit", &format!("{}M", memory_limit(p, spec.memory_limit) >> 20)])
         .env(&spec.token_env, &spec.token)
         .args(["--token-env", &spec.token_env])
         .stdin(Stdio::null())
@@ -167,9 +170,10 @@ fn worker_command(spec: &LocalSpec, p: &Placement, index: usize, port: u16) -> C
     cmd
 }
 
-/// A worker's memory limit: half its placement's memory, at least 64 MiB.
-fn memory_limit(p: &Placement) -> u64 {
-    (p.memory / 2).max(64 << 20)
+/// A worker's memory limit: the one given, or half its placement's
+/// memory; at least 64 MiB.
+fn memory_limit(p: &Placement, given: Option<u64>) -> u64 {
+    given.unwrap_or(p.memory / 2).max(64 << 20)
 }
 
 /// A fresh random token (hex) for workers this process starts itself.
