@@ -157,18 +157,31 @@ fn serve_runs_client_statements_on_workers() {
     let mut serve = Command::new(BIN)
         .env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN)
         .env("BLOBHOUSE_PASSWORD", "pw")
-        .args(["serve", "--db", &db, "--pg-listen", "127.0.0.1:0", "--flight-listen", "off", "--user", "alice", "--worker", &a.url, "--worker", &b.url])
+        .args(["serve", "--db", &db, "--pg-listen", "127.0.0.1:0", "--flight-listen", "off", "--metrics-listen", "127.0.0.1:0", "--user", "alice", "--worker", &a.url, "--worker", &b.url])
         .stderr(Stdio::piped())
         .spawn()
         .unwrap();
     let mut stderr = std::io::BufReader::new(serve.stderr.take().unwrap());
-    let port = loop {
+    let (port, metrics) = loop {
         let mut line = String::new();
         assert!(stderr.read_line(&mut line).unwrap() > 0, "serve stopped before serving");
         if let Some(rest) = line.strip_prefix("serving ") {
-            break rest.split(" on ").nth(1).unwrap().split([',', ';']).next().unwrap().rsplit(':').next().unwrap().to_string();
+            let port = rest.split(" on ").nth(1).unwrap().split([',', ';']).next().unwrap().rsplit(':').next().unwrap().to_string();
+            let metrics = rest.split("http://").nth(1).unwrap().split('/').next().unwrap().to_string();
+            break (port, metrics);
         }
     };
+    let scrape = || {
+        use std::io::{Read, Write};
+        let mut s = TcpStream::connect(&metrics).unwrap();
+        s.write_all(b"GET /metrics HTTP/1.1\r\nHost: x\r\nConnection: close\r\n\r\n").unwrap();
+        let mut text = String::new();
+        s.read_to_string(&mut text).unwrap();
+        text
+    };
+    let up = |w: &Worker, v: u8| format!("blobhouse_cluster_worker_up{{worker=\"{}\"}} {v}", w.url);
+    let text = scrape();
+    assert!(text.contains(&up(&a, 1)) && text.contains(&up(&b, 1)), "{text}");
     let psql = |sql: &str| {
         let out = Command::new("psql")
             .arg(format!("host=127.0.0.1 port={port} user=alice dbname=blobhouse sslmode=disable"))
@@ -187,6 +200,13 @@ fn serve_runs_client_statements_on_workers() {
         let cells: Vec<&str> = line.split('|').collect();
         assert!(alone.contains(&format!("| {} | {} | {} |", cells[0], cells[1], cells[2])), "{line} is not in\n{alone}");
     }
+    // A worker that dies is reported down once a statement found it so.
+    let mut b = b;
+    b.child.kill().unwrap();
+    b.child.wait().unwrap();
+    assert!(psql(q).starts_with("0|14285|"), "the statement after the kill");
+    let text = scrape();
+    assert!(text.contains(&up(&a, 1)) && text.contains(&up(&b, 0)), "{text}");
     serve.kill().unwrap();
     serve.wait().unwrap();
 }

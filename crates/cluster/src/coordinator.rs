@@ -127,6 +127,12 @@ impl StatementExtension for Cluster {
         Box::pin(async move { self.live.probe().await.iter().map(|u| u.as_str().trim_end_matches('/').to_string()).collect() })
     }
 
+    /// Every worker, and whether it is up (not left out after a failure).
+    fn workers(&self) -> Vec<(String, bool)> {
+        let up = self.live.up();
+        self.urls.iter().map(|u| (u.as_str().trim_end_matches('/').to_string(), up.contains(u))).collect()
+    }
+
     /// The stages, their tasks, and what each task's scan share reads.
     fn explain(&self, plan: &Arc<dyn ExecutionPlan>) -> Option<String> {
         plan.downcast_ref::<DistributedExec>()?;

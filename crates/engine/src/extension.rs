@@ -42,6 +42,12 @@ pub trait StatementExtension: Send + Sync + std::fmt::Debug {
     fn failed_by<'a>(&'a self, _error: &'a DataFusionError) -> BoxFuture<'a, Vec<String>> {
         Box::pin(async { Vec::new() })
     }
+
+    /// The processes statements run on (a cluster's workers) and whether
+    /// each is taken to be up: what a server's `/metrics` reports.
+    fn workers(&self) -> Vec<(String, bool)> {
+        Vec::new()
+    }
 }
 
 /// The physical optimizer rules of ours whose plans cannot leave the

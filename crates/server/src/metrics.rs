@@ -139,6 +139,13 @@ impl Metrics {
             metric("blobhouse_gets_in_flight", "gauge", "Requests on the wire now.", &plain(s.in_flight as f64));
             metric("blobhouse_gets_pending", "gauge", "Requests submitted and not yet answered.", &plain(s.pending as f64));
         }
+        // A coordinator's workers (blobhouse_cluster), each up (1) or down (0).
+        if let Some(cluster) = engine.statement_extension() {
+            let workers: Vec<(String, f64)> = cluster.workers().into_iter().map(|(w, up)| (format!("{{worker=\"{w}\"}}"), if up { 1.0 } else { 0.0 })).collect();
+            if !workers.is_empty() {
+                metric("blobhouse_cluster_worker_up", "gauge", "Whether a cluster worker is up (0: left out of statements after it failed one).", &workers);
+            }
+        }
         // The caching tiers, one label value per tier that is on.
         let tiers = engine.tiers();
         let memory_tier = tiers.and_then(|t| t.memory()).map(|m| m.stats());
