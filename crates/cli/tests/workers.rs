@@ -102,8 +102,9 @@ fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
 
     // SIGKILL a worker while a statement runs on it: the statement runs
     // again on the survivor and returns the exact answer, within 10 s.
-    // (About 2 s on two workers in a debug build: hashing 12 kB per row.)
-    let heavy = "SELECT k, count(*) AS n, max(sha256(repeat(CAST(x AS VARCHAR), 2000))) AS h FROM t GROUP BY k ORDER BY k";
+    // (About 4 s on two workers in a debug build: hashing 24 kB per row;
+    // the kill comes 0.7 s in, with room for a faster machine.)
+    let heavy = "SELECT k, count(*) AS n, max(sha256(repeat(CAST(x AS VARCHAR), 4000))) AS h FROM t GROUP BY k ORDER BY k";
     let expected = ok(sql(&db, &[], heavy));
     let mut running = Command::new(BIN);
     running.env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN).args(["sql", "--db", &db, "--threads", "2", "-c", heavy, "--worker", &a.url, "--worker", &b.url]);

@@ -3,10 +3,10 @@
 //! statements plan on the others, and after that time it is tried again
 //! (a restarted worker comes back by itself).
 //!
-//! Finding who is down after a failure: every worker that does not answer
-//! an HTTP/2 connection preface within
-//! [`PROBE_TIMEOUT`] (a killed process refuses or stays silent; a hung
-//! machine times out). Errors mid-stream ("broken pipe", an HTTP/2 error)
+//! Finding who is down after a failure: every worker that refuses a
+//! connection, or closes it instead of answering an HTTP/2 preface
+//! ([`PROBE_TIMEOUT`] bounds each step; a worker too busy to answer in
+//! time is alive). Errors mid-stream ("broken pipe", an HTTP/2 error)
 //! often name no worker, so the probe is what finds it.
 
 use std::collections::HashMap;
@@ -61,30 +61,32 @@ impl Liveness {
     }
 }
 
-/// Whether the worker at `url` is serving: for `http://`, it answers the
-/// HTTP/2 connection preface with its SETTINGS frame; for `https://`, it
-/// accepts a connection. Accepting alone is not enough: a process being
-/// killed can still have its listening socket open while its threads are
-/// gone (the kernel completes the handshake), which is exactly when a
-/// statement's streams from it break.
+/// Whether the worker at `url` is alive. Down: it refuses (or does not
+/// complete) a connection within [`PROBE_TIMEOUT`], or for `http://` it
+/// closes or resets the connection instead of answering the HTTP/2
+/// preface — a process being killed can still complete a handshake, and
+/// its socket is reset as it goes. Up: it answers with its SETTINGS, or
+/// holds the connection without answering within the timeout (a worker
+/// whose threads are all busy with a query answers late, and is alive).
 async fn accepts(url: &Url) -> bool {
     use tokio::io::{AsyncReadExt, AsyncWriteExt};
     let (Some(host), Some(port)) = (url.host_str(), url.port_or_known_default()) else { return false };
     let host = host.trim_start_matches('[').trim_end_matches(']').to_string();
-    let https = url.scheme() == "https";
-    let probe = async move {
-        let mut s = tokio::net::TcpStream::connect((host.as_str(), port)).await?;
-        if https {
-            return Ok::<bool, std::io::Error>(true);
-        }
-        // The client preface, then an empty SETTINGS frame.
-        s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").await?;
-        let mut header = [0u8; 9];
-        s.read_exact(&mut header).await?;
+    let Ok(Ok(mut s)) = tokio::time::timeout(PROBE_TIMEOUT, tokio::net::TcpStream::connect((host.as_str(), port))).await else { return false };
+    if url.scheme() == "https" {
+        return true;
+    }
+    // The client preface, then an empty SETTINGS frame.
+    if s.write_all(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n\x00\x00\x00\x04\x00\x00\x00\x00\x00").await.is_err() {
+        return false;
+    }
+    let mut header = [0u8; 9];
+    match tokio::time::timeout(PROBE_TIMEOUT, s.read_exact(&mut header)).await {
         // A frame of type 4 (SETTINGS) on stream 0.
-        Ok(header[3] == 4 && header[5..9] == [0, 0, 0, 0])
-    };
-    matches!(tokio::time::timeout(PROBE_TIMEOUT, probe).await, Ok(Ok(true)))
+        Ok(Ok(_)) => header[3] == 4 && header[5..9] == [0, 0, 0, 0],
+        Ok(Err(_)) => false,
+        Err(_) => true,
+    }
 }
 
 #[cfg(test)]
@@ -109,11 +111,18 @@ mod tests {
                 });
             }
         });
-        // A socket that accepts but never answers (a process being killed).
+        // A socket that holds the connection without answering: a busy
+        // worker, up; once it is closed (the process went away), down.
         let silent_listener = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
         let silent = Url::parse(&format!("http://{}", silent_listener.local_addr().unwrap())).unwrap();
         let live = Liveness::new(vec![silent.clone()].into());
-        assert_eq!(live.probe().await, vec![silent], "a silent worker is down");
+        assert!(live.probe().await.is_empty(), "a busy worker is up");
+        let closing = std::thread::spawn(move || {
+            std::thread::sleep(Duration::from_millis(200));
+            drop(silent_listener);
+        });
+        assert_eq!(live.probe().await, vec![silent], "a worker whose socket goes away during the probe is down");
+        closing.join().unwrap();
         let gone = {
             let l = std::net::TcpListener::bind("127.0.0.1:0").unwrap();
             Url::parse(&format!("http://{}", l.local_addr().unwrap())).unwrap()
