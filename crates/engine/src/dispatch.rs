@@ -180,7 +180,8 @@ async fn plan_while_refreshing(conn: &Conn<'_>, parsed: &Parsed, started: Instan
 async fn plan(conn: &Conn<'_>, statement: DFStatement, scope: &Scope) -> Result<Option<Planned>, EngineError> {
     let ctx = conn.engine.statement_context(&conn.ctx.state(), scope).await?;
     let in_transaction = conn.txn.in_transaction();
-    Ok(query::plan_query(&ctx, statement).await?.map(|p| p.with_cluster(conn.engine, !in_transaction)))
+    let keep = conn.engine.statement_extension().is_some();
+    Ok(query::plan_query(&ctx, statement, keep).await?.map(|p| p.with_cluster(conn.engine, !in_transaction)))
 }
 
 /// [`in_scope`], but a query's rows are streamed when `stream` asks for it.

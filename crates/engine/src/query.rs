@@ -40,8 +40,8 @@ pub(crate) struct Planned {
 
 /// Plans `statement` in `ctx` down to the physical plan when it is a
 /// plain query (its plan reads and returns rows, nothing else); `None`
-/// otherwise.
-pub(crate) async fn plan_query(ctx: &SessionContext, statement: DFStatement) -> Result<Option<Planned>, EngineError> {
+/// otherwise. `keep`: as in [`plan_physical`].
+pub(crate) async fn plan_query(ctx: &SessionContext, statement: DFStatement, keep: bool) -> Result<Option<Planned>, EngineError> {
     let plan = ctx.state().statement_to_plan(statement).await?;
     if matches!(
         plan,
@@ -50,7 +50,7 @@ pub(crate) async fn plan_query(ctx: &SessionContext, statement: DFStatement) -> 
         return Ok(None);
     }
     let df = ctx.execute_logical_plan(plan).await?;
-    Ok(Some(plan_physical(df).await?))
+    Ok(Some(plan_physical(df, keep).await?))
 }
 
 /// Runs a statement DataFusion plans, in the statement's scope.
@@ -85,7 +85,8 @@ pub(crate) async fn run(env: &Env<'_>, statement: DFStatement, session: &Session
             };
             let reads_only = !matches!(plan, LogicalPlan::Dml(_) | LogicalPlan::Copy(_) | LogicalPlan::Ddl(_) | LogicalPlan::Statement(_));
             let df = env.ctx.execute_logical_plan(plan).await?;
-            let planned = plan_physical(df).await?.with_cluster(env.engine, reads_only && !env.in_transaction);
+            let keep = env.engine.statement_extension().is_some();
+            let planned = plan_physical(df, keep).await?.with_cluster(env.engine, reads_only && !env.in_transaction);
             let mut result = run_planned(planned, started).await?;
             if analyze {
                 // EXPLAIN ANALYZE: one more row with what the query held.
@@ -115,10 +116,13 @@ pub(crate) fn record_memory(engine: &crate::Engine, result: &mut QueryResult) {
     result.memory.rss_peak = crate::memory::process_memory().map(|m| m.peak_rss);
 }
 
-pub(crate) async fn plan_physical(df: DataFrame) -> Result<Planned, DataFusionError> {
+/// `keep` keeps what the plan was made from, for a rerun on a cluster
+/// ([`Planned::with_cluster`]); without a cluster nothing is copied.
+pub(crate) async fn plan_physical(df: DataFrame, keep: bool) -> Result<Planned, DataFusionError> {
     let task = Arc::new(df.task_ctx());
-    let physical = df.clone().create_physical_plan().await?;
-    Ok(Planned { task, physical, cluster: None, rerun: false, logical: Some(df) })
+    let logical = keep.then(|| df.clone());
+    let physical = df.create_physical_plan().await?;
+    Ok(Planned { task, physical, cluster: None, rerun: false, logical })
 }
 
 impl Planned {
