@@ -71,9 +71,6 @@ impl ClusterArgs {
         let (urls, token) = match &self.local_workers {
             Some(mode) => {
                 let workers: Workers = mode.parse()?;
-                if matches!(workers, Workers::Count(1) | Workers::Machine) {
-                    eprintln!("note: with one worker every stage is one task, and statements run in this process (docs/cluster.md)");
-                }
                 let token = match std::env::var(&self.cluster_token_env) {
                     Ok(t) if !t.trim().is_empty() => t,
                     _ => random_token().context("cannot make a cluster token")?,

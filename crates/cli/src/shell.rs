@@ -309,6 +309,12 @@ fn print_summary(r: &QueryResult) {
         r.scan.get_requests,
         if r.scan.get_requests == 1 { "" } else { "s" },
     );
+    // On a cluster: what each worker read (EXPLAIN ANALYZE says it too).
+    if r.processes.len() > 1 {
+        for (who, m) in &r.processes {
+            eprintln!("  {who}: {}", m.describe_reads());
+        }
+    }
     // Memory only when it is worth a look: a large peak, or spilling.
     let large = r.memory.rss_peak.is_some_and(|b| b >= LARGE_RSS) || r.memory.pool_peak >= LARGE_POOL || r.memory.spills > 0;
     if large {

@@ -20,7 +20,7 @@ use futures::future::BoxFuture;
 use url::Url;
 
 use blobhouse_engine::scan::ScanCodec;
-use blobhouse_engine::{Engine, StatementExtension};
+use blobhouse_engine::{Engine, RemoteRun, StatementExtension};
 
 use crate::channels::Channels;
 use crate::liveness::Liveness;
@@ -111,20 +111,35 @@ impl Cluster {
 impl StatementExtension for Cluster {
     fn extend(&self, builder: SessionStateBuilder) -> SessionStateBuilder {
         let (desired, scale_up, route) = (self.placement.clone(), self.placement.clone(), self.placement.clone());
-        builder
+        let mut builder = builder
             .with_distributed_worker_resolver(UpWorkers(self.live.clone()))
             .with_distributed_channel_resolver(self.channels.clone())
             .with_distributed_user_codec(ScanCodec::default())
             .with_distributed_desired_task_count_handler(move |ev: DesiredTaskCountEvent<'_>| desired.desired(ev))
             .with_distributed_scale_up_leaf_node_handler(move |ev: ScaleUpLeafNodeEvent<'_>| scale_up.scale_up(ev))
             .with_distributed_route_tasks_handler(move |ev: RouteTasksEvent<'_>| route.route(ev))
-            .with_distributed_planner()
+            .with_distributed_planner();
+        // One worker: stages of one task would all stay in this process
+        // (datafusion-distributed runs a stage of one task where its
+        // consumer is); two tasks each send them to the worker, where the
+        // CPUs and the cache are ([`crate::tasks`]). Should the setting not
+        // take, statements run here, with the same answers.
+        if self.live.up().len() == 1 {
+            let _ = builder.set_distributed_max_tasks_per_stage(crate::tasks::ONE_WORKER_TASKS);
+        }
+        builder
     }
 
     /// Marks down the workers that no longer answer after a failed
     /// statement ([`Liveness::probe`]) and names them.
     fn failed_by<'a>(&'a self, _error: &'a DataFusionError) -> BoxFuture<'a, Vec<String>> {
         Box::pin(async move { self.live.probe().await.iter().map(|u| u.as_str().trim_end_matches('/').to_string()).collect() })
+    }
+
+    /// What each worker's scans read, from the metrics that came back
+    /// with their tasks' streams ([`crate::report`]).
+    fn executed<'a>(&'a self, plan: &'a Arc<dyn ExecutionPlan>) -> BoxFuture<'a, Option<RemoteRun>> {
+        Box::pin(async move { crate::report::remote_run(plan, &self.live.up()).await })
     }
 
     /// Every worker, and whether it is up (not left out after a failure).

@@ -25,6 +25,8 @@
 //!   placement, bound to their CPUs and memory nodes.
 //! - [`liveness`]: which workers are up; a failed statement's dead
 //!   workers are left out for a while.
+//! - [`report`]: what each worker's scans read, from the metrics that
+//!   come back with its tasks.
 //!
 //! Layering: this crate calls the engine (`blobhouse-engine`); the engine
 //! knows it only as a `StatementExtension`.
@@ -35,6 +37,7 @@ pub mod channels;
 pub mod coordinator;
 pub mod deploy;
 pub mod liveness;
+pub mod report;
 pub mod supervisor;
 pub mod tasks;
 pub mod token;

@@ -32,16 +32,45 @@ use blobhouse_engine::BlobScanExec;
 use crate::affinity::{WorkerKey, home, row_group_key};
 use crate::liveness::Liveness;
 
+/// The tasks of each stage when one worker is up. datafusion-distributed
+/// runs a stage of one task in the process that consumes it, so with one
+/// task per worker a lone worker would get nothing and the coordinator
+/// would run the whole statement; with two, every stage goes to it.
+pub const ONE_WORKER_TASKS: usize = 2;
+
+/// The tasks a stage may have on `workers` workers up.
+pub fn task_slots(workers: usize) -> usize {
+    match workers {
+        1 => ONE_WORKER_TASKS,
+        n => n,
+    }
+}
+
 /// Tasks for a scan of `row_groups` row groups on `workers` workers.
 pub fn desired_tasks(row_groups: usize, workers: usize) -> usize {
-    row_groups.min(workers).max(1)
+    row_groups.min(task_slots(workers)).max(1)
 }
 
 /// The task of each row group (object name, row group), for `tasks` tasks
-/// over `workers`: its home's index, folded onto the tasks.
+/// over `workers`: a task routed to its home. Task `t` runs on worker
+/// `t % workers` ([`TaskPlacement::route`]); with fewer tasks than workers,
+/// homes fold onto the tasks, and with more (one worker, two tasks) a
+/// home's row groups alternate between that worker's tasks.
 pub fn share_of(row_groups: &[(&str, usize)], workers: &[WorkerKey], tasks: usize) -> Vec<usize> {
     assert!(tasks >= 1, "a stage runs at least one task");
-    row_groups.iter().map(|(object, rg)| home(row_group_key(object, *rg), workers).unwrap_or(0) % tasks).collect()
+    let w = workers.len().max(1);
+    let per_worker = tasks.div_ceil(w);
+    row_groups
+        .iter()
+        .enumerate()
+        .map(|(i, (object, rg))| {
+            let h = home(row_group_key(object, *rg), workers).unwrap_or(0);
+            match tasks > w {
+                true => Some(h + w * (i % per_worker)).filter(|t| *t < tasks).unwrap_or(h),
+                false => h % tasks,
+            }
+        })
+        .collect()
 }
 
 /// The workers of a cluster that are up, in the order tasks are routed to
@@ -81,7 +110,8 @@ impl TaskPlacement {
         }))
     }
 
-    /// Task `i` of a stage that reads our scan goes to worker `i`.
+    /// Task `i` of a stage that reads our scan goes to worker `i` (modulo
+    /// the workers up).
     pub fn route(&self, ev: RouteTasksEvent) -> Option<Result<RouteTasksEventResponse>> {
         let reads_ours = ev
             .plan
@@ -127,5 +157,17 @@ mod tests {
         assert_eq!(desired_tasks(2, 3), 2);
         assert_eq!(desired_tasks(50, 3), 3);
         assert_eq!(desired_tasks(50, 0), 1);
+        // One worker: two tasks, both on it (a one-task stage would stay in the coordinator).
+        assert_eq!(desired_tasks(50, 1), 2);
+        assert_eq!(desired_tasks(1, 1), 1);
+    }
+
+    #[test]
+    fn one_worker_splits_its_row_groups_between_its_two_tasks() {
+        let names: Vec<String> = (0..10).map(|i| format!("data/t/{i:016x}.parquet")).collect();
+        let rgs: Vec<(&str, usize)> = names.iter().flat_map(|n| (0..3).map(move |rg| (n.as_str(), rg))).collect();
+        let shares = share_of(&rgs, &workers(1), 2);
+        let first = shares.iter().filter(|s| **s == 0).count();
+        assert_eq!((first, shares.len() - first), (15, 15), "{shares:?}");
     }
 }

@@ -22,6 +22,8 @@ use futures::future::BoxFuture;
 use datafusion::physical_optimizer::PhysicalOptimizerRule;
 use datafusion::physical_plan::ExecutionPlan;
 
+use crate::scan::ScanMetrics;
+
 /// A change to every statement's DataFusion state (see the module docs).
 pub trait StatementExtension: Send + Sync + std::fmt::Debug {
     /// Extends `builder`, the state one statement is about to plan with.
@@ -43,11 +45,32 @@ pub trait StatementExtension: Send + Sync + std::fmt::Debug {
         Box::pin(async { Vec::new() })
     }
 
+    /// After `plan` (planned with this extension) ran to the end: what its
+    /// scans read, including the parts that ran in other processes, whose
+    /// counters the plan in this process never sees. `None`: the plan ran
+    /// here, and its own nodes say it.
+    fn executed<'a>(&'a self, _plan: &'a Arc<dyn ExecutionPlan>) -> BoxFuture<'a, Option<RemoteRun>> {
+        Box::pin(async { None })
+    }
+
     /// The processes statements run on (a cluster's workers) and whether
     /// each is taken to be up: what a server's `/metrics` reports.
     fn workers(&self) -> Vec<(String, bool)> {
         Vec::new()
     }
+}
+
+/// What a statement that ran partly in other processes read
+/// ([`StatementExtension::executed`]).
+#[derive(Debug, Clone, Default, PartialEq, Eq)]
+pub struct RemoteRun {
+    /// Every scan's counters, summed over the processes that ran them.
+    /// What the coordinator decided while planning (row groups pruned,
+    /// bytes skipped) is not among them.
+    pub scan: ScanMetrics,
+    /// The same per process that scanned (a label such as `worker 2
+    /// (http://10.0.0.7:50071)`, or `coordinator`), in task order.
+    pub processes: Vec<(String, ScanMetrics)>,
 }
 
 /// The physical optimizer rules of ours whose plans cannot leave the

@@ -124,7 +124,7 @@ mod zone_maps;
 pub use chunks::RequestPolicy;
 pub use engine::Engine;
 pub use error::{EngineError, TxnRule};
-pub use extension::StatementExtension;
+pub use extension::{RemoteRun, StatementExtension};
 pub use memory::MemoryBudget;
 pub use options::{CATALOG, EngineOptions, SpillOptions, scan_download_options};
 pub use result::{Answer, Described, MemoryUse, Notice, QueryResult, RowStream};

@@ -96,6 +96,10 @@ pub(crate) async fn run(env: &Env<'_>, statement: DFStatement, session: &Session
                 if let Some(cache) = result.scan.cache_summary() {
                     append_explain_row(&mut result, "Cache", &cache);
                 }
+                if !result.processes.is_empty() {
+                    let lines: Vec<String> = result.processes.iter().map(|(who, m)| format!("{who}: {}", m.describe_reads())).collect();
+                    append_explain_row(&mut result, "Scans per process", &lines.join("\n"));
+                }
             }
             if let Some((input, extension)) = explained {
                 // What runs where: the plan as the extension (the cluster) cut it.
@@ -219,10 +223,21 @@ pub(crate) async fn run_planned(planned: Planned, started: Instant) -> Result<Qu
         Ok(batches) => batches,
     };
     let (spilled_bytes, spills) = spill_totals(&physical);
+    // A plan that ran on workers: their scans' counters came back with
+    // their streams; the plan here holds only what ran in this process.
+    let remote = match &cluster {
+        Some(c) => c.executed(&physical).await,
+        None => None,
+    };
+    let (scan, processes) = match remote {
+        Some(run) => (run.scan, run.processes),
+        None => (collect_scan_metrics(&physical), Vec::new()),
+    };
     Ok(QueryResult {
         schema,
         batches,
-        scan: collect_scan_metrics(&physical),
+        scan,
+        processes,
         elapsed: started.elapsed(),
         planning,
         scheduler: collect_scheduler_timelines(&physical),

@@ -98,6 +98,10 @@ pub struct QueryResult {
     pub memory: MemoryUse,
     /// What its hybrid scans pushed to the storage node.
     pub pushdown: crate::hybrid::PushdownTotals,
+    /// What each process of a cluster read for it (label, counters), when
+    /// it ran on workers ([`crate::extension::RemoteRun`]); `scan` is their
+    /// sum. Empty when it ran in this process.
+    pub processes: Vec<(String, ScanMetrics)>,
     /// Warnings about a statement that succeeded (clients show them).
     pub notices: Vec<Notice>,
     /// A COMMIT that found its transaction aborted and rolled it back:
@@ -170,6 +174,7 @@ pub(crate) fn empty_result(started: Instant) -> QueryResult {
         scheduler: Vec::new(),
         memory: MemoryUse::default(),
         pushdown: Default::default(),
+        processes: Vec::new(),
         notices: Vec::new(),
         rolled_back: false,
     }

@@ -5,6 +5,7 @@
 use std::sync::Arc;
 
 use datafusion::physical_plan::ExecutionPlan;
+use datafusion::physical_plan::metrics::MetricsSet;
 
 use crate::scheduler::Decision;
 
@@ -13,32 +14,16 @@ use super::BlobScanExec;
 impl BlobScanExec {
     /// Scan counters as plain numbers, for benchmarks and tests.
     pub fn scan_metrics(&self) -> ScanMetrics {
-        let m = self.metrics.clone_inner();
-        let get = |name: &str| m.sum_by_name(name).map(|v| v.as_usize() as u64).unwrap_or(0);
         ScanMetrics {
             query_wait: self.counters.query_wait_time.value() as u64,
             data_wait: self.counters.data_wait_time.value() as u64,
-            get_requests: get("get_requests"),
-            bytes_fetched: get("bytes_fetched"),
-            row_groups_read: get("row_groups_read"),
-            morsels_read: get("morsels_decoded"),
             partitions: self.partitions as u64,
-            partitions_busy: m.iter().filter(|metric| metric.value().name() == "morsels_decoded" && metric.value().as_usize() > 0).count() as u64,
             row_groups_pruned: self.summary.row_groups_pruned as u64,
             row_groups_total: self.summary.row_groups_total as u64,
             bytes_skipped: self.summary.bytes_skipped,
-            runtime_skipped_row_groups: get("runtime_filter_row_groups_skipped"),
-            runtime_dropped_rows: get("runtime_filter_rows_dropped"),
-            rows_deleted: get("rows_deleted"),
             rows_skipped_by_page_index: self.summary.rows_skipped_by_pages,
             page_index_reads: self.summary.page_index_reads,
-            memory_hits: get("cache_memory_hits"),
-            memory_bytes: get("cache_memory_bytes"),
-            ssd_hits: get("cache_ssd_hits"),
-            ssd_bytes: get("cache_ssd_bytes"),
-            cache_misses: get("cache_misses"),
-            gets_avoided: get("cache_gets_avoided"),
-            routed_to_store: get("cache_routed_to_store"),
+            ..ScanMetrics::from_metrics(&self.metrics.clone_inner())
         }
     }
 
@@ -92,6 +77,37 @@ pub struct ScanMetrics {
     pub routed_to_store: u64,
 }
 
+impl ScanMetrics {
+    /// The counters a scan node's metrics carry: all but what its planning
+    /// decided (row groups pruned and total, bytes skipped, page indexes)
+    /// and its partition count. Metrics are what survives a scan that ran
+    /// in another process (a cluster worker's), so this is how a
+    /// coordinator learns what its workers' scans read.
+    pub fn from_metrics(m: &MetricsSet) -> ScanMetrics {
+        let get = |name: &str| m.sum_by_name(name).map(|v| v.as_usize() as u64).unwrap_or(0);
+        ScanMetrics {
+            query_wait: get("query_wait_time"),
+            data_wait: get("data_wait_time"),
+            get_requests: get("get_requests"),
+            bytes_fetched: get("bytes_fetched"),
+            row_groups_read: get("row_groups_read"),
+            morsels_read: get("morsels_decoded"),
+            partitions_busy: m.iter().filter(|metric| metric.value().name() == "morsels_decoded" && metric.value().as_usize() > 0).count() as u64,
+            runtime_skipped_row_groups: get("runtime_filter_row_groups_skipped"),
+            runtime_dropped_rows: get("runtime_filter_rows_dropped"),
+            rows_deleted: get("rows_deleted"),
+            memory_hits: get("cache_memory_hits"),
+            memory_bytes: get("cache_memory_bytes"),
+            ssd_hits: get("cache_ssd_hits"),
+            ssd_bytes: get("cache_ssd_bytes"),
+            cache_misses: get("cache_misses"),
+            gets_avoided: get("cache_gets_avoided"),
+            routed_to_store: get("cache_routed_to_store"),
+            ..ScanMetrics::default()
+        }
+    }
+}
+
 impl std::ops::AddAssign for ScanMetrics {
     fn add_assign(&mut self, o: Self) {
         self.get_requests += o.get_requests;
@@ -126,6 +142,26 @@ impl std::ops::AddAssign for ScanMetrics {
 pub const GET_PRICE_USD: f64 = 0.0004 / 1000.0;
 
 impl ScanMetrics {
+    /// What these scans read, in one line: row groups, requests and bytes
+    /// from the store, and chunks from the caching tiers.
+    pub fn describe_reads(&self) -> String {
+        let mib = |b: u64| b as f64 / 1048576.0;
+        let plural = |n: u64| if n == 1 { "" } else { "s" };
+        format!(
+            "{} row group{}, {} GET{} ({:.2} MiB) from the store, {} chunk{} from memory ({:.2} MiB), {} from SSD ({:.2} MiB)",
+            self.row_groups_read,
+            plural(self.row_groups_read),
+            self.get_requests,
+            plural(self.get_requests),
+            mib(self.bytes_fetched),
+            self.memory_hits,
+            plural(self.memory_hits),
+            mib(self.memory_bytes),
+            self.ssd_hits,
+            mib(self.ssd_bytes),
+        )
+    }
+
     /// What the caches did for these scans, in one line for the shell and
     /// EXPLAIN ANALYZE: hit rate, bytes by tier, GETs avoided and what they
     /// would have cost. `None` when no cache was asked (no tier, or a scan

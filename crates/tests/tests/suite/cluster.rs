@@ -77,11 +77,9 @@ async fn tpch_answers_on_one_two_and_three_workers_are_exact() {
         let workers = Workers::start(&db, n).await;
         let c = workers.coordinator(&db).await;
         assert_22_answers(&c, &format!(" on {n} workers")).await;
-        // One worker: every stage would run one task, and datafusion-distributed
-        // then keeps the plan on the coordinator (docs/cluster.md).
-        if n > 1 {
-            assert!(!workers.row_groups().is_empty(), "{n} workers read nothing: the queries did not run on them");
-        }
+        // One worker included: its stage boundary is placed for it
+        // (`blobhouse_cluster::whole`), or the coordinator would run it all.
+        assert!(!workers.row_groups().is_empty(), "{n} workers read nothing: the queries did not run on them");
     }
 }
 
@@ -112,6 +110,18 @@ async fn each_row_group_is_read_by_exactly_one_worker() {
     assert_eq!(rows.to_string(), scalar(&run(&single, "SELECT count(*) FROM lineitem").await));
     let busy = workers.tallies.iter().filter(|t| !t.row_groups().is_empty()).count();
     assert_eq!(busy, 3, "every worker is home to some of 61 row groups");
+
+    // What the workers' scans read reaches the coordinator with their
+    // streams: its counters are theirs, per worker and summed.
+    assert_eq!(together.scan.row_groups_read, alone.scan.row_groups_read, "{:?}", together.scan);
+    assert_eq!(together.scan.get_requests, workers.tallies.iter().map(|t| t.read().get_requests).sum::<u64>());
+    assert_eq!(together.processes.len(), 3, "{:?}", together.processes);
+    for ((who, m), (url, tally)) in together.processes.iter().zip(workers.urls().iter().zip(&workers.tallies)) {
+        assert!(who.contains(url.trim_end_matches('/')), "{who} is not {url}");
+        assert_eq!(m.row_groups_read, tally.read().row_groups_read, "{who}");
+    }
+    let analyzed = text(&run(&c, &format!("EXPLAIN ANALYZE {sql}")).await);
+    assert!(analyzed.contains("Scans per process") && analyzed.matches("row groups, ").count() >= 3, "{analyzed}");
 }
 
 /// What the coordinator plans from — deleted rows, a past version, an open
@@ -229,6 +239,8 @@ async fn repeat_on(workers: &Workers, c: &Session, q: usize) {
     let warm = read();
     assert_eq!(text(&first), text(&second), "Q{q}");
     assert!(cold.get_requests > 0 && cold.bytes_fetched > 0, "Q{q} cold: {cold:?}");
+    // The coordinator's counters are the workers' (they come back with the streams).
+    assert_eq!((first.scan.get_requests, second.scan.get_requests), (cold.get_requests, warm.get_requests), "Q{q}");
     assert_eq!(warm.row_groups_read, cold.row_groups_read, "Q{q}");
     let from_tiers = warm.tier_bytes as f64 / (warm.tier_bytes + warm.bytes_fetched).max(1) as f64;
     assert!(from_tiers >= 0.95, "Q{q}: {:.1} % of the second run's bytes came from the tiers: {warm:?}", from_tiers * 100.0);
