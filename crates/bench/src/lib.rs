@@ -12,6 +12,7 @@ pub mod answers;
 pub mod bank;
 pub mod cache_bench;
 pub mod calibrate;
+pub mod cluster_bench;
 pub mod crash;
 pub mod dml_bench;
 pub mod hybrid_bench;

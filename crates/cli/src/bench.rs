@@ -121,6 +121,45 @@ Examples:
         #[arg(long)]
         out: Option<PathBuf>,
     },
+    /// TPC-H on one engine alone and on 1, 2, 3 … local worker processes, each pinned to its own CPUs: time, GETs and answers, cold and warm.
+    #[command(after_help = "Loads TPC-H at --sf into a local directory with small column chunks (many row groups for the
+workers to share; kept for later runs). Each query, on each configuration, runs on a fresh start:
+cold (caches empty), then warm (the same processes again, each row group sent to the worker that
+cached it). Worker counts above the CPUs this process may use are skipped: each worker gets CPUs
+of its own. The coordinator is this process. Answers are compared with the engine alone's (and
+the reference answers where there are some); the command fails if one differs.
+Writes report.txt, cluster.csv and cluster.png to --out.
+
+Examples:
+  blobhouse bench cluster --sf 1
+  blobhouse bench cluster --sf 10 --workers 1,4,16 --chunk-kib 1024   (a 16-core machine)
+  blobhouse bench cluster --sf 1 --workers 2 --queries 1,6")]
+    Cluster {
+        /// Scale factor.
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Worker counts to run, each against the engine alone.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3")]
+        workers: Vec<usize>,
+        /// Queries to run.
+        #[arg(long, value_delimiter = ',', default_value = "1,2,3,4,5,6,7,8,9,10,11,12,13,14,15,16,17,18,19,20,21,22")]
+        queries: Vec<usize>,
+        /// Target compressed size of a column chunk in the loaded data, KiB (128: lineitem at SF 1 in more than 50 row groups).
+        #[arg(long, default_value_t = 128)]
+        chunk_kib: u64,
+        /// Each worker's memory limit, e.g. 4G (default: half its share of the machine's memory).
+        #[arg(long, value_name = "SIZE")]
+        worker_memory_limit: Option<String>,
+        /// How the workers' memory is bound to their NUMA nodes: strict or preferred.
+        #[arg(long, default_value = "preferred")]
+        membind: String,
+        /// The directory that holds the databases (one per scale factor and layout).
+        #[arg(long, default_value = "bench-results/tpch-data")]
+        data_dir: PathBuf,
+        /// Output directory (default bench-results/cluster-sf<sf>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+    },
     /// TPC-H from memory vs remote-only (no cache), per query, optionally against DuckDB and DataFusion-Python.
     #[command(after_help = "Loads TPC-H at --sf into the testbed's MinIO once (kept for later runs), reads every table\ninto memory for the baseline, then runs each query from memory and remote-only through the\nprofile's shaped link; with --peers also DuckDB (httpfs) and DataFusion-Python on copies of\nthe same Parquet objects through the same endpoint, interleaved query by query.\nWrites report.txt, tpch.csv, tpch.png and scheduler.png to --out.\n\nExamples:\n  blobhouse bench tpch --sf 1 --profile s3-scaled\n  blobhouse bench tpch --sf 1 --profile s3-scaled --peers   (after scripts/install-bench-peers.sh)\n  blobhouse bench tpch --sf 1 --queries 1,6,9,18,19 --repeats 3")]
     Tpch {
@@ -648,6 +687,35 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
                 .map_err(|_| anyhow::anyhow!("the scaling benchmark thread panicked"))?;
             let points = result.map_err(anyhow::Error::msg)?;
             publish(&out, &scaling::report(&opts, &points), "report.txt,scaling.csv,scaling.png")?;
+        }
+        BenchCommand::Cluster { sf, workers, queries, chunk_kib, worker_memory_limit, membind, data_dir, out } => {
+            use blobhouse_bench::cluster_bench::{self, ClusterBenchOptions};
+            anyhow::ensure!(sf > 0.0 && sf.is_finite(), "--sf must be a positive number");
+            anyhow::ensure!(!queries.is_empty() && queries.iter().all(|q| (1..=22).contains(q)), "--queries are TPC-H query numbers, 1 to 22");
+            anyhow::ensure!(!workers.is_empty() && workers.iter().all(|w| (1..=1024).contains(w)), "--workers are worker counts, 1 to 1024");
+            anyhow::ensure!((64..=1 << 20).contains(&chunk_kib), "--chunk-kib must be between 64 and 1048576");
+            let membind = match membind.as_str() {
+                "strict" => blobhouse_cluster::MemBind::Strict,
+                "preferred" => blobhouse_cluster::MemBind::Preferred,
+                other => anyhow::bail!("--membind {other:?}: expected strict or preferred"),
+            };
+            let mut workers = workers;
+            workers.sort_unstable();
+            workers.dedup();
+            let out = out.unwrap_or_else(|| PathBuf::from(format!("bench-results/cluster-sf{sf}")));
+            let opts = ClusterBenchOptions {
+                sf,
+                queries,
+                workers,
+                chunk_bytes: (chunk_kib << 10) as usize,
+                binary: std::env::current_exe().context("cannot find this program to start workers")?,
+                worker_memory_limit: parse_memory_limit(worker_memory_limit.as_deref())?.map(|b| b as u64),
+                membind,
+                out: out.clone(),
+            };
+            let outcome = cluster_bench::run(&data_dir, &opts, &|step| eprintln!("bench cluster: {step}")).await.map_err(anyhow::Error::msg)?;
+            publish(&out, &cluster_bench::report(&opts, &outcome), "report.txt,cluster.csv,cluster.png")?;
+            anyhow::ensure!(cluster_bench::all_right(&outcome), "an answer on the cluster differs from the engine alone's (see the report)");
         }
         BenchCommand::Serve { sf, profile, clients, duration, queries, max_queries, data_dir, out, dir } => {
             use blobhouse_bench::serve_bench::{self, ServeBenchOptions};

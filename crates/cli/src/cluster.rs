@@ -112,7 +112,9 @@ impl ClusterArgs {
 /// Serves a worker until Ctrl-C.
 pub async fn worker(args: WorkerArgs) -> Result<ExitCode> {
     let token = ClusterToken::from_env(&args.token_env)?;
-    let engine = crate::open(&args.db).await?;
+    // A worker serves a database the coordinator made: a wrong --db fails here.
+    let options = blobhouse_engine::EngineOptions { create_missing: false, ..Default::default() };
+    let engine = crate::open_with(&args.db, options).await.context("a worker serves an existing database: check --db, or create it first (blobhouse sql --db …)")?;
     let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
     let tls = match (&args.tls_cert, &args.tls_key) {
         (Some(cert), Some(key)) => Some(WorkerTls { cert: read(cert, "--tls-cert")?, key: read(key, "--tls-key")?, ca: args.tls_ca.as_ref().map(|p| read(p, "--tls-ca")).transpose()? }),

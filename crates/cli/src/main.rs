@@ -360,7 +360,11 @@ fn node_token(var: &str) -> Result<String> {
 /// Opens the database: one engine, which the shell and the benchmarks
 /// connect one session to and the server one per connection.
 async fn open(db: &DbArgs) -> Result<Engine> {
-    let mut options = EngineOptions::default();
+    open_with(db, EngineOptions::default()).await
+}
+
+/// [`open`] starting from `options` (a worker's: never creates a database).
+async fn open_with(db: &DbArgs, mut options: EngineOptions) -> Result<Engine> {
     if let Some(mib) = db.chunk_mib {
         anyhow::ensure!(mib > 0, "--chunk-mib must be at least 1");
         options.write.target_chunk_bytes = mib << 20;

@@ -85,6 +85,12 @@ fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
     wrong.env("BLOBHOUSE_CLUSTER_TOKEN", "not-the-token").args(["sql", "--db", &db, "-c", q, "--worker", &a.url, "--worker", &b.url]);
     let out = wrong.output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("cluster token"), "{}", String::from_utf8_lossy(&out.stderr));
+    // A worker for a database that does not exist does not start (nor create it).
+    let missing = dir.path().join("no-such-db");
+    let out = Command::new(BIN).env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN).args(["worker", "--db", &missing.to_string_lossy(), "--listen", "127.0.0.1:0"]).output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && stderr.contains("no-such-db") && stderr.contains("existing database"), "{stderr}");
+    assert!(!missing.join("blobhouse.json").exists(), "the worker created the database");
     // A worker without a token does not start.
     let out = Command::new(BIN).env_remove("BLOBHOUSE_CLUSTER_TOKEN").args(["worker", "--db", &db, "--listen", "127.0.0.1:0"]).output().unwrap();
     assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("BLOBHOUSE_CLUSTER_TOKEN"), "{}", String::from_utf8_lossy(&out.stderr));

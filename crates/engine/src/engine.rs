@@ -56,7 +56,8 @@ struct Shared {
 }
 
 impl Engine {
-    /// Opens (creating if needed) the database at `url`.
+    /// Opens the database at `url`, creating it if needed unless
+    /// [`EngineOptions::create_missing`] says not to.
     pub async fn open(url: &str, store_options: &StoreOptions, options: EngineOptions) -> Result<Engine, EngineError> {
         let loc = open_location(url, store_options)?;
         Self::open_location(loc, store_options.clone(), options).await
@@ -71,7 +72,7 @@ impl Engine {
             }
             _ => DataSource::store(loc.store.clone()),
         };
-        let db = Database::open_with(loc, true, options.key_block_ttl).await?;
+        let db = Database::open_with(loc, options.create_missing, options.key_block_ttl).await?;
         let options = Arc::new(options);
         let mut config = SessionConfig::new()
             .with_default_catalog_and_schema(CATALOG, "public")

@@ -49,6 +49,11 @@ pub struct EngineOptions {
     /// The storage node scans push work to (`crate::hybrid`); `None`: no
     /// pushdown.
     pub pushdown: Option<crate::hybrid::PushdownOptions>,
+    /// Create the database when its location holds none (default). A
+    /// process that only serves an existing one (a cluster worker) says
+    /// no: a mistyped URL then fails, naming it, instead of creating an
+    /// empty database that answers every query with "no such table".
+    pub create_missing: bool,
 }
 
 /// The local directory that sorts, aggregations and sort-merge joins spill
@@ -87,6 +92,7 @@ impl Default for EngineOptions {
             key_block_ttl: blobhouse_storage::keys::DEFAULT_BLOCK_TTL,
             cache: crate::tiers::CacheOptions::default(),
             pushdown: None,
+            create_missing: true,
         }
     }
 }
