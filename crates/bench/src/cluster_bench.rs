@@ -10,6 +10,9 @@
 //! — and reports time, GETs and the share of bytes from the caching tiers,
 //! and whether the answer equals one engine's. The coordinator is this
 //! process (unpinned); the single engine uses every CPU this process may.
+//! A third baseline, one engine planning as a coordinator does (without
+//! the rules whose plans cannot leave a process), separates what those
+//! rules are worth from what the cluster itself costs.
 //!
 //! On a machine with few CPUs the workers share them with the coordinator
 //! and with each other's threads: the figures there show overhead, not
@@ -67,11 +70,43 @@ impl Run {
     }
 }
 
-/// One query on one configuration: `workers` 0 is the engine alone.
+/// What a query runs on.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord)]
+pub enum Config {
+    /// One engine, every rule on: the baseline.
+    Alone,
+    /// One engine planning as a coordinator does (without the rules whose
+    /// plans cannot leave a process, `extension::PROCESS_LOCAL_RULES`):
+    /// what those rules are worth, apart from the cluster's own costs.
+    AlonePortable,
+    /// A coordinator and this many local workers.
+    Workers(usize),
+}
+
+impl Config {
+    fn label(self) -> String {
+        match self {
+            Config::Alone => "alone".to_string(),
+            Config::AlonePortable => "alone, portable rules".to_string(),
+            Config::Workers(1) => "on 1 worker".to_string(),
+            Config::Workers(n) => format!("on {n} workers"),
+        }
+    }
+
+    fn short(self) -> String {
+        match self {
+            Config::Alone => "alone".to_string(),
+            Config::AlonePortable => "portable".to_string(),
+            Config::Workers(n) => format!("{n}w"),
+        }
+    }
+}
+
+/// One query on one configuration.
 #[derive(Debug, Clone)]
 pub struct Point {
     pub query: usize,
-    pub workers: usize,
+    pub config: Config,
     pub cold: Run,
     pub warm: Run,
     /// The most any worker's resident set reached (0 alone).
@@ -101,28 +136,28 @@ pub async fn run(data_dir: &Path, opts: &ClusterBenchOptions, progress: &dyn Fn(
     let mut outcome = Outcome { lineitem_row_groups: lineitem.scan.row_groups_read, ..Outcome::default() };
     progress(&format!("lineitem has {} row groups; this process may use {cpus} CPUs", outcome.lineitem_row_groups));
     let token = blobhouse_cluster::supervisor::random_token().map_err(|e| format!("cannot make a cluster token: {e}"))?;
-    let mut configs = vec![0];
+    let mut configs = vec![Config::Alone, Config::AlonePortable];
     for &n in &opts.workers {
         match n <= cpus {
-            true => configs.push(n),
+            true => configs.push(Config::Workers(n)),
             false => outcome.skipped.push(format!("{n} workers: each needs a CPU of its own and this process may use {cpus}")),
         }
     }
     // The engine alone's answers, which the clusters' are compared with.
     let mut alone_rows: Vec<(usize, Vec<Vec<String>>)> = Vec::new();
-    for &n in &configs {
+    for &c in &configs {
         for &q in &opts.queries {
             let sql = tpch::query(q);
-            let (session, workers) = open(&url, &direct, n, opts, &token).await?;
-            let cold = session.execute(sql).await.map_err(|e| format!("Q{q} cold, {}: {e}", label(n)))?;
-            let warm = session.execute(sql).await.map_err(|e| format!("Q{q} warm, {}: {e}", label(n)))?;
+            let (session, workers) = open(&url, &direct, c, opts, &token).await?;
+            let cold = session.execute(sql).await.map_err(|e| format!("Q{q} cold, {}: {e}", c.label()))?;
+            let warm = session.execute(sql).await.map_err(|e| format!("Q{q} warm, {}: {e}", c.label()))?;
             let rss = workers.as_ref().map_or(0, |w| w.peaks().iter().filter_map(|(_, peak, _)| *peak).max().unwrap_or(0));
             drop(session);
             drop(workers);
-            let verdict = match n {
-                0 => describe(answers::verify(q, opts.sf, &cold)),
+            let verdict = match c {
+                Config::Alone => describe(answers::verify(q, opts.sf, &cold)),
                 _ => {
-                    let alone = outcome.points.iter().find(|p| p.query == q && p.workers == 0).map(|p| p.verdict.clone());
+                    let alone = outcome.points.iter().find(|p| p.query == q && p.config == Config::Alone).map(|p| p.verdict.clone());
                     let expected = alone_rows.iter().find(|(m, _)| *m == q).map(|(_, rows)| rows.clone()).unwrap_or_default();
                     let same = answers::compare(&expected, &answers::result_rows(&cold.batches));
                     let warm_same = answers::compare(&answers::result_rows(&cold.batches), &answers::result_rows(&warm.batches));
@@ -135,10 +170,10 @@ pub async fn run(data_dir: &Path, opts: &ClusterBenchOptions, progress: &dyn Fn(
                     }
                 }
             };
-            let point = Point { query: q, workers: n, cold: Run::of(&cold), warm: Run::of(&warm), worker_rss_peak: rss, verdict };
+            let point = Point { query: q, config: c, cold: Run::of(&cold), warm: Run::of(&warm), worker_rss_peak: rss, verdict };
             progress(&format!(
                 "Q{q} {}: cold {:.3} s ({} GETs), warm {:.3} s ({} GETs, {:.0} % from tiers), {}",
-                label(n),
+                c.label(),
                 point.cold.time.as_secs_f64(),
                 point.cold.gets,
                 point.warm.time.as_secs_f64(),
@@ -147,7 +182,7 @@ pub async fn run(data_dir: &Path, opts: &ClusterBenchOptions, progress: &dyn Fn(
                 point.verdict
             ));
             outcome.points.push(point);
-            if n == 0 {
+            if c == Config::Alone {
                 alone_rows.push((q, answers::result_rows(&cold.batches)));
             }
         }
@@ -164,21 +199,18 @@ fn describe(v: Verdict) -> String {
     }
 }
 
-fn label(workers: usize) -> String {
-    match workers {
-        0 => "alone".to_string(),
-        1 => "on 1 worker".to_string(),
-        n => format!("on {n} workers"),
-    }
-}
-
-/// A fresh coordinator (or the engine alone, `workers` 0) with empty
-/// caches, and its freshly started workers.
-async fn open(url: &str, direct: &blobhouse_storage::StoreOptions, workers: usize, opts: &ClusterBenchOptions, token: &str) -> Result<(Session, Option<LocalWorkers>), String> {
+/// A fresh coordinator (or engine alone) with empty caches, and its
+/// freshly started workers.
+async fn open(url: &str, direct: &blobhouse_storage::StoreOptions, config: Config, opts: &ClusterBenchOptions, token: &str) -> Result<(Session, Option<LocalWorkers>), String> {
     let session = Session::open(url, direct, EngineOptions::default()).await.map_err(|e| format!("open {url}: {e}"))?;
-    if workers == 0 {
-        return Ok((session, None));
-    }
+    let workers = match config {
+        Config::Alone => return Ok((session, None)),
+        Config::AlonePortable => {
+            session.engine().set_statement_extension(Some(std::sync::Arc::new(PortableOnly)));
+            return Ok((session, None));
+        }
+        Config::Workers(n) => n,
+    };
     let spec = LocalSpec {
         binary: opts.binary.clone(),
         db: url.to_string(),
@@ -200,13 +232,24 @@ async fn open(url: &str, direct: &blobhouse_storage::StoreOptions, workers: usiz
     Ok((session, Some(local)))
 }
 
-fn point(outcome: &Outcome, q: usize, workers: usize) -> Option<&Point> {
-    outcome.points.iter().find(|p| p.query == q && p.workers == workers)
+/// A statement extension that changes nothing: installed, it makes the
+/// engine plan as a coordinator does, in this process.
+#[derive(Debug)]
+struct PortableOnly;
+
+impl blobhouse_engine::StatementExtension for PortableOnly {
+    fn extend(&self, builder: datafusion::execution::session_state::SessionStateBuilder) -> datafusion::execution::session_state::SessionStateBuilder {
+        builder
+    }
+}
+
+fn point(outcome: &Outcome, q: usize, config: Config) -> Option<&Point> {
+    outcome.points.iter().find(|p| p.query == q && p.config == config)
 }
 
 /// The configurations that ran, the engine alone first.
-fn configs(outcome: &Outcome) -> Vec<usize> {
-    let mut c: Vec<usize> = outcome.points.iter().map(|p| p.workers).collect();
+fn configs(outcome: &Outcome) -> Vec<Config> {
+    let mut c: Vec<Config> = outcome.points.iter().map(|p| p.config).collect();
     c.sort_unstable();
     c.dedup();
     c
@@ -226,24 +269,20 @@ pub fn report(opts: &ClusterBenchOptions, outcome: &Outcome) -> String {
         out += &format!("skipped: {s}\n");
     }
     out += &format!("{:>4}", "q");
-    for &n in &configs {
-        let l = match n {
-            0 => "alone".to_string(),
-            n => format!("{n}w"),
-        };
-        out += &format!(" | {:>21} {:>11} {:>5}", format!("{l} cold/warm s"), "GETs", "tiers");
+    for &c in &configs {
+        out += &format!(" | {:>21} {:>11} {:>5}", format!("{} cold/warm s", c.short()), "GETs", "tiers");
     }
     out += " | answers\n";
     for &q in &opts.queries {
         out += &format!("{:>4}", format!("Q{q}"));
-        let alone = point(outcome, q, 0);
-        for &n in &configs {
-            let Some(p) = point(outcome, q, n) else {
+        let alone = point(outcome, q, Config::Alone);
+        for &c in &configs {
+            let Some(p) = point(outcome, q, c) else {
                 out += &format!(" | {:>21} {:>11} {:>5}", "-", "-", "-");
                 continue;
             };
-            let ratio = |t: Duration, base: Option<Duration>| match (n, base) {
-                (0, _) | (_, None) => String::new(),
+            let ratio = |t: Duration, base: Option<Duration>| match (c, base) {
+                (Config::Alone, _) | (_, None) => String::new(),
                 (_, Some(b)) => format!(" {:.1}x", t.as_secs_f64() / b.as_secs_f64().max(1e-9)),
             };
             let times = format!(
@@ -255,22 +294,22 @@ pub fn report(opts: &ClusterBenchOptions, outcome: &Outcome) -> String {
             );
             out += &format!(" | {:>21} {:>11} {:>4.0}%", times, format!("{}/{}", p.cold.gets, p.warm.gets), p.warm.tier_share() * 100.0);
         }
-        let verdicts: Vec<String> = configs.iter().filter_map(|&n| point(outcome, q, n)).map(|p| p.verdict.clone()).collect();
+        let verdicts: Vec<String> = configs.iter().filter_map(|&c| point(outcome, q, c)).map(|p| p.verdict.clone()).collect();
         let fine = verdicts.iter().all(|v| v == "verified" || v == "same as alone");
         out += &format!(" | {}\n", if fine { verdicts.first().cloned().unwrap_or_default() } else { verdicts.join(" / ") });
     }
     out += &format!("{:>4}", "geo");
-    for &n in &configs {
-        let g = |f: &dyn Fn(&Point) -> f64| geomean(outcome.points.iter().filter(|p| p.workers == n).map(f));
-        let (c, w) = (g(&|p| p.cold.time.as_secs_f64()), g(&|p| p.warm.time.as_secs_f64()));
-        let gets: u64 = outcome.points.iter().filter(|p| p.workers == n).map(|p| p.cold.gets).sum();
-        let warm_gets: u64 = outcome.points.iter().filter(|p| p.workers == n).map(|p| p.warm.gets).sum();
-        out += &format!(" | {:>21} {:>11} {:>5}", format!("{c:.3}/{w:.3}"), format!("{gets}/{warm_gets}"), "sum");
+    for &c in &configs {
+        let g = |f: &dyn Fn(&Point) -> f64| geomean(outcome.points.iter().filter(|p| p.config == c).map(f));
+        let (cold, warm) = (g(&|p| p.cold.time.as_secs_f64()), g(&|p| p.warm.time.as_secs_f64()));
+        let gets: u64 = outcome.points.iter().filter(|p| p.config == c).map(|p| p.cold.gets).sum();
+        let warm_gets: u64 = outcome.points.iter().filter(|p| p.config == c).map(|p| p.warm.gets).sum();
+        out += &format!(" | {:>21} {:>11} {:>5}", format!("{cold:.3}/{warm:.3}"), format!("{gets}/{warm_gets}"), "sum");
     }
     out += "\n";
-    for &n in configs.iter().filter(|n| **n > 0) {
-        let peak = outcome.points.iter().filter(|p| p.workers == n).map(|p| p.worker_rss_peak).max().unwrap_or(0);
-        out += &format!("{}: largest worker peak RSS {} MiB\n", label(n), peak >> 20);
+    for &c in configs.iter().filter(|c| matches!(c, Config::Workers(_))) {
+        let peak = outcome.points.iter().filter(|p| p.config == c).map(|p| p.worker_rss_peak).max().unwrap_or(0);
+        out += &format!("{}: largest worker peak RSS {} MiB\n", c.label(), peak >> 20);
     }
     let wrong = outcome.points.iter().filter(|p| !(p.verdict == "verified" || p.verdict == "same as alone" || p.verdict == "no reference")).count();
     out += &format!("answers: {} of {} runs equal the engine alone's (and the reference where there is one)\n", outcome.points.len() - wrong, outcome.points.len());
@@ -285,12 +324,12 @@ pub fn all_right(outcome: &Outcome) -> bool {
 /// `cluster.csv` and `cluster.png` (geometric-mean time, cold and warm, per
 /// configuration) in the output directory.
 fn write_outputs(opts: &ClusterBenchOptions, outcome: &Outcome) -> Result<(), String> {
-    let mut csv = String::from("query,workers,cold_seconds,cold_gets,cold_store_bytes,warm_seconds,warm_gets,warm_store_bytes,warm_tier_bytes,worker_rss_peak_bytes,verdict\n");
+    let mut csv = String::from("query,config,cold_seconds,cold_gets,cold_store_bytes,warm_seconds,warm_gets,warm_store_bytes,warm_tier_bytes,worker_rss_peak_bytes,verdict\n");
     for p in &outcome.points {
         csv += &format!(
             "{},{},{:.6},{},{},{:.6},{},{},{},{},{}\n",
             p.query,
-            p.workers,
+            p.config.short(),
             p.cold.time.as_secs_f64(),
             p.cold.gets,
             p.cold.store_bytes,
@@ -308,9 +347,14 @@ fn write_outputs(opts: &ClusterBenchOptions, outcome: &Outcome) -> Result<(), St
         label: label.to_string(),
         points: configs
             .iter()
-            .filter_map(|&n| {
-                let g = geomean(outcome.points.iter().filter(|p| p.workers == n && filter(p)).map(f));
-                (!g.is_nan()).then_some((n as f64, g))
+            .filter_map(|&c| {
+                let x = match c {
+                    Config::Alone => 0.0,
+                    Config::AlonePortable => return None,
+                    Config::Workers(n) => n as f64,
+                };
+                let g = geomean(outcome.points.iter().filter(|p| p.config == c && filter(p)).map(f));
+                (!g.is_nan()).then_some((x, g))
             })
             .collect(),
         markers: true,

@@ -57,6 +57,30 @@ impl Worker {
     }
 }
 
+impl Worker {
+    /// SIGKILLs the worker once it is running a statement: once it has used
+    /// 0.2 s of CPU more than when asked (a fixed sleep raced the
+    /// coordinator's own start on a loaded machine), at most 20 s on.
+    fn kill_when_busy(&mut self) {
+        let ticks = |pid: u32| -> u64 {
+            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
+            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+            let f: Vec<&str> = rest.split_whitespace().collect();
+            // utime and stime: fields 14 and 15 of stat, the 12th and 13th after the name.
+            let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+            field(11) + field(12)
+        };
+        let hz = 100; // USER_HZ on Linux
+        let base = ticks(self.child.id());
+        let started = Instant::now();
+        while ticks(self.child.id()) < base + hz / 5 && started.elapsed() < Duration::from_secs(20) {
+            std::thread::sleep(Duration::from_millis(20));
+        }
+        self.child.kill().unwrap();
+        self.child.wait().unwrap();
+    }
+}
+
 impl Drop for Worker {
     fn drop(&mut self) {
         let _ = self.child.kill();
@@ -109,16 +133,14 @@ fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
     // SIGKILL a worker while a statement runs on it: the statement runs
     // again on the survivor and returns the exact answer, within 10 s.
     // (About 4 s on two workers in a debug build: hashing 24 kB per row;
-    // the kill comes 0.7 s in, with room for a faster machine.)
+    // the kill comes once the worker is busy, with room for a faster machine.)
     let heavy = "SELECT k, count(*) AS n, max(sha256(repeat(CAST(x AS VARCHAR), 4000))) AS h FROM t GROUP BY k ORDER BY k";
     let expected = ok(sql(&db, &[], heavy));
     let mut running = Command::new(BIN);
     running.env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN).args(["sql", "--db", &db, "--threads", "2", "-c", heavy, "--worker", &a.url, "--worker", &b.url]);
     let started = Instant::now();
     let running = running.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    b.child.kill().unwrap();
-    b.child.wait().unwrap();
+    b.kill_when_busy();
     let out = running.wait_with_output().unwrap();
     let took = started.elapsed();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
@@ -139,15 +161,28 @@ fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
     running.env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN).args(["sql", "--db", &db, "--threads", "2", "-c", &format!("BEGIN; {heavy}; COMMIT"), "--worker", &a.url, "--worker", &c.url]);
     let started = Instant::now();
     let running = running.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    std::thread::sleep(Duration::from_millis(700));
-    c.child.kill().unwrap();
-    c.child.wait().unwrap();
+    c.kill_when_busy();
     let out = running.wait_with_output().unwrap();
     let took = started.elapsed();
     assert!(!out.status.success(), "a statement whose worker died succeeded in a transaction: {}", String::from_utf8_lossy(&out.stdout));
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains(c.url.trim_start_matches("http://")), "the error does not name the dead worker {}: {err}", c.url);
     assert!(took < Duration::from_secs(15), "failing took {took:?}");
+
+    // A statement that writes is never run twice either: a DELETE whose
+    // subquery loses its worker fails naming it, and deletes nothing.
+    let mut d = Worker::start(&db);
+    let count = "SELECT count(*) FROM t";
+    let before = ok(sql(&db, &[], count));
+    let delete = "DELETE FROM t WHERE x IN (SELECT x FROM t GROUP BY x, k HAVING max(sha256(repeat(CAST(x AS VARCHAR), 4000))) <> '')";
+    let mut running = Command::new(BIN);
+    running.env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN).args(["sql", "--db", &db, "--threads", "2", "-c", delete, "--worker", &a.url, "--worker", &d.url]);
+    let running = running.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
+    d.kill_when_busy();
+    let out = running.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(!out.status.success() && err.contains(d.url.trim_start_matches("http://")) && err.contains("not run again"), "the DELETE did not fail naming {}: {err}", d.url);
+    assert_eq!(ok(sql(&db, &[], count)), before, "the failed DELETE deleted rows");
 }
 
 /// `blobhouse serve --worker …`: a PostgreSQL client's statements run on

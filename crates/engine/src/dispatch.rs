@@ -207,9 +207,15 @@ async fn in_scope(conn: &Conn<'_>, statement: Statement, scope: Scope, started: 
             Statement::Sql(statement) => query::run(&env, *statement, conn.ctx).await,
             other => unreachable!("SHOW TABLES is a query, not {other:?}"),
         },
-        Statement::Dml(statement) => crate::dml::run(&env, &statement).await.map(count),
+        Statement::Dml(statement) => match crate::dml::run(&env, &statement).await {
+            Ok(rows) => Ok(count(rows)),
+            Err(e) => Err(query::name_failed_workers(conn.engine, e).await),
+        },
         Statement::CopyFrom(copy) => crate::copy::copy_from(&env, &copy).await.map(count),
-        Statement::CopyTo(copy) => crate::copy::copy_to(&env, &copy).await.map(count),
+        Statement::CopyTo(copy) => match crate::copy::copy_to(&env, &copy).await {
+            Ok(rows) => Ok(count(rows)),
+            Err(e) => Err(query::name_failed_workers(conn.engine, e).await),
+        },
         Statement::History(h) => crate::history::run(&env, h).await,
         Statement::Optimize { table } => crate::optimize::run(&env, &table).await.map(count),
         Statement::Transaction(_) | Statement::Setting(_) | Statement::ShowCache => unreachable!("dispatched before a scope is taken"),

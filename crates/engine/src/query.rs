@@ -60,7 +60,10 @@ pub(crate) async fn run(env: &Env<'_>, statement: DFStatement, session: &Session
     let plan = env.ctx.state().statement_to_plan(statement).await?;
     match plan {
         LogicalPlan::Ddl(DdlStatement::CreateMemoryTable(create)) => {
-            let rows = crate::ddl::create_table(env, create).await?;
+            let rows = match crate::ddl::create_table(env, create).await {
+                Ok(rows) => rows,
+                Err(e) => return Err(name_failed_workers(env.engine, e).await),
+            };
             Ok(count_result(rows, started))
         }
         LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
@@ -163,6 +166,22 @@ async fn after_failure(cluster: Option<&Arc<dyn crate::StatementExtension>>, rer
     }
     let message = format!("cluster worker {workers} failed this statement and it ran again on the others: {error}");
     Ok(crate::Notice { severity: "WARNING", sqlstate: "57P01", message })
+}
+
+/// `error`, which failed a statement that writes (DELETE, UPDATE, CTAS,
+/// COPY … TO) without going through [`run_planned`]: naming the cluster's
+/// workers found down, when there are some. Such statements never run
+/// twice.
+pub(crate) async fn name_failed_workers(engine: &crate::Engine, error: crate::EngineError) -> crate::EngineError {
+    let Some(cluster) = engine.statement_extension() else { return error };
+    let down = cluster.failed_by(&DataFusionError::Execution(error.to_string())).await;
+    if down.is_empty() {
+        return error;
+    }
+    crate::EngineError::Query(DataFusionError::Execution(format!(
+        "cluster worker {} failed during this statement, which writes and is not run again: run it again (inside BEGIN … COMMIT, ROLLBACK first) ({error})",
+        down.join(", ")
+    )))
 }
 
 /// The plan of `logical` made again, for a rerun: a distributed plan that
