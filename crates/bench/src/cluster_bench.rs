@@ -149,8 +149,25 @@ pub async fn run(data_dir: &Path, opts: &ClusterBenchOptions, progress: &dyn Fn(
         for &q in &opts.queries {
             let sql = tpch::query(q);
             let (session, workers) = open(&url, &direct, c, opts, &token).await?;
-            let cold = session.execute(sql).await.map_err(|e| format!("Q{q} cold, {}: {e}", c.label()))?;
-            let warm = session.execute(sql).await.map_err(|e| format!("Q{q} warm, {}: {e}", c.label()))?;
+            // A failed run is reported (and fails the command at the end); the others still run.
+            let (cold, warm) = match session.execute(sql).await {
+                Ok(cold) => (cold, session.execute(sql).await.map_err(|e| format!("warm run: {e}"))),
+                Err(e) => {
+                    let failed = Point { query: q, config: c, cold: Run::default(), warm: Run::default(), worker_rss_peak: 0, verdict: format!("FAILED cold run: {e}") };
+                    progress(&format!("Q{q} {}: {}", c.label(), failed.verdict));
+                    outcome.points.push(failed);
+                    continue;
+                }
+            };
+            let warm = match warm {
+                Ok(warm) => warm,
+                Err(e) => {
+                    let failed = Point { query: q, config: c, cold: Run::of(&cold), warm: Run::default(), worker_rss_peak: 0, verdict: format!("FAILED {e}") };
+                    progress(&format!("Q{q} {}: {}", c.label(), failed.verdict));
+                    outcome.points.push(failed);
+                    continue;
+                }
+            };
             let rss = workers.as_ref().map_or(0, |w| w.peaks().iter().filter_map(|(_, peak, _)| *peak).max().unwrap_or(0));
             drop(session);
             drop(workers);
