@@ -4,9 +4,11 @@
 //!
 //! Why a benchmark of its own: the cluster must give the answers one
 //! engine gives, and say what it costs and what it buys. Per query and
-//! configuration it runs the query twice on a fresh start — *cold* (caches
-//! empty: every byte from the store) and *warm* (the same processes again:
-//! row groups go to the worker that cached them, [`blobhouse_cluster::affinity`])
+//! configuration it runs the query on a fresh start — *cold* (caches
+//! empty: every byte from the store) — then twice more, *warm* (the same
+//! processes again: row groups go to the worker that cached them,
+//! [`blobhouse_cluster::affinity`]; the faster of the two counts, the
+//! larger GET count)
 //! — and reports time, GETs and the share of bytes from the caching tiers,
 //! and whether the answer equals one engine's. The coordinator is this
 //! process (unpinned); the single engine uses every CPU this process may.
@@ -143,6 +145,16 @@ pub async fn run(data_dir: &Path, opts: &ClusterBenchOptions, progress: &dyn Fn(
             false => outcome.skipped.push(format!("{n} workers: each needs a CPU of its own and this process may use {cpus}")),
         }
     }
+    // Warm-up: every query once on a throwaway engine, so the files are in
+    // the OS page cache for every configuration alike ("cold" means our
+    // caches, not the disk's) and the process's one-time costs are paid.
+    {
+        let warmup = Session::open(&url, &direct, EngineOptions::default()).await.map_err(|e| format!("open {url}: {e}"))?;
+        for &q in &opts.queries {
+            warmup.execute(tpch::query(q)).await.map_err(|e| format!("Q{q} warm-up: {e}"))?;
+        }
+        progress("warm-up done: every query once on a throwaway engine");
+    }
     // The engine alone's answers, which the clusters' are compared with.
     let mut alone_rows: Vec<(usize, Vec<Vec<String>>)> = Vec::new();
     for &c in &configs {
@@ -150,8 +162,19 @@ pub async fn run(data_dir: &Path, opts: &ClusterBenchOptions, progress: &dyn Fn(
             let sql = tpch::query(q);
             let (session, workers) = open(&url, &direct, c, opts, &token).await?;
             // A failed run is reported (and fails the command at the end); the others still run.
+            // Warm: the faster of two more runs. The memory tier turns a
+            // chunk into decoded arrays on its first hit (docs/cache.md), so
+            // the first warm run pays for that and the second is the steady state.
+            let warm_twice = async {
+                let first = session.execute(sql).await.map_err(|e| format!("warm run: {e}"))?;
+                let second = session.execute(sql).await.map_err(|e| format!("second warm run: {e}"))?;
+                let gets = first.scan.get_requests.max(second.scan.get_requests);
+                let mut best = if second.elapsed < first.elapsed { second } else { first };
+                best.scan.get_requests = gets;
+                Ok::<_, String>(best)
+            };
             let (cold, warm) = match session.execute(sql).await {
-                Ok(cold) => (cold, session.execute(sql).await.map_err(|e| format!("warm run: {e}"))),
+                Ok(cold) => (cold, warm_twice.await),
                 Err(e) => {
                     let failed = Point { query: q, config: c, cold: Run::default(), warm: Run::default(), worker_rss_peak: 0, verdict: format!("FAILED cold run: {e}") };
                     progress(&format!("Q{q} {}: {}", c.label(), failed.verdict));
@@ -277,7 +300,7 @@ fn configs(outcome: &Outcome) -> Vec<Config> {
 pub fn report(opts: &ClusterBenchOptions, outcome: &Outcome) -> String {
     let configs = configs(outcome);
     let mut out = format!(
-        "TPC-H SF {} on a local directory, column chunks of ~{} KiB, lineitem in {} row groups.\nEach query on a fresh start: cold (caches empty), then warm (the same processes again).\nTimes in s; x: time against the engine alone in the same run; GETs cold/warm; tiers: share of the warm run's bytes from the caching tiers.\n",
+        "TPC-H SF {} on a local directory, column chunks of ~{} KiB, lineitem in {} row groups.\nAfter a warm-up run of every query (files in the OS page cache for all), each query on a fresh start: cold (our caches empty), then warm (the faster of two more runs on the same processes; GETs: the larger).\nTimes in s; x: time against the engine alone in the same run; GETs cold/warm; tiers: share of the warm run's bytes from the caching tiers.\n",
         opts.sf,
         opts.chunk_bytes >> 10,
         outcome.lineitem_row_groups

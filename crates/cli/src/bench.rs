@@ -124,8 +124,8 @@ Examples:
     /// TPC-H on one engine alone and on 1, 2, 3 … local worker processes, each pinned to its own CPUs: time, GETs and answers, cold and warm.
     #[command(after_help = "Loads TPC-H at --sf into a local directory with small column chunks (many row groups for the
 workers to share; kept for later runs). Each query, on each configuration, runs on a fresh start:
-cold (caches empty), then warm (the same processes again, each row group sent to the worker that
-cached it). Worker counts above the CPUs this process may use are skipped: each worker gets CPUs
+cold (caches empty), then warm (the faster of two more runs on the same processes, each row group
+sent to the worker that cached it; the first turns cached chunks into decoded arrays). Worker counts above the CPUs this process may use are skipped: each worker gets CPUs
 of its own. The coordinator is this process. Answers are compared with the engine alone's (and
 the reference answers where there are some); the command fails if one differs.
 Writes report.txt, cluster.csv and cluster.png to --out.
