@@ -279,7 +279,11 @@ pub fn describe_object(schema: &SchemaRef, key: u64, path: &str, buf: &[u8]) -> 
     let footer = &buf[footer_start..buf.len() - 8];
     let meta = parquet::file::metadata::ParquetMetaDataReader::decode_metadata(footer)
         .map_err(|e| StorageError::Parquet { location: path.to_string(), source: e })?;
-    let row_groups = zone_maps(schema, &meta).map_err(|e| StorageError::Parquet { location: path.to_string(), source: e })?;
+    let mut row_groups = zone_maps(schema, &meta).map_err(|e| StorageError::Parquet { location: path.to_string(), source: e })?;
+    for chunk in row_groups.iter_mut().flat_map(|rg| rg.columns.iter_mut()) {
+        let bytes = buf.get(chunk.offset as usize..(chunk.offset + chunk.length) as usize).ok_or_else(|| corrupt(format!("column chunk {}..{} lies outside the object", chunk.offset, chunk.offset + chunk.length)))?;
+        chunk.checksum = Some(crate::format::chunk_checksum(bytes));
+    }
     let rows = meta.file_metadata().num_rows() as u64;
     let page_index_at = match page_index_range(&meta) {
         Some(r) if r.end > footer_start as u64 => {
@@ -355,7 +359,7 @@ fn zone_maps(schema: &SchemaRef, meta: &ParquetMetaData) -> parquet::errors::Res
                 ),
                 None => (None, None, None),
             };
-            columns.push(ColumnChunkMeta { offset: start, length: end.saturating_sub(start), nulls, min, max, quantiles: None });
+            columns.push(ColumnChunkMeta { offset: start, length: end.saturating_sub(start), nulls, min, max, quantiles: None, checksum: None });
         }
         out.push(RowGroupMeta { rows: rg.num_rows() as u64, columns });
     }

@@ -68,6 +68,10 @@ pub(crate) struct ScanUnit {
     pub selection: Option<Arc<RowRanges>>,
     /// The column chunks it reads (the caches' segments), in projection order.
     pub chunks: Vec<Range<u64>>,
+    /// Their checksums as written (`ColumnChunkMeta::checksum`), which
+    /// bytes from the store must match; `None` for an object written
+    /// before checksums were kept.
+    pub checksums: Option<Vec<u64>>,
     /// Their requests to the store when none is cached.
     pub spans: Vec<Span>,
     /// Per chunk, an estimate of its whole Arrow array's memory (every row
@@ -355,6 +359,7 @@ impl BlobScanExec {
                 };
             }
             let ranges: Vec<Range<u64>> = data_columns.iter().map(|&c| rg_meta.columns[c].range()).collect();
+            let checksums: Option<Vec<u64>> = data_columns.iter().map(|&c| rg_meta.columns[c].checksum).collect();
             let decoded = data_columns
                 .iter()
                 .zip(&uncompressed)
@@ -371,7 +376,7 @@ impl BlobScanExec {
                 .collect();
             let spans = if data_columns.is_empty() { Vec::new() } else { req.policy.plan(&ranges) };
             let selection = selection.filter(|s| !s.is_all());
-            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, first_row: *first_row, selection, chunks: ranges, spans, decoded, morsels: 1 };
+            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, first_row: *first_row, selection, chunks: ranges, checksums, spans, decoded, morsels: 1 };
             summary.bytes_planned += unit.bytes();
             summary.bytes_skipped += all_bytes.saturating_sub(unit.bytes());
             summary.requests_planned += unit.spans.iter().map(|s| s.requests.len()).sum::<usize>();

@@ -277,6 +277,10 @@ struct UnitNode {
     decoded_fixed: Vec<bool>,
     #[prost(uint32, tag = "10")]
     morsels: u32,
+    /// Per chunk, its checksum as written; empty for an object written
+    /// before checksums were kept.
+    #[prost(uint64, repeated, tag = "11")]
+    checksums: Vec<u64>,
 }
 
 /// A span and its requests.
@@ -340,6 +344,7 @@ impl PhysicalExtensionCodec for ScanCodec {
                 first_row: u.first_row,
                 selection: u.selection.as_deref().map(|s| SelectionNode::of(Some(s))),
                 chunks: u.chunks.iter().flat_map(|c| [c.start, c.end]).collect(),
+                checksums: u.checksums.clone().unwrap_or_default(),
                 spans: u.spans.iter().map(|s| SpanNode { start: s.range.start, end: s.range.end, requests: s.requests.iter().flat_map(|r| [r.start, r.end]).collect() }).collect(),
                 decoded_bytes: u.decoded.iter().map(|d| d.bytes).collect(),
                 decoded_fixed: u.decoded.iter().map(|d| d.fixed_width).collect(),
@@ -404,6 +409,11 @@ impl Reader {
             if chunks.len() != u.decoded_bytes.len() || chunks.len() != u.decoded_fixed.len() {
                 return Err(bad(format!("{what}: {} chunks and {} decoded sizes", chunks.len(), u.decoded_bytes.len())));
             }
+            let checksums = match u.checksums.len() {
+                0 => None,
+                n if n == chunks.len() => Some(u.checksums.clone()),
+                n => return Err(bad(format!("{what}: {} chunks and {n} checksums", chunks.len()))),
+            };
             let spans = u
                 .spans
                 .iter()
@@ -424,6 +434,7 @@ impl Reader {
                 first_row: u.first_row,
                 selection: u.selection.map(|s| s.ranges(&what)).transpose()?.flatten(),
                 chunks,
+                checksums,
                 spans,
                 decoded: u.decoded_bytes.iter().zip(&u.decoded_fixed).map(|(b, f)| DecodedSize { bytes: *b, fixed_width: *f }).collect(),
                 morsels: (u.morsels as usize).max(1),

@@ -13,6 +13,7 @@ mod dml;
 mod flight;
 mod format;
 mod history;
+mod integrity;
 mod join_estimates;
 mod lifecycle;
 mod memory;

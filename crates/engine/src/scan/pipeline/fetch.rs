@@ -170,7 +170,7 @@ impl Skipper {
 async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> Result<(UnitData, u64)> {
     let compressed = |chunks| FetchedChunks::new(chunks, unit.object.size, unit.object.display.clone());
     let Some(tiers) = source.tiers() else {
-        let spans = fetch_spans(source, unit, &unit.spans, m).await?;
+        let spans = fetch_checked(source, unit, &unit.spans, m).await?;
         let from_store = spans.iter().map(|(_, b)| b.len() as u64).sum();
         return Ok((UnitData { compressed: compressed(spans), decoded: Vec::new(), fills: None }, from_store));
     };
@@ -193,7 +193,7 @@ async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> R
         let issued: usize = spans.iter().map(|s| s.requests.len()).sum();
         m.gets_avoided.add(planned.saturating_sub(issued));
         let started = Instant::now();
-        let fetched = match fetch_spans(source, unit, &spans, m).await {
+        let fetched = match fetch_checked(source, unit, &spans, m).await {
             Ok(f) => FetchedChunks::new(f, unit.object.size, unit.object.display.clone()),
             Err(e) => {
                 tiers.failed(&served.missing);
@@ -216,6 +216,40 @@ async fn fetch_unit(source: &DataSource, unit: &ScanUnit, m: &ScanCounters) -> R
     }
     let fills = (!fills.is_empty()).then_some(fills);
     Ok((UnitData { compressed: compressed(served.chunks), decoded: served.decoded, fills }, from_store))
+}
+
+/// [`fetch_spans`], with every column chunk the requests cover checked
+/// against the checksum it was written with. A chunk that does not match
+/// is fetched once more, with the rest of `spans` (a transfer may have
+/// damaged it); one that still does not fails the scan, naming the object
+/// and the byte range. Objects written before checksums were kept are
+/// not checked.
+async fn fetch_checked(source: &DataSource, unit: &ScanUnit, spans: &[Span], m: &ScanCounters) -> Result<Vec<(u64, Bytes)>> {
+    let first = fetch_spans(source, unit, spans, m).await?;
+    let Some(_) = damaged(unit, &first) else { return Ok(first) };
+    m.retries.add(1);
+    let second = fetch_spans(source, unit, spans, m).await?;
+    match damaged(unit, &second) {
+        None => Ok(second),
+        Some(range) => Err(DataFusionError::Execution(format!(
+            "data object {} is damaged: bytes {}..{} (a column chunk of row group {}) do not match the checksum written with them, read twice from the store; \
+             restore the object from a copy of the bucket (queries that do not read this chunk still work)",
+            unit.object.display, range.start, range.end, unit.row_group
+        ))),
+    }
+}
+
+/// The first column chunk of `unit` that `pieces` hold whole and whose
+/// bytes do not match its checksum.
+fn damaged(unit: &ScanUnit, pieces: &[(u64, Bytes)]) -> Option<std::ops::Range<u64>> {
+    use parquet::file::reader::ChunkReader;
+    let sums = unit.checksums.as_ref()?;
+    let fetched = FetchedChunks::new(pieces.to_vec(), unit.object.size, unit.object.display.clone());
+    unit.chunks.iter().zip(sums).find_map(|(range, sum)| {
+        // A chunk these requests do not cover (a cached one) is not theirs to check.
+        let bytes = fetched.get_bytes(range.start, (range.end - range.start) as usize).ok()?;
+        (blobhouse_storage::format::chunk_checksum(&bytes) != *sum).then(|| range.clone())
+    })
 }
 
 /// Issues the range requests of `spans` (of `unit`'s object) concurrently.
