@@ -50,9 +50,12 @@ async fn a_join_skips_the_row_groups_its_keys_exclude(b: Backend) {
     let total = without.scan.row_groups_read;
     assert!(total >= 10, "want many row groups, got {total}");
     assert_eq!(without.scan.runtime_skipped_row_groups, 0);
-    // Orders 1, 3 and 7 are in the first row group; only the one row group
-    // a scan may always start before the filter is known can add to it.
-    assert!(with.scan.row_groups_read <= 2, "read {} of {total} row groups", with.scan.row_groups_read);
+    // Orders 1, 3 and 7 are in the first row group. The scan fetches ahead
+    // while the join builds, so the row groups it started before the filter
+    // was known add to it: one or two on an idle machine, three seen while
+    // the whole suite ran beside it. Timing decides that number, not the
+    // filter; that the rest is skipped is what this asserts.
+    assert!(with.scan.row_groups_read * 5 <= total, "read {} of {total} row groups", with.scan.row_groups_read);
     assert_eq!(with.scan.row_groups_read + with.scan.runtime_skipped_row_groups, total);
     assert!(with.scan.bytes_fetched * 4 < without.scan.bytes_fetched, "fetched {} of {} bytes", with.scan.bytes_fetched, without.scan.bytes_fetched);
 }
