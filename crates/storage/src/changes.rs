@@ -375,7 +375,7 @@ mod tests {
     }
 
     fn delete(base: Option<DeleteRef>, key: u64, rows: u64) -> Change {
-        Change::Delete { name: "t".into(), table_id: 1, vectors: vec![VectorChange { object: 5, manifest: 10, base, vector: DeleteRef { key, rows } }] }
+        Change::Delete { name: "t".into(), table_id: 1, vectors: vec![VectorChange { object: 5, manifest: 10, base, vector: DeleteRef { key, rows, checksum: None } }] }
     }
 
     #[test]
@@ -394,7 +394,7 @@ mod tests {
         assert!(matches!(err, StorageError::Serialization { .. }), "{err}");
         assert!(err.to_string().contains("table 't'"), "{err}");
         // A delete that read the winner's vector goes on top of it.
-        apply(&mut v, &delete(Some(DeleteRef { key: 20, rows: 3 }), 22, 5)).unwrap();
+        apply(&mut v, &delete(Some(DeleteRef { key: 20, rows: 3, checksum: None }), 22, 5)).unwrap();
         assert_eq!(v.tables["t"].rows, 109);
     }
 
@@ -404,13 +404,13 @@ mod tests {
         apply(&mut base, &create(1)).unwrap();
         apply(&mut base, &delete(None, 20, 3)).unwrap();
         let mut next = base.clone();
-        let later = delete(Some(DeleteRef { key: 20, rows: 3 }), 21, 4);
+        let later = delete(Some(DeleteRef { key: 20, rows: 3, checksum: None }), 21, 4);
         apply(&mut next, &later).unwrap();
         assert_eq!(retired(&base, &next, &[later]), Retired { vectors: vec![20], ..Default::default() });
         let rewrite = Change::Rewrite {
             name: "t".into(),
             table_id: 1,
-            removed: vec![RemovedObject { object: 5, manifest: 10, base: Some(DeleteRef { key: 21, rows: 4 }), live_rows: 46, bytes: 500 }],
+            removed: vec![RemovedObject { object: 5, manifest: 10, base: Some(DeleteRef { key: 21, rows: 4, checksum: None }), live_rows: 46, bytes: 500 }],
             manifest: None,
             dropped_manifests: vec![10],
             forgotten: vec![5],

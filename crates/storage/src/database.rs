@@ -643,8 +643,9 @@ impl Database {
         crate::failpoint::hit("upload.vector")?;
         let mut body = Vec::with_capacity(deleted.serialized_size());
         deleted.serialize_into(&mut body).expect("writing to a Vec cannot fail");
+        let checksum = Some(crate::format::chunk_checksum(&body));
         self.put_new(&path, Bytes::from(body)).await?;
-        let vector = DeleteRef { key, rows: deleted.len() };
+        let vector = DeleteRef { key, rows: deleted.len(), checksum };
         self.vectors.lock().expect("vector cache").insert(key, Arc::new(deleted.clone()));
         Ok(vector)
     }
@@ -655,8 +656,19 @@ impl Database {
             return Ok(v.clone());
         }
         let path = self.loc.child(&object_name(d.key, DV_EXT));
-        let bytes = self.get(&path).await?;
         let corrupt = |reason: String| StorageError::Corrupt { location: self.loc.display(&path), reason };
+        let matches = |bytes: &Bytes| d.checksum.is_none_or(|sum| crate::format::chunk_checksum(bytes) == sum);
+        let mut bytes = self.get(&path).await?;
+        if !matches(&bytes) {
+            // Once more, in case the transfer damaged it.
+            bytes = self.get(&path).await?;
+            if !matches(&bytes) {
+                return Err(corrupt(format!(
+                    "its {} bytes do not match the checksum written with them (read twice): the deletion vector is damaged, and reading through it would return deleted rows",
+                    bytes.len()
+                )));
+            }
+        }
         let bitmap = RoaringBitmap::deserialize_from(&bytes[..]).map_err(|e| corrupt(format!("not a Roaring bitmap ({e})")))?;
         if bitmap.len() != d.rows {
             return Err(corrupt(format!("it deletes {} rows, the table version says {}", bitmap.len(), d.rows)));

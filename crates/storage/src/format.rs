@@ -264,6 +264,12 @@ pub struct DeleteRef {
     pub key: u64,
     /// Rows it deletes.
     pub rows: u64,
+    /// XXH3-64 of the vector's bytes as written ([`chunk_checksum`]): a
+    /// damaged vector still decodes, with the same row count, into other
+    /// rows, which would bring deleted rows back. `None` for vectors
+    /// written before checksums were kept (checked by row count only).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<u64>,
 }
 
 /// Only the format version of a metadata object, read first to choose how

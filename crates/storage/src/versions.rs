@@ -267,12 +267,12 @@ mod tests {
     #[test]
     fn deltas_carry_only_the_deletion_vectors_and_removals_since_the_checkpoint() {
         let mut with_deletes = table(7, &[1, 2]);
-        with_deletes.deletes.insert(100, DeleteRef { key: 500, rows: 3 });
+        with_deletes.deletes.insert(100, DeleteRef { key: 500, rows: 3, checksum: None });
         let mut v1 = version(1, &[("a", with_deletes.clone())], None);
         round_trip(&mut v1);
         let mut changed = with_deletes.clone();
-        changed.deletes.insert(100, DeleteRef { key: 501, rows: 4 });
-        changed.deletes.insert(101, DeleteRef { key: 502, rows: 1 });
+        changed.deletes.insert(100, DeleteRef { key: 501, rows: 4, checksum: None });
+        changed.deletes.insert(101, DeleteRef { key: 502, rows: 1, checksum: None });
         changed.removed.push(102);
         changed.manifests.push(ManifestRef { key: 3, objects: 1, rows: 1, bytes: 100 });
         let mut v2 = version(2, &[("a", changed.clone())], v1.checkpoint.clone());
