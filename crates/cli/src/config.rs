@@ -31,14 +31,45 @@ pub struct ServeConfig {
     pub args: Vec<OsString>,
     /// `[users]`: (name, SCRAM hash, line in the file).
     pub users: Vec<(String, String, usize)>,
+    /// Said once at start: the file holds secrets and others may read it.
+    pub warning: Option<String>,
 }
+
+/// Settings whose values are secrets (besides `[users]`' hashes).
+const SECRET_FLAGS: [&str; 1] = ["--secret-access-key"];
 
 /// Reads `path`. `flags` are serve's long flags and whether each takes a
 /// value: a key that is none of them is refused by name, with the line.
 pub fn load(path: &Path, flags: &[(String, bool)]) -> Result<ServeConfig> {
     let text = std::fs::read_to_string(path).with_context(|| format!("cannot read the config file {}", path.display()))?;
     let config = parse(&text, flags).with_context(|| format!("config file {}", path.display()))?;
-    Ok(ServeConfig { path: path.to_path_buf(), ..config })
+    let mode = {
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::metadata(path).map(|m| m.permissions().mode()).unwrap_or(0)
+    };
+    let warning = secrets_warning(path, mode, &config);
+    Ok(ServeConfig { path: path.to_path_buf(), warning, ..config })
+}
+
+/// A warning when `config` (read from `path`, of permission bits `mode`)
+/// holds secrets — SCRAM hashes, with which a password can be guessed
+/// offline, or a store's secret key — and its group or others may read it.
+fn secrets_warning(path: &Path, mode: u32, config: &ServeConfig) -> Option<String> {
+    let mut secrets: Vec<&str> = Vec::new();
+    if !config.users.is_empty() {
+        secrets.push("[users]' password hashes");
+    }
+    secrets.extend(SECRET_FLAGS.iter().filter(|f| config.args.iter().any(|a| a == **f)).map(|f| f.trim_start_matches('-')));
+    if secrets.is_empty() || mode & 0o044 == 0 {
+        return None;
+    }
+    Some(format!(
+        "the config file {} holds secrets ({}) and others may read it (mode {:o}): chmod 600 {}",
+        path.display(),
+        secrets.join(", "),
+        mode & 0o777,
+        path.display()
+    ))
 }
 
 fn parse(text: &str, flags: &[(String, bool)]) -> Result<ServeConfig> {
@@ -99,6 +130,17 @@ mod tests {
         let args: Vec<String> = c.args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
         assert_eq!(args, ["--pg-listen", "0.0.0.0:5432", "--max-connections", "8", "--allow-http"]);
         assert_eq!(c.users, vec![("alice".to_string(), "scram-sha-256$x".to_string(), 6)]);
+    }
+
+    #[test]
+    fn a_file_with_secrets_that_others_may_read_is_named() {
+        let path = Path::new("/etc/blobhouse.toml");
+        let with_users = parse("[users]\nalice = \"scram-sha-256$x\"\n", &flags()).unwrap();
+        let warning = secrets_warning(path, 0o100644, &with_users).expect("a warning");
+        assert!(warning.contains("/etc/blobhouse.toml") && warning.contains("mode 644") && warning.contains("chmod 600"), "{warning}");
+        assert_eq!(secrets_warning(path, 0o100600, &with_users), None, "only its owner may read it");
+        let no_secrets = parse("pg-listen = \"127.0.0.1:5432\"\n", &flags()).unwrap();
+        assert_eq!(secrets_warning(path, 0o100644, &no_secrets), None, "nothing secret in it");
     }
 
     #[test]

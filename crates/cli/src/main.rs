@@ -628,6 +628,9 @@ fn with_serve_config(mut argv: Vec<std::ffi::OsString>) -> Result<(Vec<std::ffi:
     let serve = Cli::command().find_subcommand("serve").expect("serve is a subcommand").clone();
     let flags: Vec<(String, bool)> = serve.get_arguments().filter_map(|a| Some((a.get_long()?.to_string(), a.get_action().takes_values()))).collect();
     let mut config = config::load(&path, &flags)?;
+    if let Some(w) = &config.warning {
+        eprintln!("warning: {w}");
+    }
     argv.splice(2..2, std::mem::take(&mut config.args));
     Ok((argv, Some(config)))
 }

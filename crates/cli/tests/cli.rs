@@ -325,6 +325,7 @@ fn serve_reads_its_settings_and_users_from_a_toml_file() {
     let config = dir.path().join("blobhouse.toml");
     let db = dir.path().join("db");
     std::fs::write(&config, format!("# the server\ndb = {:?}\npg_listen = \"127.0.0.1:0\"\nflight-listen = \"off\"\nmax-queries = 2\n\n[users]\nalice = {:?}\n", db.to_string_lossy(), hash.trim())).unwrap();
+    std::fs::set_permissions(&config, std::os::unix::fs::PermissionsExt::from_mode(0o644)).unwrap();
     let mut child = Command::new(env!("CARGO_BIN_EXE_blobhouse"))
         .args(["serve", "--config", &config.to_string_lossy(), "--flight-listen", "127.0.0.1:0"])
         .stderr(std::process::Stdio::piped())
@@ -342,6 +343,8 @@ fn serve_reads_its_settings_and_users_from_a_toml_file() {
     };
     assert!(serving.starts_with(&*db.to_string_lossy()) && serving.contains("Flight SQL clients on grpc://127.0.0.1:"), "the file's db, the command line's Flight listener: {serving}");
     assert!(log.contains("max_queries=2"), "{log}");
+    // Mode 0644: it holds password hashes others may read.
+    assert!(log.contains("holds secrets ([users]' password hashes) and others may read it") && log.contains("chmod 600"), "{log}");
     let port = serving.split(" on ").nth(1).unwrap().split([',', ';']).next().unwrap().rsplit(':').next().unwrap().to_string();
     let psql = |password: &str| {
         Command::new("psql").arg(format!("host=127.0.0.1 port={port} user=alice dbname=blobhouse sslmode=disable")).args(["-X", "-c", "SELECT 1"]).env("PGPASSWORD", password).output().unwrap()
