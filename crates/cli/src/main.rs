@@ -308,6 +308,10 @@ struct ServeArgs {
     /// Serve Prometheus metrics (/metrics) and a health check (/healthz) over HTTP here, e.g. 127.0.0.1:9187.
     #[arg(long, value_name = "ADDR")]
     metrics_listen: Option<std::net::SocketAddr>,
+    /// The environment variable holding the token /metrics and /healthz callers must send
+    /// (Authorization: Bearer <token>); required when --metrics-listen is not loopback.
+    #[arg(long, value_name = "VAR", requires = "metrics_listen")]
+    metrics_token_env: Option<String>,
     /// Log statements that take at least this many milliseconds, with their text.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     slow_query_ms: u64,
@@ -477,6 +481,13 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
                 max_queries: args.max_queries,
                 slow_query: std::time::Duration::from_millis(args.slow_query_ms),
                 metrics_listen: args.metrics_listen,
+                metrics_token: match &args.metrics_token_env {
+                    Some(var) => match std::env::var(var) {
+                        Ok(t) if !t.trim().is_empty() => Some(t.trim().to_string()),
+                        _ => anyhow::bail!("--metrics-token-env {var}: the variable is not set; export {var}=<token> (the one your scraper sends)"),
+                    },
+                    None => None,
+                },
             };
             let engine = open(&args.db).await?;
             let _workers = args.cluster.install(&engine, &args.db).await?;

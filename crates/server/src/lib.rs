@@ -57,6 +57,10 @@ pub enum ServerError {
         "refusing to listen on {addr} without users: anyone who can reach it could read and change the data. Add a user (--user NAME with BLOBHOUSE_PASSWORD, or --users-file with hashes from `blobhouse hash-password`), or listen on 127.0.0.1"
     )]
     OpenWithoutUsers { addr: SocketAddr },
+    #[error(
+        "refusing to serve /metrics and /healthz on {addr} without a token: anyone who can reach it would see table names and load. Give one (--metrics-token-env VAR; scrapers send Authorization: Bearer <token>), or listen on 127.0.0.1"
+    )]
+    MetricsWithoutToken { addr: SocketAddr },
 }
 
 /// How to serve.
@@ -85,6 +89,9 @@ pub struct ServerOptions {
     pub slow_query: std::time::Duration,
     /// Where to serve `/metrics` and `/healthz` over HTTP (`None`: nowhere).
     pub metrics_listen: Option<SocketAddr>,
+    /// The bearer token `/metrics` and `/healthz` callers must send;
+    /// required off loopback (the server does not start without it).
+    pub metrics_token: Option<String>,
 }
 
 impl ServerOptions {
@@ -100,6 +107,7 @@ impl ServerOptions {
             max_queries: 0,
             slow_query: std::time::Duration::from_secs(1),
             metrics_listen: None,
+            metrics_token: None,
         }
     }
 }
@@ -132,6 +140,9 @@ impl Server {
                 return Err(ServerError::OpenWithoutUsers { addr });
             }
         }
+        if let Some(addr) = options.metrics_listen.filter(|a| !a.ip().is_loopback() && options.metrics_token.is_none()) {
+            return Err(ServerError::MetricsWithoutToken { addr });
+        }
         let iterations = options.users.iterations()?;
         let acceptor = options.tls.as_ref().map(tls::acceptor).transpose()?;
         let listener = TcpListener::bind(options.pg_listen).await.map_err(|source| ServerError::Bind { addr: options.pg_listen, source })?;
@@ -156,7 +167,7 @@ impl Server {
             Some(addr) => {
                 let listener = TcpListener::bind(addr).await.map_err(|source| ServerError::Bind { addr, source })?;
                 let bound = listener.local_addr().map_err(|source| ServerError::Bind { addr, source })?;
-                (Some(bound), Some(tokio::spawn(metrics::serve(listener, metrics.clone(), engine.clone()))))
+                (Some(bound), Some(tokio::spawn(metrics::serve(listener, metrics.clone(), engine.clone(), options.metrics_token.clone()))))
             }
             None => (None, None),
         };

@@ -166,22 +166,38 @@ impl Metrics {
     }
 }
 
-/// Serves `/metrics` and `/healthz` on `listener` until the task is aborted.
-pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>, engine: Arc<Engine>) {
+/// Serves `/metrics` and `/healthz` on `listener` until the task is
+/// aborted; with `token`, only to callers that send it as a bearer token.
+pub(crate) async fn serve(listener: TcpListener, metrics: Arc<Metrics>, engine: Arc<Engine>, token: Option<String>) {
+    let token: Option<Arc<str>> = token.map(Arc::from);
     loop {
         let Ok((socket, _)) = listener.accept().await else {
             tokio::time::sleep(Duration::from_millis(50)).await;
             continue;
         };
-        let (metrics, engine) = (metrics.clone(), engine.clone());
+        let (metrics, engine, token) = (metrics.clone(), engine.clone(), token.clone());
         tokio::spawn(async move {
             // A client that sends nothing is dropped after a while.
-            let _ = tokio::time::timeout(Duration::from_secs(10), answer(socket, &metrics, &engine)).await;
+            let _ = tokio::time::timeout(Duration::from_secs(10), answer(socket, &metrics, &engine, token.as_deref())).await;
         });
     }
 }
 
-async fn answer(mut socket: TcpStream, metrics: &Metrics, engine: &Engine) -> std::io::Result<()> {
+/// Whether `request`'s headers carry `Authorization: Bearer <token>`,
+/// compared in constant time.
+fn authorized(request: &[u8], token: &str) -> bool {
+    let text = String::from_utf8_lossy(request);
+    let Some(given) = text.lines().skip(1).find_map(|l| {
+        let (name, value) = l.split_once(':')?;
+        name.trim().eq_ignore_ascii_case("authorization").then(|| value.trim().to_string())
+    }) else {
+        return false;
+    };
+    let Some(given) = given.strip_prefix("Bearer ") else { return false };
+    given.len() == token.len() && given.bytes().zip(token.bytes()).fold(0u8, |d, (a, b)| d | (a ^ b)) == 0
+}
+
+async fn answer(mut socket: TcpStream, metrics: &Metrics, engine: &Engine, token: Option<&str>) -> std::io::Result<()> {
     let mut request = Vec::new();
     let mut buf = [0u8; 1024];
     while !request.windows(4).any(|w| w == b"\r\n\r\n") {
@@ -198,6 +214,12 @@ async fn answer(mut socket: TcpStream, metrics: &Metrics, engine: &Engine) -> st
     let mut words = line.split_whitespace();
     let (method, path) = (words.next().unwrap_or_default(), words.next().unwrap_or_default());
     let path = path.split('?').next().unwrap_or_default();
+    if let Some(token) = token
+        && !method.is_empty()
+        && !authorized(&request, token)
+    {
+        return respond(&mut socket, "401 Unauthorized", "text/plain", "send the server's metrics token: Authorization: Bearer <token>\n").await;
+    }
     match (method, path) {
         ("GET", "/metrics") => respond(&mut socket, "200 OK", "text/plain; version=0.0.4", &metrics.render(engine)).await,
         ("GET", "/healthz") => respond(&mut socket, "200 OK", "text/plain", "ok\n").await,

@@ -196,6 +196,30 @@ async fn the_server_refuses_to_start_open_or_with_broken_tls() {
             Ok(_) => panic!("an open server started (PostgreSQL on {pg_listen}, Flight SQL on {flight_listen:?})"),
         }
     }
+    // /metrics off loopback without a token: refused; with one, callers must send it.
+    let unprotected = ServerOptions { metrics_listen: Some(anywhere), ..alice_on_loopback() };
+    match Server::start(db.engine(EngineOptions::default()).await.engine().clone(), unprotected).await {
+        Err(e @ ServerError::MetricsWithoutToken { .. }) => assert!(e.to_string().contains("--metrics-token-env"), "{e}"),
+        Err(e) => panic!("wrong error: {e}"),
+        Ok(_) => panic!("/metrics was served to anyone on {anywhere}"),
+    }
+    // (On loopback: tests listen nowhere else. A token given is required there too.)
+    let guarded = ServerOptions { metrics_listen: Some(loopback), metrics_token: Some("scrape-me".into()), ..alice_on_loopback() };
+    let server = Server::start(db.engine(EngineOptions::default()).await.engine().clone(), guarded).await.expect("a guarded /metrics starts");
+    let port = server.metrics_addr().expect("metrics are served").port();
+    let get = |auth: &'static str| async move {
+        use tokio::io::{AsyncReadExt, AsyncWriteExt};
+        let mut s = tokio::net::TcpStream::connect(("127.0.0.1", port)).await.expect("connect to /metrics");
+        s.write_all(format!("GET /metrics HTTP/1.1\r\nHost: x\r\n{auth}\r\n").as_bytes()).await.unwrap();
+        let mut out = String::new();
+        s.read_to_string(&mut out).await.unwrap();
+        out
+    };
+    assert!(get("").await.starts_with("HTTP/1.1 401"), "no token");
+    assert!(get("Authorization: Bearer not-it\r\n").await.starts_with("HTTP/1.1 401"), "a wrong token");
+    let ok = get("authorization: Bearer scrape-me\r\n").await;
+    assert!(ok.starts_with("HTTP/1.1 200") && ok.contains("blobhouse_"), "{ok}");
+    drop(server);
     // A certificate that is not one: the server does not start (no plaintext fallback).
     let dir = tempfile::tempdir().expect("tempdir");
     let (cert, key) = (dir.path().join("server.crt"), dir.path().join("server.key"));
