@@ -58,22 +58,38 @@ impl Worker {
 }
 
 impl Worker {
-    /// SIGKILLs the worker once it is running a statement: once it has used
-    /// 0.2 s of CPU more than when asked (a fixed sleep raced the
-    /// coordinator's own start on a loaded machine), at most 20 s on.
-    fn kill_when_busy(&mut self) {
-        let ticks = |pid: u32| -> u64 {
-            let stat = std::fs::read_to_string(format!("/proc/{pid}/stat")).unwrap_or_default();
-            let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
-            let f: Vec<&str> = rest.split_whitespace().collect();
-            // utime and stime: fields 14 and 15 of stat, the 12th and 13th after the name.
-            let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
-            field(11) + field(12)
-        };
-        let hz = 100; // USER_HZ on Linux
-        let base = ticks(self.child.id());
+    /// The worker's CPU time so far (user + system), in clock ticks.
+    fn cpu_ticks(&self) -> u64 {
+        let stat = std::fs::read_to_string(format!("/proc/{}/stat", self.child.id())).unwrap_or_default();
+        let rest = stat.rsplit_once(')').map_or("", |(_, r)| r);
+        let f: Vec<&str> = rest.split_whitespace().collect();
+        // utime and stime: fields 14 and 15 of stat, the 12th and 13th after the name.
+        let field = |i: usize| f.get(i).and_then(|v| v.parse::<u64>().ok()).unwrap_or(0);
+        field(11) + field(12)
+    }
+
+    /// The CPU time once the worker is idle (unchanged for 0.3 s, at most
+    /// 10 s on): taken before a statement starts, so what it uses after
+    /// is the statement's, not the end of the worker's own start.
+    fn idle_cpu(&self) -> u64 {
         let started = Instant::now();
-        while ticks(self.child.id()) < base + hz / 5 && started.elapsed() < Duration::from_secs(20) {
+        loop {
+            let before = self.cpu_ticks();
+            std::thread::sleep(Duration::from_millis(300));
+            let after = self.cpu_ticks();
+            if after == before || started.elapsed() > Duration::from_secs(10) {
+                return after;
+            }
+        }
+    }
+
+    /// SIGKILLs the worker once it is running a statement: once it has used
+    /// 0.2 s of CPU more than `idle` ([`Worker::idle_cpu`]; a fixed sleep
+    /// raced the coordinator's own start on a loaded machine), at most 20 s on.
+    fn kill_when_busy(&mut self, idle: u64) {
+        let hz = 100; // USER_HZ on Linux
+        let started = Instant::now();
+        while self.cpu_ticks() < idle + hz / 5 && started.elapsed() < Duration::from_secs(20) {
             std::thread::sleep(Duration::from_millis(20));
         }
         self.child.kill().unwrap();
@@ -138,9 +154,10 @@ fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
     let expected = ok(sql(&db, &[], heavy));
     let mut running = Command::new(BIN);
     running.env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN).args(["sql", "--db", &db, "--threads", "2", "-c", heavy, "--worker", &a.url, "--worker", &b.url]);
+    let idle = b.idle_cpu();
     let started = Instant::now();
     let running = running.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    b.kill_when_busy();
+    b.kill_when_busy(idle);
     let out = running.wait_with_output().unwrap();
     let took = started.elapsed();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
@@ -159,9 +176,10 @@ fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
     let mut c = Worker::start(&db);
     let mut running = Command::new(BIN);
     running.env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN).args(["sql", "--db", &db, "--threads", "2", "-c", &format!("BEGIN; {heavy}; COMMIT"), "--worker", &a.url, "--worker", &c.url]);
+    let idle = c.idle_cpu();
     let started = Instant::now();
     let running = running.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    c.kill_when_busy();
+    c.kill_when_busy(idle);
     let out = running.wait_with_output().unwrap();
     let took = started.elapsed();
     assert!(!out.status.success(), "a statement whose worker died succeeded in a transaction: {}", String::from_utf8_lossy(&out.stdout));
@@ -177,8 +195,9 @@ fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
     let delete = "DELETE FROM t WHERE x IN (SELECT x FROM t GROUP BY x, k HAVING max(sha256(repeat(CAST(x AS VARCHAR), 4000))) <> '')";
     let mut running = Command::new(BIN);
     running.env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN).args(["sql", "--db", &db, "--threads", "2", "-c", delete, "--worker", &a.url, "--worker", &d.url]);
+    let idle = d.idle_cpu();
     let running = running.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    d.kill_when_busy();
+    d.kill_when_busy(idle);
     let out = running.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains(d.url.trim_start_matches("http://")) && err.contains("not run again"), "the DELETE did not fail naming {}: {err}", d.url);
