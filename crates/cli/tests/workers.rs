@@ -68,32 +68,37 @@ impl Worker {
         field(11) + field(12)
     }
 
-    /// The CPU time once the worker is idle (unchanged for 0.3 s, at most
-    /// 10 s on): taken before a statement starts, so what it uses after
-    /// is the statement's, not the end of the worker's own start.
-    fn idle_cpu(&self) -> u64 {
-        let started = Instant::now();
-        loop {
-            let before = self.cpu_ticks();
-            std::thread::sleep(Duration::from_millis(300));
-            let after = self.cpu_ticks();
-            if after == before || started.elapsed() > Duration::from_secs(10) {
-                return after;
-            }
-        }
-    }
-
-    /// SIGKILLs the worker once it is running a statement: once it has used
-    /// 0.2 s of CPU more than `idle` ([`Worker::idle_cpu`]; a fixed sleep
-    /// raced the coordinator's own start on a loaded machine), at most 20 s on.
-    fn kill_when_busy(&mut self, idle: u64) {
-        let hz = 100; // USER_HZ on Linux
-        let started = Instant::now();
-        while self.cpu_ticks() < idle + hz / 5 && started.elapsed() < Duration::from_secs(20) {
-            std::thread::sleep(Duration::from_millis(20));
-        }
+    fn kill(&mut self) {
         self.child.kill().unwrap();
         self.child.wait().unwrap();
+    }
+}
+
+/// The workers' CPU time together once they are idle (unchanged for 0.3 s,
+/// at most 10 s on): taken before a statement starts, so what they use
+/// after is the statement's, not the end of their own start.
+fn idle_cpu(workers: &[&Worker]) -> u64 {
+    let sum = || workers.iter().map(|w| w.cpu_ticks()).sum::<u64>();
+    let started = Instant::now();
+    loop {
+        let before = sum();
+        std::thread::sleep(Duration::from_millis(300));
+        let after = sum();
+        if after == before || started.elapsed() > Duration::from_secs(10) {
+            return after;
+        }
+    }
+}
+
+/// Returns once the statement runs: the workers together have used 0.2 s
+/// of CPU more than `idle` (at most 20 s on). Together, because a worker
+/// home to none of the row groups gets no scan work, only a task of a
+/// later stage, which the statement still needs.
+fn wait_busy(workers: &[&Worker], idle: u64) {
+    let hz = 100; // USER_HZ on Linux
+    let started = Instant::now();
+    while workers.iter().map(|w| w.cpu_ticks()).sum::<u64>() < idle + hz / 5 && started.elapsed() < Duration::from_secs(20) {
+        std::thread::sleep(Duration::from_millis(20));
     }
 }
 
@@ -154,10 +159,11 @@ fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
     let expected = ok(sql(&db, &[], heavy));
     let mut running = Command::new(BIN);
     running.env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN).args(["sql", "--db", &db, "--threads", "2", "-c", heavy, "--worker", &a.url, "--worker", &b.url]);
-    let idle = b.idle_cpu();
+    let idle = idle_cpu(&[&a, &b]);
     let started = Instant::now();
     let running = running.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    b.kill_when_busy(idle);
+    wait_busy(&[&a, &b], idle);
+    b.kill();
     let out = running.wait_with_output().unwrap();
     let took = started.elapsed();
     let err = String::from_utf8_lossy(&out.stderr).to_string();
@@ -176,10 +182,11 @@ fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
     let mut c = Worker::start(&db);
     let mut running = Command::new(BIN);
     running.env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN).args(["sql", "--db", &db, "--threads", "2", "-c", &format!("BEGIN; {heavy}; COMMIT"), "--worker", &a.url, "--worker", &c.url]);
-    let idle = c.idle_cpu();
+    let idle = idle_cpu(&[&a, &c]);
     let started = Instant::now();
     let running = running.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    c.kill_when_busy(idle);
+    wait_busy(&[&a, &c], idle);
+    c.kill();
     let out = running.wait_with_output().unwrap();
     let took = started.elapsed();
     assert!(!out.status.success(), "a statement whose worker died succeeded in a transaction: {}", String::from_utf8_lossy(&out.stdout));
@@ -195,9 +202,10 @@ fn statements_run_on_worker_processes_and_a_killed_worker_is_named() {
     let delete = "DELETE FROM t WHERE x IN (SELECT x FROM t GROUP BY x, k HAVING max(sha256(repeat(CAST(x AS VARCHAR), 4000))) <> '')";
     let mut running = Command::new(BIN);
     running.env("BLOBHOUSE_CLUSTER_TOKEN", TOKEN).args(["sql", "--db", &db, "--threads", "2", "-c", delete, "--worker", &a.url, "--worker", &d.url]);
-    let idle = d.idle_cpu();
+    let idle = idle_cpu(&[&a, &d]);
     let running = running.stdout(Stdio::piped()).stderr(Stdio::piped()).spawn().unwrap();
-    d.kill_when_busy(idle);
+    wait_busy(&[&a, &d], idle);
+    d.kill();
     let out = running.wait_with_output().unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(!out.status.success() && err.contains(d.url.trim_start_matches("http://")) && err.contains("not run again"), "the DELETE did not fail naming {}: {err}", d.url);
