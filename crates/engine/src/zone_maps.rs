@@ -284,6 +284,7 @@ mod tests {
             page_index: None,
             page_index_at: None,
             row_groups: bounds.iter().map(|(lo, hi)| RowGroupMeta { rows: 10, columns: vec![chunk(*lo, *hi, Some(1)), chunk(Some("a"), Some("z"), None)] }).collect(),
+            checksum: None,
         }
     }
 

@@ -370,7 +370,7 @@ mod tests {
 
     fn create(id: u64) -> Change {
         let schema = Schema::new(vec![Field::new("x", DataType::Int64, false)]);
-        let manifest = Some(ManifestRef { key: 10, objects: 2, rows: 100, bytes: 1000 });
+        let manifest = Some(ManifestRef { key: 10, objects: 2, rows: 100, bytes: 1000, checksum: None });
         Change::CreateTable { name: "t".into(), id, schema, if_not_exists: false, manifest }
     }
 
@@ -382,7 +382,7 @@ mod tests {
     fn appends_commute_but_two_deletes_from_one_object_do_not() {
         let mut v = CatalogVersion::default();
         assert!(apply(&mut v, &create(1)).unwrap());
-        let append = |key| Change::Append { name: "t".into(), table_id: 1, manifest: ManifestRef { key, objects: 1, rows: 7, bytes: 70 } };
+        let append = |key| Change::Append { name: "t".into(), table_id: 1, manifest: ManifestRef { key, objects: 1, rows: 7, bytes: 70, checksum: None } };
         // Two transactions from the same snapshot: both appends land.
         apply(&mut v, &append(11)).unwrap();
         apply(&mut v, &append(12)).unwrap();
@@ -434,7 +434,7 @@ mod tests {
         let restore = Change::Restore { target: 1, tables: target.tables.iter().map(|(n, t)| (n.clone(), Some(t.clone()))).collect(), expected };
         // Someone appended since the restorer's snapshot.
         let mut moved = v.clone();
-        apply(&mut moved, &Change::Append { name: "t".into(), table_id: 1, manifest: ManifestRef { key: 11, objects: 1, rows: 1, bytes: 1 } }).unwrap();
+        apply(&mut moved, &Change::Append { name: "t".into(), table_id: 1, manifest: ManifestRef { key: 11, objects: 1, rows: 1, bytes: 1, checksum: None } }).unwrap();
         assert!(matches!(apply(&mut moved, &restore), Err(StorageError::Serialization { .. })));
         apply(&mut v.clone(), &restore).unwrap();
         v.gc.horizon = 2;

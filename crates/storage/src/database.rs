@@ -36,6 +36,7 @@ use crate::format::*;
 use crate::keys::{KeyGenerator, object_name};
 use crate::versions::{self, catalog_path, log_path, manifest_path};
 use crate::location::Location;
+use crate::seal::Sealer;
 
 /// How many times a commit re-applies its change after losing the race.
 pub const MAX_COMMIT_ATTEMPTS: u32 = 100;
@@ -77,6 +78,8 @@ pub struct Database {
     /// Format the database was created with (its marker): a version-1
     /// database keeps its versions in `catalog/` until a commit upgrades it.
     created_format: u32,
+    /// Seals and checks the metadata objects (seeded by the marker).
+    sealer: Sealer,
     /// Whether versions go to `log/` (format 2) or, until the upgrade
     /// commit, to `catalog/`.
     upgraded: std::sync::atomic::AtomicBool,
@@ -115,7 +118,7 @@ impl Database {
     /// writer's uploads can be collected; tests shorten it).
     pub async fn open_with(loc: Location, create: bool, block_ttl: Duration) -> Result<Arc<Database>> {
         let marker_path = loc.child(MARKER);
-        let created_format = match loc.store.get(&marker_path).await {
+        let (created_format, sealer) = match loc.store.get(&marker_path).await {
             Ok(r) => {
                 let bytes = r.bytes().await.map_err(|e| StorageError::store("GET", loc.display(&marker_path), e))?;
                 let marker: DatabaseMarker = parse_json(&loc, &marker_path, &bytes)?;
@@ -126,7 +129,7 @@ impl Database {
                     });
                 }
                 check_version(&loc, marker.format_version)?;
-                marker.format_version
+                (marker.format_version, Sealer::new(marker.created_at_ms, marker.id))
             }
             Err(object_store::Error::NotFound { .. }) => {
                 if !create {
@@ -135,9 +138,14 @@ impl Database {
                         reason: format!("no {MARKER} found"),
                     });
                 }
-                let marker = DatabaseMarker { format: "blobhouse".into(), format_version: FORMAT_VERSION, created_at_ms: now_ms() };
+                let marker = DatabaseMarker {
+                    format: "blobhouse".into(),
+                    format_version: FORMAT_VERSION,
+                    created_at_ms: now_ms(),
+                    id: Some(rand::rng().random()),
+                };
                 match put_new(&loc, &marker_path, to_json(&marker)).await {
-                    Ok(()) => FORMAT_VERSION,
+                    Ok(()) => (FORMAT_VERSION, Sealer::new(marker.created_at_ms, marker.id)),
                     // Created by someone else meanwhile: open it as they made it.
                     Err(StorageError::Store { source: object_store::Error::AlreadyExists { .. }, .. }) => {
                         return Box::pin(Database::open_with(loc, false, block_ttl)).await;
@@ -153,6 +161,7 @@ impl Database {
             current: RwLock::new(Arc::new(CatalogVersion { format_version: FORMAT_VERSION, ..Default::default() })),
             observed: Mutex::new((0, Instant::now())),
             created_format,
+            sealer,
             upgraded: std::sync::atomic::AtomicBool::new(created_format >= 2),
             checkpoint: Mutex::new(None),
             manifests: Mutex::new(HashMap::new()),
@@ -310,8 +319,15 @@ impl Database {
     }
 
     /// GETs version `v`'s object from where it may be: `log/`, or
-    /// `catalog/` (format 1, and the version that upgraded the database).
+    /// `catalog/` (format 1, and the version that upgraded the database),
+    /// and checks its seal.
     pub(crate) async fn version_object(&self, v: u64) -> Result<(Path, Bytes)> {
+        self.sealed_version_object(v, None).await.map(|(path, bytes, _)| (path, bytes))
+    }
+
+    /// [`Database::version_object`], with the seal a parent recorded
+    /// (`expected`), returning the object's seal.
+    async fn sealed_version_object(&self, v: u64, expected: Option<u64>) -> Result<(Path, Bytes, Option<u64>)> {
         let mut places = [log_path(v), catalog_path(v)];
         if !self.upgraded.load(std::sync::atomic::Ordering::Relaxed) {
             places.reverse();
@@ -321,7 +337,8 @@ impl Database {
             match self.loc.store.get(&path).await {
                 Ok(r) => {
                     let bytes = r.bytes().await.map_err(|e| StorageError::store("GET", self.loc.display(&path), e))?;
-                    return Ok((path, bytes));
+                    let seal = self.check_seal(&place, &bytes, expected)?;
+                    return Ok((path, bytes, seal));
                 }
                 Err(object_store::Error::NotFound { .. }) => continue,
                 Err(e) => return Err(StorageError::store("GET", self.loc.display(&path), e)),
@@ -332,7 +349,7 @@ impl Database {
 
     /// Reads database version `v` (for time travel and for the newest state).
     pub async fn read_version(&self, v: u64) -> Result<CatalogVersion> {
-        let (path, bytes) = self.version_object(v).await?;
+        let (path, bytes, seal) = self.sealed_version_object(v, None).await?;
         let location = self.loc.display(&path);
         let header: FormatHeader = parse_json(&self.loc, &path, &bytes)?;
         check_version(&self.loc, header.format_version)?;
@@ -349,10 +366,10 @@ impl Database {
         let file: VersionFile = parse_json(&self.loc, &path, &bytes)?;
         claims(file.version)?;
         let checkpoint = match file.checkpoint {
-            Some(c) => Some(self.read_checkpoint(c).await?),
+            Some(c) => Some(self.read_checkpoint(c, file.checkpoint_seal).await?),
             None => None,
         };
-        let version = versions::resolve(&location, file, bytes.len(), checkpoint)?;
+        let version = versions::resolve(&location, file, bytes.len(), seal, checkpoint)?;
         if let Some(c) = &version.checkpoint {
             let mut cached = self.checkpoint.lock().expect("checkpoint cache");
             if cached.as_ref().is_none_or(|old| old.version < c.version) {
@@ -394,19 +411,21 @@ impl Database {
         Ok(lo)
     }
 
-    /// Checkpoint `c`: from the cache when it is the newest one read.
-    async fn read_checkpoint(&self, c: u64) -> Result<Arc<Checkpoint>> {
-        if let Some(cached) = self.checkpoint.lock().expect("checkpoint cache").as_ref().filter(|k| k.version == c) {
-            return Ok(cached.clone());
+    /// Checkpoint `c`, sealed `expected` when the delta recorded it: from
+    /// the cache when it is the newest one read.
+    async fn read_checkpoint(&self, c: u64, expected: Option<u64>) -> Result<Arc<Checkpoint>> {
+        let cached = self.checkpoint.lock().expect("checkpoint cache").as_ref().filter(|k| k.version == c && (expected.is_none() || k.seal == expected)).cloned();
+        if let Some(cached) = cached {
+            return Ok(cached);
         }
-        let (path, bytes) = self.version_object(c).await?;
+        let (path, bytes, seal) = self.sealed_version_object(c, expected).await?;
         let file: VersionFile = parse_json(&self.loc, &path, &bytes)?;
         check_version(&self.loc, file.format_version)?;
         let location = self.loc.display(&path);
         if file.version != c || file.checkpoint.is_some() {
             return Err(StorageError::Corrupt { location, reason: format!("a delta names it as its checkpoint, version {c}, but it is not one") });
         }
-        let resolved = versions::resolve(&location, file, bytes.len(), None)?;
+        let resolved = versions::resolve(&location, file, bytes.len(), seal, None)?;
         Ok(resolved.checkpoint.expect("a checkpoint resolves to itself"))
     }
 
@@ -451,14 +470,16 @@ impl Database {
         futures::stream::iter(fetches).buffered(16).try_collect().await
     }
 
-    /// One manifest file of table `table_id`.
-    async fn manifest_file(&self, table_id: u64, m: ManifestRef) -> Result<Arc<Manifest>> {
+    /// One manifest file of table `table_id`, its seal and its reference
+    /// checked.
+    pub async fn manifest_file(&self, table_id: u64, m: ManifestRef) -> Result<Arc<Manifest>> {
         let relative = manifest_path(&m);
         if let Some(cached) = self.manifests.lock().expect("manifest cache").get(&relative) {
             return Ok(cached.clone());
         }
         let path = self.loc.child(&relative);
         let bytes = self.get(&path).await?;
+        self.check_seal(&relative, &bytes, m.checksum)?;
         let manifest: Manifest = parse_json(&self.loc, &path, &bytes)?;
         check_version(&self.loc, manifest.format_version)?;
         if manifest.table_id != table_id || manifest.objects.len() as u64 != m.objects {
@@ -470,6 +491,38 @@ impl Database {
         let manifest = Arc::new(manifest);
         self.cache_manifest(&relative, &manifest, bytes.len());
         Ok(manifest)
+    }
+
+    /// The database's sealer (`crate::seal`), for tools that check objects.
+    pub fn sealer(&self) -> &Sealer {
+        &self.sealer
+    }
+
+    /// Checks the seal of `bytes`, read from `relative` (see
+    /// [`Sealer::check`]): the object's format version is what its JSON
+    /// says (unparsable JSON fails later, naming the object).
+    pub(crate) fn check_seal(&self, relative: &str, bytes: &[u8], expected: Option<u64>) -> Result<Option<u64>> {
+        let format_version = || serde_json::from_slice::<FormatHeader>(bytes).map_or(FORMAT_VERSION, |h| h.format_version);
+        self.sealer
+            .check(relative, bytes, format_version, expected)
+            .map_err(|e| StorageError::Corrupt { location: self.loc.display(&self.loc.child(relative)), reason: e.to_string() })
+    }
+
+    /// Writes `value` as a new sealed JSON object at `relative`; returns
+    /// the seal for its parent to record.
+    pub async fn put_sealed<T: Serialize>(&self, relative: &str, value: &T) -> Result<u64> {
+        let (body, seal) = self.sealer.seal(relative, serde_json::to_vec(value).expect("format types always serialise"));
+        self.put_new(relative, Bytes::from(body)).await?;
+        Ok(seal)
+    }
+
+    /// Reads the sealed JSON object at `relative` (recorded as `expected`
+    /// by its parent, if it was).
+    pub async fn get_sealed<T: DeserializeOwned>(&self, relative: &str, expected: Option<u64>) -> Result<T> {
+        let path = self.loc.child(relative);
+        let bytes = self.get(&path).await?;
+        self.check_seal(relative, &bytes, expected)?;
+        parse_json(&self.loc, &path, &bytes)
     }
 
     /// A fresh key and the path of a new object with extension `ext`.
@@ -555,8 +608,8 @@ impl Database {
             // checkpoint in catalog/, where version-1 readers and writers
             // look (and then refuse to go on), and log/ from then on.
             let upgrade = !self.upgraded.load(std::sync::atomic::Ordering::Relaxed);
-            let body = versions::encode(&mut next, upgrade);
             let place = if upgrade { catalog_path(next.version) } else { log_path(next.version) };
+            let body = versions::encode(&mut next, upgrade, &|json| self.sealer.seal(&place, json));
             let path = self.loc.child(&place);
             crate::failpoint::hit("commit.before")?;
             let body = Bytes::from(body);
@@ -628,12 +681,13 @@ impl Database {
         let (key, path) = self.new_object(MANIFEST_EXT).await?;
         crate::failpoint::hit("upload.manifest")?;
         let manifest = Manifest { format_version: FORMAT_VERSION, table_id, table_version, objects: objects.to_vec() };
-        self.put_new(&path, to_json(&manifest)).await?;
+        let seal = self.put_sealed(&path, &manifest).await?;
         Ok(ManifestRef {
             key,
             objects: objects.len() as u64,
             rows: objects.iter().map(|o| o.rows).sum(),
             bytes: objects.iter().map(|o| o.size).sum(),
+            checksum: Some(seal),
         })
     }
 

@@ -13,7 +13,9 @@ use datafusion::arrow::datatypes::Schema;
 use serde::{Deserialize, Serialize};
 
 /// The newest format version this build writes and the newest it reads.
-pub const FORMAT_VERSION: u32 = 2;
+/// Version 3 seals every metadata object (`crate::seal`): its objects are
+/// JSON as before, with one more member at the end.
+pub const FORMAT_VERSION: u32 = 3;
 
 /// Name of the marker object at the root of every database.
 pub const MARKER: &str = "blobhouse.json";
@@ -46,6 +48,12 @@ pub struct DatabaseMarker {
     pub format_version: u32,
     /// Creation time, milliseconds since the Unix epoch.
     pub created_at_ms: u64,
+    /// A random number drawn at creation: with the creation time, the
+    /// database's identity, which seeds every seal (`crate::seal`) so that
+    /// an object copied from another database is refused. `None` in
+    /// databases created before format 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub id: Option<u64>,
 }
 
 /// One database version as the engine sees it: every table, resolved from
@@ -90,6 +98,9 @@ pub struct Checkpoint {
     /// Size of its object: a delta is written only while it stays small
     /// beside it.
     pub bytes: usize,
+    /// Its object's seal (`crate::seal`), which deltas record; `None` for
+    /// checkpoints written before format 3.
+    pub seal: Option<u64>,
     /// Every table of the checkpoint.
     pub tables: BTreeMap<String, TableEntry>,
 }
@@ -114,6 +125,10 @@ pub struct VersionFile {
     /// The checkpoint this delta applies to; `None` for a checkpoint.
     #[serde(default)]
     pub checkpoint: Option<u64>,
+    /// Delta only: the checkpoint object's seal, so that a checkpoint
+    /// replaced by another validly sealed object is refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checkpoint_seal: Option<u64>,
     /// Tables: all of them (checkpoint), or those changed since the
     /// checkpoint (delta).
     pub tables: BTreeMap<String, TableEntry>,
@@ -149,6 +164,10 @@ pub struct GcState {
     /// what it deletes and what it defers.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub list: Option<u64>,
+    /// The list object's seal (`crate::seal`): a damaged list would delete
+    /// what it should keep.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub list_seal: Option<u64>,
 }
 
 impl GcState {
@@ -252,6 +271,11 @@ pub struct ManifestRef {
     pub rows: u64,
     /// Their bytes.
     pub bytes: u64,
+    /// The manifest file's seal (`crate::seal`), checked when it is read:
+    /// another manifest in its place, even a validly sealed one, is
+    /// refused. `None` for manifests written before format 3.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<u64>,
 }
 
 /// A deletion vector: the object `objects/<hhhh>/<key:016x>.dv` holding the
@@ -273,10 +297,11 @@ pub struct DeleteRef {
 }
 
 /// Only the format version of a metadata object, read first to choose how
-/// to parse the rest.
+/// to parse the rest (0 for objects without one: GC lists before format 3).
 #[derive(Debug, Deserialize)]
 pub struct FormatHeader {
     /// Format version of the object.
+    #[serde(default)]
     pub format_version: u32,
 }
 
@@ -364,6 +389,12 @@ pub struct DataObject {
     pub page_index_at: Option<ByteRange>,
     /// Row groups, in file order.
     pub row_groups: Vec<RowGroupMeta>,
+    /// XXH3-64 of the whole object ([`chunk_checksum`]): scans check each
+    /// column chunk they read by its own checksum; this one lets
+    /// `blobhouse verify` find damage anywhere, footer and page index
+    /// included. `None` for objects written before it was kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<u64>,
 }
 
 /// The bytes of a data object's page index (its column indexes and offset
@@ -383,6 +414,11 @@ pub struct ByteRange {
     pub offset: u64,
     /// How many bytes.
     pub length: u64,
+    /// XXH3-64 of the bytes ([`chunk_checksum`]), checked when they are
+    /// read: a damaged page index would prune pages that hold matching
+    /// rows. `None` when written before checksums were kept.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub checksum: Option<u64>,
 }
 
 impl ByteRange {

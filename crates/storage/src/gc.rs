@@ -36,7 +36,6 @@ use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::Arc;
 use std::time::Duration;
 
-use bytes::Bytes;
 use futures::StreamExt;
 use serde::{Deserialize, Serialize};
 
@@ -62,6 +61,9 @@ const ATTEMPTS: u32 = 30;
 /// What one VACUUM decided: deletions, deferrals, expired versions.
 #[derive(Debug, Clone, Default, Serialize, Deserialize)]
 struct GcList {
+    /// Format version of the list (0: written before format 3, unsealed).
+    #[serde(default)]
+    format_version: u32,
     horizon: u64,
     /// Items to delete (manifests with all their objects).
     delete: Retired,
@@ -144,7 +146,7 @@ async fn vacuum_once(db: &Arc<Database>, retain: Duration, grace: Duration, dry_
     let mut unfinished: Vec<(u64, GcList)> = Vec::new();
     if let Some(key) = old.list {
         report.gets += 1;
-        let list: GcList = read_json(db, &object_name(key, LIST_EXT)).await?;
+        let list: GcList = db.get_sealed(&object_name(key, LIST_EXT), old.list_seal).await?;
         for ancestor in &list.previous {
             report.gets += 1;
             match read_json::<GcList>(db, &object_name(*ancestor, LIST_EXT)).await {
@@ -195,7 +197,7 @@ async fn vacuum_once(db: &Arc<Database>, retain: Duration, grace: Duration, dry_
         snapshot_checkpoints.extend(checkpoint_of(db, *v).await?);
     }
 
-    let mut list = GcList { horizon, previous: unfinished.iter().map(|(k, _)| *k).collect(), ..Default::default() };
+    let mut list = GcList { format_version: FORMAT_VERSION, horizon, previous: unfinished.iter().map(|(k, _)| *k).collect(), ..Default::default() };
     let mut sort = |kind: Kind, item: u64, manifest: u64| {
         report.candidates += 1;
         if by_retained.references(kind, item, manifest) {
@@ -267,8 +269,8 @@ async fn vacuum_once(db: &Arc<Database>, retain: Duration, grace: Duration, dry_
     }
     // Commit the plan, then carry it out.
     let (key, path) = db.new_object(LIST_EXT).await?;
-    db.put_new(&path, Bytes::from(serde_json::to_vec(&list).expect("gc list serialises"))).await?;
-    let gc = GcState { horizon, at_ms: now_ms(), list: Some(key) };
+    let seal = db.put_sealed(&path, &list).await?;
+    let gc = GcState { horizon, at_ms: now_ms(), list: Some(key), list_seal: Some(seal) };
     let expected = Box::new((old.clone(), newest.snapshots.clone(), newest.restores.clone()));
     match db.commit(&[Change::Vacuum { gc, expected }]).await {
         Ok(CommitOutcome::Committed(_)) | Ok(CommitOutcome::NoOp) => {}
@@ -306,7 +308,7 @@ pub async fn awaiting(db: &Database) -> Result<(u64, u64, u64)> {
     let mut sizes: HashMap<u64, u64> = HashMap::new();
     for m in dedup(&retired.manifests) {
         other += 1;
-        if let Ok(file) = read_json::<Manifest>(db, &manifest_path(&ManifestRef { key: m, objects: 0, rows: 0, bytes: 0 })).await {
+        if let Ok(file) = read_json::<Manifest>(db, &manifest_path(&ManifestRef { key: m, objects: 0, rows: 0, bytes: 0, checksum: None })).await {
             for o in file.objects {
                 objects += 1;
                 bytes += o.size;
@@ -318,7 +320,7 @@ pub async fn awaiting(db: &Database) -> Result<(u64, u64, u64)> {
         if sizes.contains_key(o) {
             continue;
         }
-        let size = match read_json::<Manifest>(db, &manifest_path(&ManifestRef { key: *m, objects: 0, rows: 0, bytes: 0 })).await {
+        let size = match read_json::<Manifest>(db, &manifest_path(&ManifestRef { key: *m, objects: 0, rows: 0, bytes: 0, checksum: None })).await {
             Ok(file) => file.objects.iter().find(|x| x.key == *o).map_or(0, |x| x.size),
             Err(_) => 0,
         };
@@ -550,7 +552,7 @@ async fn describe(db: &Database, list: &GcList, report: &mut VacuumReport) -> Re
     let mut out = Vec::new();
     let h = list.horizon;
     for m in &list.delete.manifests {
-        let path = manifest_path(&ManifestRef { key: *m, objects: 0, rows: 0, bytes: 0 });
+        let path = manifest_path(&ManifestRef { key: *m, objects: 0, rows: 0, bytes: 0, checksum: None });
         report.gets += 1;
         match read_json::<Manifest>(db, &path).await {
             Ok(manifest) => {
@@ -599,10 +601,10 @@ async fn version_json<T: serde::de::DeserializeOwned>(db: &Database, v: u64) -> 
     serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt { location: db.location().display(&path), reason: format!("invalid JSON ({e})") })
 }
 
+/// The sealed JSON object at `relative` (its seal checked: VACUUM deletes
+/// by what these objects say).
 async fn read_json<T: serde::de::DeserializeOwned>(db: &Database, relative: &str) -> Result<T> {
-    let path = db.location().child(relative);
-    let bytes = db.get(&path).await?;
-    serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt { location: db.location().display(&path), reason: format!("invalid JSON ({e})") })
+    db.get_sealed(relative, None).await
 }
 
 fn dedup(items: &[u64]) -> Vec<u64> {

@@ -10,7 +10,11 @@
 //! - [`database`]: the catalog's version log and atomic commits.
 //! - [`transaction`]: a snapshot, its changes and its uploads.
 //! - [`gc`]: VACUUM — what no retained version references is deleted.
+//! - [`verify`]: checks every object a database references (`blobhouse
+//!   verify`).
 //! - [`writer`]: record batches → Parquet data objects with zone maps.
+//! - [`seal`]: seals on metadata objects: damage, swaps and replays are
+//!   refused, naming the object.
 //! - [`rows`]: which rows of a row group are decoded (page-index row
 //!   selections) and where each decoded row sits in its object.
 //!
@@ -28,7 +32,9 @@ pub mod histogram;
 pub mod keys;
 pub mod location;
 pub mod rows;
+pub mod seal;
 pub mod transaction;
+pub mod verify;
 pub mod versions;
 pub mod writer;
 

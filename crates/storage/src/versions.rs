@@ -51,7 +51,7 @@ pub fn from_v1(location: &str, v1: V1CatalogVersion) -> Result<CatalogVersion> {
             location: location.to_string(),
             reason: format!("table {name}'s manifest '{}' is not named by a key", t.manifest),
         })?;
-        let manifest = ManifestRef { key, objects: t.objects, rows: t.rows, bytes: t.bytes };
+        let manifest = ManifestRef { key, objects: t.objects, rows: t.rows, bytes: t.bytes, checksum: None };
         let entry = TableEntry {
             id: t.id,
             schema: t.schema,
@@ -85,17 +85,20 @@ fn manifest_key(path: &str) -> Option<u64> {
     (object_name(key, MANIFEST_EXT) == path).then_some(key)
 }
 
-/// Reads a format-2 version object (`bytes` of `file`). A delta needs the
-/// checkpoint it names; `checkpoint` must be that one.
-pub fn resolve(location: &str, file: VersionFile, bytes: usize, checkpoint: Option<Arc<Checkpoint>>) -> Result<CatalogVersion> {
+/// Reads a format-2 version object (`bytes` of `file`, sealed with `seal`).
+/// A delta needs the checkpoint it names; `checkpoint` must be that one.
+pub fn resolve(location: &str, file: VersionFile, bytes: usize, seal: Option<u64>, checkpoint: Option<Arc<Checkpoint>>) -> Result<CatalogVersion> {
     let corrupt = |reason: String| StorageError::Corrupt { location: location.to_string(), reason };
     let (tables, checkpoint) = match file.checkpoint {
         None => {
-            let own = Arc::new(Checkpoint { version: file.version, bytes, tables: file.tables.clone() });
+            let own = Arc::new(Checkpoint { version: file.version, bytes, seal, tables: file.tables.clone() });
             (file.tables, own)
         }
         Some(c) => {
             let base = checkpoint.filter(|b| b.version == c).ok_or_else(|| corrupt(format!("its checkpoint, version {c}, was not given")))?;
+            if let Some(expected) = file.checkpoint_seal.filter(|e| base.seal != Some(*e)) {
+                return Err(corrupt(format!("it names checkpoint {c} sealed {expected:016x}, and the checkpoint read is not that object")));
+            }
             let mut tables = base.tables.clone();
             for name in &file.dropped {
                 tables.remove(name);
@@ -134,15 +137,16 @@ pub fn resolve(location: &str, file: VersionFile, bytes: usize, checkpoint: Opti
     })
 }
 
-/// `next` as a version object: a delta against `next.checkpoint` while it
-/// is small, else a checkpoint (then `next.checkpoint` is updated to it).
+/// `next` as a version object, sealed by `seal` (`crate::seal`): a delta
+/// against `next.checkpoint` while it is small, else a checkpoint (then
+/// `next.checkpoint` is updated to it).
 /// `force_checkpoint`: the upgrade of a version-1 database.
-pub fn encode(next: &mut CatalogVersion, force_checkpoint: bool) -> Vec<u8> {
+pub fn encode(next: &mut CatalogVersion, force_checkpoint: bool, seal: &dyn Fn(Vec<u8>) -> (Vec<u8>, u64)) -> Vec<u8> {
     if let Some(base) = next.checkpoint.clone().filter(|_| !force_checkpoint) {
         let delta = delta(next, &base);
         let body = serde_json::to_vec(&delta).expect("format types always serialise");
-        if body.len() <= DELTA_LIMIT.max(base.bytes / 4) {
-            return body;
+        if body.len() + crate::seal::SEAL_LEN <= DELTA_LIMIT.max(base.bytes / 4) {
+            return seal(body).0;
         }
     }
     let file = VersionFile {
@@ -151,14 +155,15 @@ pub fn encode(next: &mut CatalogVersion, force_checkpoint: bool) -> Vec<u8> {
         committed_at_ms: next.committed_at_ms,
         operation: next.operation.clone(),
         checkpoint: None,
+        checkpoint_seal: None,
         tables: next.tables.clone(),
         dropped: Vec::new(),
         snapshots: next.snapshots.clone(),
         restored_from: next.restored_from,
         gc: next.gc.clone(), restores: next.restores.clone(), retired: next.retired.clone(),
     };
-    let body = serde_json::to_vec(&file).expect("format types always serialise");
-    next.checkpoint = Some(Arc::new(Checkpoint { version: next.version, bytes: body.len(), tables: next.tables.clone() }));
+    let (body, sealed) = seal(serde_json::to_vec(&file).expect("format types always serialise"));
+    next.checkpoint = Some(Arc::new(Checkpoint { version: next.version, bytes: body.len(), seal: Some(sealed), tables: next.tables.clone() }));
     body
 }
 
@@ -185,6 +190,7 @@ fn delta(next: &CatalogVersion, base: &Checkpoint) -> VersionFile {
         committed_at_ms: next.committed_at_ms,
         operation: next.operation.clone(),
         checkpoint: Some(base.version),
+        checkpoint_seal: base.seal,
         tables,
         dropped: base.tables.keys().filter(|n| !next.tables.contains_key(*n)).cloned().collect(),
         snapshots: next.snapshots.clone(),
@@ -213,7 +219,7 @@ mod tests {
             id,
             schema: Schema::new(vec![Field::new("x", DataType::Int64, false)]),
             table_version: manifests.len() as u64,
-            manifests: manifests.iter().map(|&key| ManifestRef { key, objects: 1, rows: 1, bytes: 100 }).collect(),
+            manifests: manifests.iter().map(|&key| ManifestRef { key, objects: 1, rows: 1, bytes: 100, checksum: None }).collect(),
             extends_checkpoint: false,
             deletes: Default::default(),
             removed: Vec::new(),
@@ -235,13 +241,26 @@ mod tests {
         }
     }
 
+    fn sealer() -> crate::seal::Sealer {
+        crate::seal::Sealer::new(1, Some(1))
+    }
+
+    fn encode(next: &mut CatalogVersion, force_checkpoint: bool) -> Vec<u8> {
+        super::encode(next, force_checkpoint, &|body| sealer().seal("v", body))
+    }
+
+    fn resolve(location: &str, file: VersionFile, bytes: usize, checkpoint: Option<Arc<Checkpoint>>) -> Result<CatalogVersion> {
+        super::resolve(location, file, bytes, None, checkpoint)
+    }
+
     /// Writes and reads back `next`: what a reader of the store resolves.
     fn round_trip(next: &mut CatalogVersion) -> (CatalogVersion, usize) {
         let base = next.checkpoint.clone();
         let body = encode(next, false);
+        let seal = sealer().check("v", &body, || FORMAT_VERSION, None).unwrap();
         let file: VersionFile = serde_json::from_slice(&body).unwrap();
         let given = if file.checkpoint.is_some() { base } else { None };
-        (resolve("test", file, body.len(), given).unwrap(), body.len())
+        (super::resolve("test", file, body.len(), seal, given).unwrap(), body.len())
     }
 
     #[test]
@@ -274,7 +293,7 @@ mod tests {
         changed.deletes.insert(100, DeleteRef { key: 501, rows: 4, checksum: None });
         changed.deletes.insert(101, DeleteRef { key: 502, rows: 1, checksum: None });
         changed.removed.push(102);
-        changed.manifests.push(ManifestRef { key: 3, objects: 1, rows: 1, bytes: 100 });
+        changed.manifests.push(ManifestRef { key: 3, objects: 1, rows: 1, bytes: 100, checksum: None });
         let mut v2 = version(2, &[("a", changed.clone())], v1.checkpoint.clone());
         let base = v2.checkpoint.clone();
         let body = encode(&mut v2, false);
@@ -331,7 +350,7 @@ mod tests {
 
     #[test]
     fn manifest_keys_are_read_back_from_version_1_names() {
-        let path = manifest_path(&ManifestRef { key: 0x100005, objects: 0, rows: 0, bytes: 0 });
+        let path = manifest_path(&ManifestRef { key: 0x100005, objects: 0, rows: 0, bytes: 0, checksum: None });
         assert_eq!(manifest_key(&path), Some(0x100005));
         assert_eq!(manifest_key("objects/0000/elsewhere.manifest.json"), None);
     }

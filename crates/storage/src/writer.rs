@@ -301,6 +301,7 @@ pub fn describe_object(schema: &SchemaRef, key: u64, path: &str, buf: &[u8]) -> 
         page_index: None,
         page_index_at,
         row_groups,
+        checksum: Some(crate::format::chunk_checksum(buf)),
     })
 }
 
@@ -313,7 +314,8 @@ fn pages_beyond_zone_maps(meta: ParquetMetaData, path: &str, buf: &[u8], at: std
     let bytes = Bytes::copy_from_slice(&buf[at.start as usize..at.end as usize]);
     let meta = with_page_index(meta, at.start, bytes, buf.len() as u64, path).map_err(|source| StorageError::Parquet { location: path.to_string(), source })?;
     let several = meta.offset_index().is_some_and(|rgs| rgs.iter().flatten().any(|chunk| chunk.page_locations().len() > 1));
-    Ok(several.then_some(ByteRange { offset: at.start, length: at.end - at.start }))
+    let checksum = Some(crate::format::chunk_checksum(&buf[at.start as usize..at.end as usize]));
+    Ok(several.then_some(ByteRange { offset: at.start, length: at.end - at.start, checksum }))
 }
 
 fn zone_maps(schema: &SchemaRef, meta: &ParquetMetaData) -> parquet::errors::Result<Vec<RowGroupMeta>> {

@@ -83,8 +83,23 @@ impl MetadataCache {
         if at.range().end > object.size {
             return Err(damaged(format!("the manifest puts its page index at {:?}, past the object's {} bytes", at.range(), object.size)));
         }
-        let read = source.get_ranges(&path, &location, &[at.range()]).await.map_err(|e| DataFusionError::External(Box::new(e)))?;
-        let bytes = read.bytes.into_iter().next().expect("one range asked, one returned");
+        let read_index = || async {
+            let read = source.get_ranges(&path, &location, &[at.range()]).await.map_err(|e| DataFusionError::External(Box::new(e)))?;
+            Ok::<_, DataFusionError>(read.bytes.into_iter().next().expect("one range asked, one returned"))
+        };
+        let intact = |bytes: &bytes::Bytes| at.checksum.is_none_or(|sum| blobhouse_storage::format::chunk_checksum(bytes) == sum);
+        let mut bytes = read_index().await?;
+        if !intact(&bytes) {
+            // Once more, in case the transfer damaged it.
+            bytes = read_index().await?;
+            if !intact(&bytes) {
+                return Err(damaged(format!(
+                    "its page index (bytes {}..{}) does not match the checksum written with it (read twice): the object is damaged, and pruning pages by it could skip matching rows",
+                    at.offset,
+                    at.offset + at.length
+                )));
+            }
+        }
         let meta = with_page_index(footer.metadata().as_ref().clone(), at.offset, bytes, object.size, &location)
             .map_err(|e| damaged(format!("its page index (bytes {:?}, where the manifest puts it) does not decode: {e}", at.range())))?;
         Ok((self.keep(&object.path, &location, meta)?, true))

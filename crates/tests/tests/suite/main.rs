@@ -7,6 +7,7 @@ mod common;
 
 mod bad_input;
 mod cluster;
+mod corruption;
 mod cache;
 mod concurrency;
 mod dml;
