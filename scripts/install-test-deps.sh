@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # Installs what the tests and the testbed need beyond cargo, each pinned:
 #   - MinIO (S3 API) and toxiproxy (connection shaping), built with `go install`;
+#   - Azurite (Azure Blob Storage's emulator, npm) and Azure's Python client;
 #   - nginx (plain HTTP range server), a TrueType font for the benchmark
 #     plots and iproute2 (network namespace and tbf of the bottleneck
 #     profile), from Debian;
@@ -37,6 +38,19 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ] || [ ! -f /usr
   SUDO=""; [ "$(id -u)" -ne 0 ] && SUDO="sudo"
   $SUDO apt-get update -qq
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nginx-light fonts-dejavu-core openssl iproute2 >/dev/null
+fi
+
+AZURITE_VERSION="3.35.0"        # the newest that runs on Node.js 20 (3.36+ need 22)
+AZURE_BLOB_PY_VERSION="12.31.1" # creates the test container (object_store has no container API)
+AZURITE_DIR="$HOME/.cache/blobhouse-tools/azurite"
+if [ ! -x "$AZURITE_DIR/node_modules/.bin/azurite-blob" ] || ! grep -q "\"version\": \"$AZURITE_VERSION\"" "$AZURITE_DIR/node_modules/azurite/package.json" 2>/dev/null; then
+  echo "install-test-deps: installing Azurite $AZURITE_VERSION (Azure Blob Storage emulator) with npm" >&2
+  mkdir -p "$AZURITE_DIR"
+  (cd "$AZURITE_DIR" && npm install --no-audit --no-fund --loglevel=error "azurite@$AZURITE_VERSION" >/dev/null)
+fi
+if ! python3 -c "import azure.storage.blob as b; assert b.__version__ == '$AZURE_BLOB_PY_VERSION'" 2>/dev/null; then
+  echo "install-test-deps: installing azure-storage-blob==$AZURE_BLOB_PY_VERSION (creates Azurite's test container)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check "azure-storage-blob==$AZURE_BLOB_PY_VERSION"
 fi
 
 if ! python3 -c "import duckdb, duckdb_extension_tpch; assert duckdb.__version__ == '$DUCKDB_VERSION'" 2>/dev/null; then
@@ -79,4 +93,4 @@ if [ ! -f "$PGJDBC_JAR" ]; then
   echo "install-test-deps: fetching pgjdbc $PGJDBC_VERSION from Maven Central" >&2
   mvn -q dependency:get -Dartifact="org.postgresql:postgresql:$PGJDBC_VERSION" >/dev/null
 fi
-echo "install-test-deps: minio, toxiproxy, nginx, duckdb $DUCKDB_VERSION, psql, psycopg, ADBC, SQLAlchemy and pgjdbc $PGJDBC_VERSION ready" >&2
+echo "install-test-deps: minio, toxiproxy, azurite $AZURITE_VERSION, nginx, duckdb $DUCKDB_VERSION, psql, psycopg, ADBC, SQLAlchemy and pgjdbc $PGJDBC_VERSION ready" >&2

@@ -45,6 +45,9 @@ enum Command {
     /// Garbage collection: delete what no retained version or snapshot references (VACUUM).
     #[command(after_help = "Keeps every version newer than --retain and every snapshot; deletes the data objects,\nmanifests and deletion vectors only older versions referenced, and expires those versions.\n--dry-run lists each path it would delete and why, and deletes nothing.\n\nExamples:\n  blobhouse gc --db ./mydb --dry-run\n  blobhouse gc --db s3://bucket/db --retain '30 days'\n  blobhouse gc --db ./mydb --retain 0s       # keep only the newest version and snapshots")]
     Gc(GcArgs),
+    /// Check every object of a database against the checksums and seals written with it.
+    #[command(after_help = "Reads every object the retained versions and snapshots reference: version objects,\nmanifests and GC lists by their seals, data objects whole by their checksums (and their\nfooters against the manifests), deletion vectors by checksum. Lists each damaged or\nmissing object with what is wrong; exits 1 when it finds any, 0 when all is intact.\n\nExamples:\n  blobhouse verify --db ./mydb\n  blobhouse verify --db s3://bucket/db")]
+    Verify(VerifyArgs),
     /// Load a benchmark data set into a database.
     #[command(subcommand)]
     Load(LoadCommand),
@@ -199,7 +202,9 @@ impl EngineArgs {
 /// Overrides of the AWS_* environment for S3 and S3-compatible stores.
 #[derive(Args, Clone, Default)]
 pub struct StoreArgs {
-    /// S3 endpoint, e.g. http://127.0.0.1:9000 (default: AWS_ENDPOINT_URL, else AWS).
+    /// Endpoint of the store: S3-compatible (http://127.0.0.1:9000; default AWS_ENDPOINT_URL,
+    /// else AWS), an Azure account (http://127.0.0.1:10000/devstoreaccount1 for Azurite;
+    /// default AZURE_STORAGE_ENDPOINT) or a GCS base URL (an emulator's).
     #[arg(long)]
     endpoint: Option<String>,
     /// S3 access key id (default: AWS_ACCESS_KEY_ID).
@@ -217,6 +222,20 @@ pub struct StoreArgs {
     /// Use virtual-hosted-style requests instead of path style.
     #[arg(long)]
     virtual_hosted_style: bool,
+    /// An object_store setting for the URL's cloud, KEY=VALUE (repeatable), e.g.
+    /// azure_storage_account_name=acct, azure_storage_sas_token=…, google_service_account=key.json,
+    /// aws_session_token=…; overrides the environment.
+    #[arg(long = "store-option", value_name = "KEY=VALUE", value_parser = parse_store_option)]
+    store_options: Vec<(String, String)>,
+}
+
+fn parse_store_option(s: &str) -> std::result::Result<(String, String), String> {
+    let (k, v) = s.split_once('=').ok_or_else(|| format!("'{s}': expected KEY=VALUE, e.g. azure_storage_account_name=myaccount"))?;
+    let k = k.trim().to_ascii_lowercase();
+    if k.is_empty() {
+        return Err(format!("'{s}': the key is empty"));
+    }
+    Ok((k, v.to_string()))
 }
 
 impl StoreArgs {
@@ -228,6 +247,7 @@ impl StoreArgs {
             endpoint: self.endpoint.clone(),
             allow_http: self.allow_http.then_some(true),
             virtual_hosted_style: self.virtual_hosted_style.then_some(true),
+            config: self.store_options.iter().cloned().collect(),
         }
     }
 }
@@ -353,6 +373,12 @@ struct GcArgs {
     dry_run: bool,
 }
 
+#[derive(Args)]
+struct VerifyArgs {
+    #[command(flatten)]
+    db: DbArgs,
+}
+
 /// The storage node's token from the environment variable `var`.
 fn node_token(var: &str) -> Result<String> {
     match std::env::var(var) {
@@ -375,6 +401,47 @@ async fn open_with(db: &DbArgs, mut options: EngineOptions) -> Result<Engine> {
     }
     db.engine.apply(&mut options)?;
     Engine::open(&db.db, &db.store.options(), options).await.with_context(|| format!("cannot open database {}", db.db))
+}
+
+/// `blobhouse verify`: checks the whole database, with a progress bar on a
+/// terminal; exit 1 when anything is damaged.
+async fn verify(args: &VerifyArgs) -> Result<ExitCode> {
+    use std::io::IsTerminal;
+    let engine = open_with(&args.db, EngineOptions { create_missing: false, ..EngineOptions::default() }).await?;
+    let bar = if std::io::stderr().is_terminal() { ProgressBar::new(0) } else { ProgressBar::hidden() };
+    bar.set_style(ProgressStyle::with_template("  verify [{bar:30}] {pos}/{len} objects {msg}").expect("valid template").progress_chars("=> "));
+    let progress = |p: blobhouse_storage::verify::VerifyProgress| {
+        bar.set_length(p.total);
+        bar.set_position(p.done);
+        bar.set_message(format!("{:.1} MiB read", p.bytes as f64 / (1 << 20) as f64));
+    };
+    let report = blobhouse_storage::verify::verify(engine.database(), &progress).await.with_context(|| format!("cannot verify {}", args.db.db))?;
+    bar.finish_and_clear();
+    println!(
+        "checked {} versions, {} GC lists, {} manifests, {} deletion vectors and {} data objects ({:.1} MiB) of {}",
+        report.versions,
+        report.gc_lists,
+        report.manifests,
+        report.vectors,
+        report.data_objects,
+        report.bytes as f64 / (1 << 20) as f64,
+        args.db.db
+    );
+    if report.unchecked > 0 {
+        println!("{} objects were written before checksums were kept: only their structure was checked", report.unchecked);
+    }
+    if report.damaged.is_empty() {
+        println!("no damage found");
+        return Ok(ExitCode::SUCCESS);
+    }
+    for d in &report.damaged {
+        println!("DAMAGED {}: {}", d.object, d.reason);
+    }
+    println!(
+        "{} damaged or missing objects: queries that read them fail. Restore them from a copy of the bucket (or a snapshot's versions), or drop the tables that reference them",
+        report.damaged.len()
+    );
+    Ok(ExitCode::from(1))
 }
 
 /// Progress bars for a TPC-H load, one per table.
@@ -432,6 +499,7 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
             shell::Shell::new(&session, output::Format::Table).run_script(&sql).await?;
             Ok(ExitCode::SUCCESS)
         }
+        Command::Verify(args) => verify(&args).await,
         Command::Bench(cmd) => {
             bench::run(cmd).await?;
             Ok(ExitCode::SUCCESS)
@@ -605,10 +673,35 @@ fn main() -> ExitCode {
     match runtime.block_on(run(cli, users)) {
         Ok(code) => code,
         Err(e) => {
-            eprintln!("error: {e:#}");
+            eprintln!("error: {}", report(&e));
             ExitCode::FAILURE
         }
     }
+}
+
+/// An error and its causes on one line, as anyhow's `{:#}` prints them,
+/// but ending at a store error: it already shows the store's answer in
+/// short, and its causes (object_store's retry error, reqwest's, hyper's)
+/// would repeat the URL and the reply several times over.
+fn report(e: &anyhow::Error) -> String {
+    let mut out = String::new();
+    for cause in e.chain() {
+        let text = cause.to_string();
+        if !out.contains(&text) {
+            if !out.is_empty() {
+                out.push_str(": ");
+            }
+            out.push_str(&text);
+        }
+        let storage = cause.downcast_ref::<blobhouse_storage::StorageError>().or_else(|| match cause.downcast_ref::<blobhouse_engine::EngineError>() {
+            Some(blobhouse_engine::EngineError::Storage(s)) => Some(s),
+            _ => None,
+        });
+        if matches!(storage, Some(blobhouse_storage::StorageError::Store { .. })) {
+            break;
+        }
+    }
+    out
 }
 
 /// The `--threads` of whichever command was given (its engine's flags).

@@ -328,7 +328,8 @@ fn print_summary(r: &QueryResult) {
 fn print_warnings(engine: &Session) {
     let tiers = engine.engine().tiers().map(|t| t.take_warnings()).unwrap_or_default();
     let pushdown = engine.engine().pushdown().map(|p| p.take_warnings()).unwrap_or_default();
-    for w in tiers.into_iter().chain(pushdown) {
+    let reads = engine.engine().source().take_warnings();
+    for w in tiers.into_iter().chain(pushdown).chain(reads) {
         eprintln!("warning: {w}");
     }
 }

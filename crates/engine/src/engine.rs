@@ -212,6 +212,11 @@ impl Engine {
         self.shared.source.download_manager()
     }
 
+    /// The reader of its data ranges (download manager or object_store).
+    pub fn source(&self) -> &DataSource {
+        &self.shared.source
+    }
+
     /// The caching tiers its scans consult, if any.
     pub fn tiers(&self) -> Option<&Arc<crate::tiers::Tiers>> {
         self.shared.source.tiers()

@@ -8,6 +8,12 @@
 //! read through object_store. Everything
 //! else — listing, manifests, conditional puts, deletes — stays on
 //! object_store in any case.
+//!
+//! Some credentials cannot presign: an Azure SAS token (a SAS cannot make
+//! another), anonymous access, GCS without a key to sign with off Google's
+//! metadata server. Reads then go through object_store, which sends the
+//! credential itself with each request; the engine says so once
+//! ([`DataSource::take_warnings`]) and keeps working.
 
 use std::ops::Range;
 use std::sync::Arc;
@@ -54,17 +60,46 @@ pub struct DataSource {
     managed: Option<(DownloadManager, Arc<dyn Signer>)>,
     /// The caching tiers scans consult before the store (`crate::tiers`).
     tiers: Option<Arc<crate::tiers::Tiers>>,
+    /// Why the credential cannot presign, once found: reads then go
+    /// through object_store. The flag says whether it was reported.
+    unsigned: Arc<std::sync::Mutex<Option<(String, bool)>>>,
+}
+
+/// Whether a presigning error says the credential can never presign (not
+/// that it failed this time).
+fn cannot_presign(e: &object_store::Error) -> bool {
+    let text = e.to_string();
+    ["SAS tokens auth is not supported", "while skipping signatures is not supported", "signBlob", "skip_signature", "NotImplemented"].iter().any(|n| text.contains(n))
+        || matches!(e, object_store::Error::NotImplemented { .. } | object_store::Error::NotSupported { .. })
 }
 
 impl DataSource {
     /// Reads through `store` only.
     pub fn store(store: Arc<dyn ObjectStore>) -> Self {
-        DataSource { store, managed: None, tiers: None }
+        DataSource { store, managed: None, tiers: None, unsigned: Arc::default() }
     }
 
     /// Reads through `dm` with URLs presigned by `signer`.
     pub fn managed(store: Arc<dyn ObjectStore>, dm: DownloadManager, signer: Arc<dyn Signer>) -> Self {
-        DataSource { store, managed: Some((dm, signer)), tiers: None }
+        DataSource { store, managed: Some((dm, signer)), tiers: None, unsigned: Arc::default() }
+    }
+
+    /// Says once, if it came to that, that reads go through object_store
+    /// because the credential cannot presign URLs.
+    pub fn take_warnings(&self) -> Vec<String> {
+        let mut unsigned = self.unsigned.lock().expect("not poisoned");
+        match unsigned.as_mut() {
+            Some((reason, reported @ false)) => {
+                *reported = true;
+                vec![format!("data reads go through the object-store client instead of the download manager: the credential cannot presign URLs ({reason})")]
+            }
+            _ => Vec::new(),
+        }
+    }
+
+    /// Whether reads go through object_store because presigning cannot work.
+    pub fn presigning_unavailable(&self) -> bool {
+        self.unsigned.lock().expect("not poisoned").is_some()
     }
 
     /// The same reader, with scans consulting `tiers` first.
@@ -86,12 +121,14 @@ impl DataSource {
     /// Reads `ranges` of the object at `path` (`location` names it in
     /// errors), all concurrently; every range comes back whole or not at all.
     pub async fn get_ranges(&self, path: &Path, location: &str, ranges: &[Range<u64>]) -> Result<Ranges, ReadError> {
-        if let Some((dm, signer)) = &self.managed {
-            let url = signer
-                .signed_url(http::Method::GET, path, SIGNED_URL_LIFETIME)
-                .await
-                .map_err(|e| StorageError::store("presign GET", location.to_string(), e))?;
-            return fetch_managed(dm, url.as_str(), location, ranges).await;
+        if let Some((dm, signer)) = self.managed.as_ref().filter(|_| !self.presigning_unavailable()) {
+            match signer.signed_url(http::Method::GET, path, SIGNED_URL_LIFETIME).await {
+                Ok(url) => return fetch_managed(dm, url.as_str(), location, ranges).await,
+                Err(e) if cannot_presign(&e) => {
+                    self.unsigned.lock().expect("not poisoned").get_or_insert_with(|| (e.to_string(), false));
+                }
+                Err(e) => return Err(StorageError::store("presign GET", location.to_string(), e).into()),
+            }
         }
         let store = &self.store;
         let bytes = futures::future::try_join_all(ranges.iter().map(|r| async move {
@@ -125,4 +162,39 @@ fn check_length(location: &str, r: &Range<u64>, bytes: Bytes) -> Result<Bytes, R
         return Err(ReadError::Short { location: location.to_string(), start: r.start, end: r.end, got: bytes.len() });
     }
     Ok(bytes)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use object_store::memory::InMemory;
+    use object_store::PutPayload;
+
+    /// A credential that cannot presign, as an Azure SAS token.
+    #[derive(Debug)]
+    struct SasOnly;
+
+    #[async_trait::async_trait]
+    impl Signer for SasOnly {
+        async fn signed_url(&self, _: http::Method, _: &Path, _: Duration) -> object_store::Result<url::Url> {
+            Err(object_store::Error::Generic { store: "MicrosoftAzure", source: "Generating SAS keys with SAS tokens auth is not supported".into() })
+        }
+    }
+
+    #[tokio::test]
+    async fn a_credential_that_cannot_presign_reads_through_the_store_and_says_so_once() {
+        let store: Arc<dyn ObjectStore> = Arc::new(InMemory::new());
+        let path = Path::from("db/objects/x.parquet");
+        store.put(&path, PutPayload::from_static(b"0123456789")).await.unwrap();
+        let dm = DownloadManager::new(blobhouse_io::ManagerOptions::default()).unwrap();
+        let source = DataSource::managed(store, dm, Arc::new(SasOnly));
+        for _ in 0..2 {
+            let read = source.get_ranges(&path, "az://c/db/objects/x.parquet", &[2..5, 7..10]).await.unwrap();
+            assert_eq!(read.bytes, vec![Bytes::from_static(b"234"), Bytes::from_static(b"789")]);
+        }
+        assert!(source.presigning_unavailable());
+        let warnings = source.take_warnings();
+        assert!(warnings.len() == 1 && warnings[0].contains("cannot presign") && warnings[0].contains("SAS"), "{warnings:?}");
+        assert!(source.take_warnings().is_empty(), "said once");
+    }
 }

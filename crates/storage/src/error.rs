@@ -15,13 +15,16 @@ pub enum StorageError {
     #[error("invalid database URL '{url}': {reason}")]
     InvalidUrl { url: String, reason: String },
 
-    /// A request to the object store failed.
-    #[error("{op} {location} failed: {source}{hint}")]
+    /// A request to the object store failed. Displays the store's answer
+    /// in short (`detail`: the error code and message of an XML or JSON
+    /// reply, not the reply); `source` keeps it whole.
+    #[error("{op} {location} failed: {detail}{hint}")]
     Store {
         op: &'static str,
         location: String,
         #[source]
         source: object_store::Error,
+        detail: String,
         hint: Hint,
     },
 
@@ -114,28 +117,145 @@ impl fmt::Display for Hint {
     }
 }
 
-impl Hint {
-    /// Guesses a remedy from the text of an object-store error. The store's own
-    /// message stays in the error; this only adds the likely fix.
-    pub fn for_error(err: &object_store::Error) -> Self {
-        // The full chain carries the HTTP status and the S3 error code.
-        let mut text = err.to_string();
-        let mut src = std::error::Error::source(err);
-        while let Some(s) = src {
-            text.push(' ');
-            text.push_str(&s.to_string());
-            src = s.source();
+/// The cloud behind a database URL: hints name its settings, not another's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Cloud {
+    S3,
+    Gcs,
+    Azure,
+    /// Local directories, memory, HTTP.
+    Other,
+}
+
+impl Cloud {
+    /// The cloud of a URL (or of an object's URL), by its scheme.
+    pub fn of(url: &str) -> Cloud {
+        match url.split("://").next().unwrap_or_default() {
+            "s3" | "s3a" => Cloud::S3,
+            "gs" => Cloud::Gcs,
+            "az" | "abfs" | "abfss" | "azure" => Cloud::Azure,
+            _ => Cloud::Other,
         }
-        let t = text.to_ascii_lowercase();
+    }
+
+    fn missing_bucket(self) -> &'static str {
+        match self {
+            Cloud::Azure => "the container does not exist; create it first or fix the container name in the URL",
+            _ => "the bucket does not exist; create it first or fix the bucket name in the URL",
+        }
+    }
+
+    fn refused(self) -> &'static str {
+        match self {
+            Cloud::S3 | Cloud::Other => "the store refused the credentials; check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or --access-key-id / --secret-access-key), or the profile or role the credential chain found",
+            Cloud::Gcs => "the store refused the credentials; check GOOGLE_APPLICATION_CREDENTIALS (or GOOGLE_SERVICE_ACCOUNT: a service-account JSON file) or the application default credentials (gcloud auth application-default login), and the account's roles on the bucket",
+            Cloud::Azure => "the store refused the credentials; check AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN (or AZURE_CLIENT_ID / AZURE_TENANT_ID / AZURE_CLIENT_SECRET for a service principal), and its role on the container",
+        }
+    }
+
+    fn unreachable(self) -> &'static str {
+        match self {
+            Cloud::S3 | Cloud::Other => "the endpoint did not answer; check AWS_ENDPOINT_URL / --endpoint and that the server is running",
+            Cloud::Gcs => "the endpoint did not answer; check GOOGLE_BASE_URL (set for an emulator) and the network path to storage.googleapis.com",
+            Cloud::Azure => "the endpoint did not answer; check AZURE_STORAGE_ENDPOINT (or AZURE_STORAGE_USE_EMULATOR / AZURITE_BLOB_STORAGE_URL for Azurite) and the network path to the account",
+        }
+    }
+}
+
+/// The whole text of an object-store error and its causes.
+fn chain_text(err: &object_store::Error) -> String {
+    let mut text = err.to_string();
+    let mut src = std::error::Error::source(err);
+    while let Some(s) = src {
+        let more = s.to_string();
+        if !text.contains(&more) {
+            text.push(' ');
+            text.push_str(&more);
+        }
+        src = s.source();
+    }
+    text
+}
+
+/// The longest store answer shown in full; longer ones are cut.
+const MAX_DETAIL: usize = 300;
+
+/// The store's answer in one short line: for a missing bucket or container
+/// one sentence; for an XML (S3, Azure) or JSON (GCS) error reply its code
+/// and message instead of the document; otherwise the text, cut at
+/// [`MAX_DETAIL`] characters.
+pub fn summarize(err: &object_store::Error, cloud: Cloud) -> String {
+    let text = chain_text(err);
+    let lower = text.to_ascii_lowercase();
+    if ["nosuchbucket", "bucket does not exist", "containernotfound", "container does not exist"].iter().any(|n| lower.contains(n)) {
+        return match cloud {
+            Cloud::Azure => "the container does not exist".to_string(),
+            _ => "the bucket does not exist".to_string(),
+        };
+    }
+    let between = |open: &str, close: &str| -> Option<String> {
+        let start = text.find(open)? + open.len();
+        let end = text[start..].find(close)? + start;
+        Some(text[start..end].trim().to_string())
+    };
+    let status = ["status ", "Status "].iter().find_map(|p| {
+        let at = text.find(p)? + p.len();
+        let code: String = text[at..].chars().take_while(|c| c.is_ascii_digit()).collect();
+        (code.len() == 3).then_some(code)
+    });
+    let (code, message) = match (between("<Code>", "</Code>"), between("<Message>", "</Message>")) {
+        (Some(c), m) => (Some(c), m),
+        _ => (None, between("\"message\": \"", "\"").or_else(|| between("\"message\":\"", "\""))),
+    };
+    if code.is_some() || (message.is_some() && text.len() > MAX_DETAIL) {
+        let mut out = String::new();
+        if let Some(s) = status {
+            out.push_str(&format!("HTTP {s} "));
+        }
+        if let Some(c) = code {
+            out.push_str(&c);
+            out.push_str(": ");
+        }
+        out.push_str(message.as_deref().unwrap_or("(no message)"));
+        // Azure appends request ids and times to its messages.
+        return out.lines().next().unwrap_or_default().to_string();
+    }
+    if text.chars().count() > MAX_DETAIL {
+        let cut: String = text.chars().take(MAX_DETAIL).collect();
+        return format!("{cut}…");
+    }
+    text
+}
+
+impl Hint {
+    /// Guesses a remedy from the text of an object-store error on `cloud`,
+    /// naming that cloud's settings. The store's own message stays in the
+    /// error; this only adds the likely fix.
+    pub fn for_error(err: &object_store::Error, cloud: Cloud) -> Self {
+        let t = chain_text(err).to_ascii_lowercase();
         let any = |needles: &[&str]| needles.iter().any(|n| t.contains(n));
-        // Match status lines and S3 error codes, never bare numbers: object
+        // Match status lines and error codes, never bare numbers: object
         // names are hex and may contain "403" or "404".
-        let hint = if any(&["nosuchbucket", "bucket does not exist"]) {
-            Some("the bucket does not exist; create it first or fix the bucket name in the URL")
-        } else if any(&["invalidaccesskeyid", "signaturedoesnotmatch", "accessdenied", "access denied", "status 403", "403 forbidden", "invalidtoken", "expiredtoken"]) {
-            Some("the store refused the credentials; check AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY (or --access-key-id / --secret-access-key)")
+        let hint = if any(&["nosuchbucket", "bucket does not exist", "containernotfound", "container does not exist"]) {
+            Some(cloud.missing_bucket())
+        } else if any(&[
+            "invalidaccesskeyid",
+            "signaturedoesnotmatch",
+            "accessdenied",
+            "access denied",
+            "status 403",
+            "403 forbidden",
+            "status 401",
+            "401 unauthorized",
+            "invalidtoken",
+            "expiredtoken",
+            "authenticationfailed",
+            "authorizationfailure",
+            "authorizationpermissionmismatch",
+        ]) {
+            Some(cloud.refused())
         } else if any(&["connection refused", "error sending request", "dns error", "timed out", "connect error", "tcp connect"]) {
-            Some("the endpoint did not answer; check AWS_ENDPOINT_URL / --endpoint and that the server is running")
+            Some(cloud.unreachable())
         } else {
             None
         };
@@ -153,19 +273,50 @@ mod tests {
 
     #[test]
     fn hints_follow_status_and_codes_not_digits_in_names() {
-        assert!(Hint::for_error(&generic("Client error with status 403 Forbidden: <Code>InvalidAccessKeyId</Code>")).0.unwrap().contains("credentials"));
-        assert!(Hint::for_error(&generic("<Code>NoSuchBucket</Code>")).0.unwrap().contains("bucket"));
-        assert!(Hint::for_error(&generic("error sending request for url: Connection refused")).0.unwrap().contains("endpoint"));
+        assert!(Hint::for_error(&generic("Client error with status 403 Forbidden: <Code>InvalidAccessKeyId</Code>"), Cloud::S3).0.unwrap().contains("credentials"));
+        assert!(Hint::for_error(&generic("<Code>NoSuchBucket</Code>"), Cloud::S3).0.unwrap().contains("bucket"));
+        assert!(Hint::for_error(&generic("error sending request for url: Connection refused"), Cloud::S3).0.unwrap().contains("endpoint"));
         // An object named with "403" in it is no credential problem.
-        assert!(Hint::for_error(&generic("object objects/a403/0000000000100403.parquet is bad")).0.is_none());
+        assert!(Hint::for_error(&generic("object objects/a403/0000000000100403.parquet is bad"), Cloud::S3).0.is_none());
+    }
+
+    #[test]
+    fn hints_name_the_settings_of_the_cloud_in_the_url() {
+        let refused = generic("Client error with status 403 Forbidden: <Code>AuthenticationFailed</Code>");
+        let gcs = Hint::for_error(&refused, Cloud::of("gs://b/db")).0.unwrap();
+        let azure = Hint::for_error(&refused, Cloud::of("az://c/db")).0.unwrap();
+        assert!(gcs.contains("GOOGLE_APPLICATION_CREDENTIALS") && !gcs.contains("AWS_"), "{gcs}");
+        assert!(azure.contains("AZURE_STORAGE_ACCOUNT_KEY") && !azure.contains("AWS_"), "{azure}");
+        let down = generic("error sending request for url: Connection refused");
+        assert!(!Hint::for_error(&down, Cloud::Azure).0.unwrap().contains("AWS_"));
+        assert!(Hint::for_error(&generic("<Code>ContainerNotFound</Code>"), Cloud::Azure).0.unwrap().contains("container"));
+    }
+
+    #[test]
+    fn a_store_answer_is_shown_short() {
+        let xml = format!(
+            "Client error with status 404 Not Found: <?xml version=\"1.0\" encoding=\"utf-8\"?><Error><Code>ContainerNotFound</Code><Message>The specified container does not exist.\nRequestId:{}\nTime:2026-11-28</Message></Error>",
+            "x".repeat(1500)
+        );
+        assert_eq!(summarize(&generic(&xml), Cloud::Azure), "the container does not exist");
+        let denied = "Client error with status 403 Forbidden: <?xml version=\"1.0\"?><Error><Code>AccessDenied</Code><Message>Access Denied.</Message><Resource>/b/db</Resource></Error>";
+        assert_eq!(summarize(&generic(denied), Cloud::S3), "HTTP 403 AccessDenied: Access Denied.");
+        let json = format!("Client error with status 401 Unauthorized: {{\"error\": {{\"code\": 401, \"message\": \"Invalid Credentials\", \"errors\": [{}]}}}}", "{}".repeat(200));
+        assert_eq!(summarize(&generic(&json), Cloud::Gcs), "HTTP 401 Invalid Credentials");
+        let long = "y".repeat(2000);
+        assert!(summarize(&generic(&long), Cloud::S3).chars().count() <= MAX_DETAIL + 1);
+        assert_eq!(summarize(&generic("short"), Cloud::S3), "Generic S3 error: short");
     }
 }
 
 impl StorageError {
     /// Wraps an object-store error with the operation and the object's URL.
     pub fn store(op: &'static str, location: impl Into<String>, source: object_store::Error) -> Self {
-        let hint = Hint::for_error(&source);
-        StorageError::Store { op, location: location.into(), source, hint }
+        let location = location.into();
+        let cloud = Cloud::of(&location);
+        let hint = Hint::for_error(&source, cloud);
+        let detail = summarize(&source, cloud);
+        StorageError::Store { op, location, source, detail, hint }
     }
 
     /// True when the store said the object does not exist.

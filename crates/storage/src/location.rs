@@ -5,7 +5,10 @@
 //! follow the AWS conventions (`AWS_ACCESS_KEY_ID`, `AWS_SECRET_ACCESS_KEY`,
 //! `AWS_REGION`, `AWS_ENDPOINT_URL`, `AWS_ALLOW_HTTP`, …) read from the
 //! environment; [`StoreOptions`] overrides them (the CLI's flags land here).
-//! object_store does the actual talking; this module only configures it.
+//! GCS and Azure read theirs (`GOOGLE_*`, `AZURE_*`) the same way, and
+//! [`StoreOptions::config`] sets any of object_store's keys for the URL's
+//! cloud. object_store does the actual talking; this module only configures
+//! it.
 
 use std::sync::Arc;
 
@@ -40,6 +43,23 @@ pub struct StoreOptions {
     /// Use virtual-hosted-style requests (`bucket.host`) instead of path style.
     /// S3-compatible servers usually want path style, the default with an endpoint.
     pub virtual_hosted_style: Option<bool>,
+    /// object_store settings by name for the URL's cloud, applied over the
+    /// environment's (`aws_session_token`, `google_service_account`,
+    /// `azure_storage_account_name`, `azure_storage_sas_token`, …; the
+    /// keys of `AmazonS3ConfigKey`, `GoogleConfigKey`, `AzureConfigKey`).
+    /// The CLI's `--store-option KEY=VALUE`. A key the URL's cloud does not
+    /// know is an error naming it.
+    #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
+    pub config: std::collections::BTreeMap<String, String>,
+}
+
+/// A `config` key that the URL's cloud does not know.
+fn unknown_key(url: &str, key: &str, cloud: &str) -> StorageError {
+    StorageError::InvalidUrl { url: url.to_string(), reason: format!("unknown store option '{key}' for {cloud} (object_store's {cloud} configuration keys are accepted, e.g. {})", match cloud {
+        "S3" => "aws_session_token, aws_region",
+        "GCS" => "google_service_account, google_base_url",
+        _ => "azure_storage_account_name, azure_storage_account_key, azure_storage_sas_token, azure_storage_endpoint",
+    }) }
 }
 
 /// An opened location: the store, the prefix of the database inside it, and
@@ -129,6 +149,9 @@ pub fn open_location(url: &str, options: &StoreOptions) -> Result<Location> {
         "s3" | "s3a" => {
             let bucket = parsed.host_str().filter(|b| !b.is_empty()).ok_or_else(|| invalid("missing bucket name".into()))?;
             let mut b = AmazonS3Builder::from_env().with_bucket_name(bucket);
+            for (k, v) in &options.config {
+                b = b.with_config(k.parse().map_err(|_| unknown_key(url, k, "S3"))?, v);
+            }
             if let Some(v) = &options.access_key_id { b = b.with_access_key_id(v); }
             if let Some(v) = &options.secret_access_key { b = b.with_secret_access_key(v); }
             if let Some(v) = &options.region { b = b.with_region(v); }
@@ -151,11 +174,31 @@ pub fn open_location(url: &str, options: &StoreOptions) -> Result<Location> {
             Ok(Location::from_store(store.clone(), key_prefix(), url).with_signer(Some(store)))
         }
         "gs" => {
-            let store = Arc::new(GoogleCloudStorageBuilder::from_env().with_url(url).with_retry(retry_config()).build().map_err(|e| invalid(e.to_string()))?);
+            let mut b = GoogleCloudStorageBuilder::from_env().with_url(url);
+            for (k, v) in &options.config {
+                b = b.with_config(k.parse().map_err(|_| unknown_key(url, k, "GCS"))?, v);
+            }
+            if let Some(ep) = &options.endpoint {
+                b = b.with_config(object_store::gcp::GoogleConfigKey::BaseUrl, ep);
+                if ep.starts_with("http://") {
+                    b = b.with_config(object_store::gcp::GoogleConfigKey::Client(ClientConfigKey::AllowHttp), "true");
+                }
+            }
+            let store = Arc::new(b.with_retry(retry_config()).build().map_err(|e| invalid(e.to_string()))?);
             Ok(Location::from_store(store.clone(), key_prefix(), url).with_signer(Some(store)))
         }
         "az" | "abfs" | "abfss" | "azure" => {
-            let store = Arc::new(MicrosoftAzureBuilder::from_env().with_url(url).with_retry(retry_config()).build().map_err(|e| invalid(e.to_string()))?);
+            let mut b = MicrosoftAzureBuilder::from_env().with_url(url);
+            for (k, v) in &options.config {
+                b = b.with_config(k.parse().map_err(|_| unknown_key(url, k, "Azure"))?, v);
+            }
+            if let Some(ep) = &options.endpoint {
+                b = b.with_endpoint(ep.clone());
+                if ep.starts_with("http://") || options.allow_http == Some(true) {
+                    b = b.with_allow_http(true);
+                }
+            }
+            let store = Arc::new(b.with_retry(retry_config()).build().map_err(|e| invalid(e.to_string()))?);
             Ok(Location::from_store(store.clone(), key_prefix(), url).with_signer(Some(store)))
         }
         other => Err(invalid(format!("unsupported scheme '{other}'; use file://, s3://, gs://, az:// or memory://"))),

@@ -3,12 +3,24 @@
 //! - [`minio`]: the project's testbed (MinIO, nginx, toxiproxy; installed by
 //!   `scripts/install-test-deps.sh`) started once per test process on
 //!   127.0.0.1 in a directory of its own, killed when the process exits.
+//! - [`azurite`]: Azure Blob Storage's emulator (installed by the same
+//!   script), started once per test process on 127.0.0.1 with a container.
 //! - [`audit`]: an object-store wrapper that records every request and fails
 //!   any write that would replace an existing object — the layout's central
 //!   rule, enforced under the whole suite.
 
 pub mod audit;
+pub mod azurite;
 pub mod minio;
 
 pub use audit::{AuditStore, Request};
+pub use azurite::AzuriteServer;
 pub use minio::MinioServer;
+
+/// `name` made unique in this test run: the process id and a counter, so
+/// that every test database of every test process gets its own prefix.
+pub fn unique(name: &str) -> String {
+    static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
+    let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    format!("{name}-{}-{n}", std::process::id())
+}

@@ -34,9 +34,7 @@ impl MinioServer {
 
     /// A fresh `s3://` URL under the test bucket.
     pub fn fresh_url(&self, name: &str) -> String {
-        static N: std::sync::atomic::AtomicU64 = std::sync::atomic::AtomicU64::new(0);
-        let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        format!("s3://{TEST_BUCKET}/{name}-{}-{n}", std::process::id())
+        format!("s3://{TEST_BUCKET}/{}", crate::unique(name))
     }
 
     /// AWS_* settings to reach this server from a child process.

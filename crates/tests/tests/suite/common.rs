@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use blobhouse_engine::{EngineOptions, QueryResult, Session};
 use blobhouse_storage::{Location, StoreOptions, open_location};
-use blobhouse_testkit::{AuditStore, MinioServer};
+use blobhouse_testkit::{AuditStore, AzuriteServer, MinioServer};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 
 /// Every read of a data object (`.parquet`) so far, from the audited store
@@ -34,20 +34,44 @@ pub fn data_reads(db: &TestDb, e: &Session) -> Vec<(String, Option<std::ops::Ran
 pub enum Backend {
     Local,
     Minio,
+    /// Azure Blob Storage's emulator (`az://` URLs, shared key).
+    Azurite,
 }
 
-/// Generates one `#[tokio::test]` per backend for an `async fn(Backend)`.
+/// Generates, for each `async fn(Backend)` named, a module with one
+/// `#[tokio::test]` per listed backend: `on_backends!([local => Local,
+/// minio => Minio]; f, g)`.
+#[macro_export]
+macro_rules! on_backends {
+    ($backends:tt; $($name:ident),* $(,)?) => {
+        $( $crate::on_backends!(@one $backends $name); )*
+    };
+    (@one [$($test:ident => $backend:ident),*] $name:ident) => {
+        mod $name {
+            $(
+                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+                async fn $test() { super::$name($crate::common::Backend::$backend).await }
+            )*
+        }
+    };
+}
+
+/// One test per backend — a local directory and MinIO — for each
+/// `async fn(Backend)` named.
 #[macro_export]
 macro_rules! on_both_backends {
     ($($name:ident),* $(,)?) => {
-        $(
-            mod $name {
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn local() { super::$name($crate::common::Backend::Local).await }
-                #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
-                async fn minio() { super::$name($crate::common::Backend::Minio).await }
-            }
-        )*
+        $crate::on_backends!([local => Local, minio => Minio]; $($name),*);
+    };
+}
+
+/// One test per store — a local directory, MinIO (S3) and Azurite (Azure
+/// Blob Storage) — for each `async fn(Backend)` named: the storage and SQL
+/// suite that must hold on every cloud.
+#[macro_export]
+macro_rules! on_every_store {
+    ($($name:ident),* $(,)?) => {
+        $crate::on_backends!([local => Local, minio => Minio, azurite => Azurite]; $($name),*);
     };
 }
 
@@ -72,6 +96,10 @@ impl TestDb {
                 let minio = MinioServer::shared();
                 let opts = minio_options(minio);
                 (minio.fresh_url(name), opts, None)
+            }
+            Backend::Azurite => {
+                let azurite = AzuriteServer::shared();
+                (azurite.fresh_url(name), azurite_options(azurite), None)
             }
         };
         let raw = open_location(&url, &store_options).expect("open location");
@@ -108,6 +136,22 @@ pub fn minio_options(minio: &MinioServer) -> StoreOptions {
         endpoint: Some(minio.endpoint.clone()),
         allow_http: Some(true),
         virtual_hosted_style: None,
+        ..Default::default()
+    }
+}
+
+/// Settings to reach the harness's Azurite as a real account is reached:
+/// its endpoint, name and shared key (no process environment).
+pub fn azurite_options(azurite: &AzuriteServer) -> StoreOptions {
+    StoreOptions {
+        endpoint: Some(azurite.endpoint.clone()),
+        allow_http: Some(true),
+        config: [
+            ("azure_storage_account_name".to_string(), blobhouse_testkit::azurite::ACCOUNT.to_string()),
+            ("azure_storage_account_key".to_string(), blobhouse_testkit::azurite::ACCOUNT_KEY.to_string()),
+        ]
+        .into(),
+        ..Default::default()
     }
 }
 

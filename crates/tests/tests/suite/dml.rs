@@ -4,9 +4,9 @@
 use blobhouse_engine::EngineOptions;
 
 use crate::common::*;
-use crate::on_both_backends;
+use crate::on_every_store;
 
-on_both_backends!(delete_and_update_change_exactly_the_rows_they_select, copy_to_exports_exactly_the_current_rows);
+on_every_store!(delete_and_update_change_exactly_the_rows_they_select, copy_to_exports_exactly_the_current_rows);
 
 async fn delete_and_update_change_exactly_the_rows_they_select(b: Backend) {
     let db = TestDb::new(b, "dml");
@@ -210,16 +210,14 @@ async fn copy_to_exports_exactly_the_current_rows(b: Backend) {
     // To the store the database is on, as CSV, then read back.
     let (target, fetch_to) = match b {
         Backend::Local => (dir.path().join("export.csv").display().to_string(), None),
-        Backend::Minio => {
-            let url = blobhouse_testkit::MinioServer::shared().fresh_url("copy-to-export");
-            (format!("{url}/t.csv"), Some(dir.path().join("fetched.csv")))
-        }
+        // Beside the database, in its bucket or container.
+        Backend::Minio | Backend::Azurite => (format!("{}-export/t.csv", db.url), Some(dir.path().join("fetched.csv"))),
     };
     run(&e, &format!("COPY t TO '{target}' WITH (FORMAT csv, HEADER true)")).await;
     let csv = match fetch_to {
         None => std::path::PathBuf::from(&target),
         Some(path) => {
-            let loc = blobhouse_storage::open_location(&target, &minio_options(blobhouse_testkit::MinioServer::shared())).unwrap();
+            let loc = blobhouse_storage::open_location(&target, &db.store_options).unwrap();
             let bytes = object_store::ObjectStoreExt::get(&loc.store, &loc.prefix).await.unwrap().bytes().await.unwrap();
             std::fs::write(&path, &bytes).unwrap();
             path

@@ -9,9 +9,9 @@ use blobhouse_engine::{EngineOptions, Session};
 use blobhouse_testkit::Request;
 
 use crate::common::*;
-use crate::on_both_backends;
+use crate::on_every_store;
 
-on_both_backends!(past_versions_read_restore_and_snapshot_without_copying);
+on_every_store!(past_versions_read_restore_and_snapshot_without_copying);
 
 async fn version(e: &Session) -> u64 {
     e.engine().database().refresh().await.unwrap().version

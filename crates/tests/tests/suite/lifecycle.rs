@@ -8,9 +8,9 @@ use blobhouse_engine::{EngineOptions, Session};
 use blobhouse_testkit::Request;
 
 use crate::common::*;
-use crate::on_both_backends;
+use crate::on_every_store;
 
-on_both_backends!(
+on_every_store!(
     vacuum_deletes_exactly_what_nothing_retained_references,
     concurrent_vacuums_writers_and_snapshot_readers,
     crash_harness_short_mode,

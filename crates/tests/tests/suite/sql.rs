@@ -55,13 +55,12 @@ async fn copy_from_csv_and_parquet(b: Backend) {
     std::fs::write(&csv, "id|name|born\n1|ada|1815-12-10\n2|alan|1912-06-23\n3|grace|1906-12-09\n").unwrap();
     let source = match b {
         Backend::Local => csv.to_string_lossy().to_string(),
-        Backend::Minio => {
+        Backend::Minio | Backend::Azurite => {
             // Load straight from the object store.
             let url = format!("{}/people.csv", db.url);
             let loc = blobhouse_storage::open_location(&db.url, &db.store_options).unwrap();
             let path = Path::from(format!("{}/people.csv", loc.prefix));
-            let raw = blobhouse_storage::open_location("s3://blobhouse-test", &db.store_options).unwrap();
-            raw.store.put(&path, PutPayload::from(std::fs::read(&csv).unwrap())).await.unwrap();
+            loc.store.put(&path, PutPayload::from(std::fs::read(&csv).unwrap())).await.unwrap();
             url
         }
     };

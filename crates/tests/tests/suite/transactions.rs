@@ -7,9 +7,9 @@ use blobhouse_engine::{EngineOptions, Session};
 use blobhouse_testkit::Request;
 
 use crate::common::*;
-use crate::on_both_backends;
+use crate::on_every_store;
 
-on_both_backends!(
+on_every_store!(
     a_commit_that_finds_its_own_version_after_a_retried_put_counts_once,
     a_transaction_sees_its_own_writes_and_others_see_them_at_commit,
     rollback_deletes_every_object_the_transaction_uploaded,
