@@ -71,6 +71,26 @@ fn errors_exit_nonzero_and_name_the_problem() {
 }
 
 #[test]
+fn verify_finds_a_flipped_byte_names_the_object_and_exits_1() {
+    let dir = tempfile::tempdir().unwrap();
+    let db = dir.path().to_string_lossy().to_string();
+    ok(blobhouse(&db, &[], &["-c", "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 1000)"]));
+    let verify = || Command::new(env!("CARGO_BIN_EXE_blobhouse")).args(["verify", "--db", &db]).output().unwrap();
+    let clean = verify();
+    assert!(clean.status.success() && String::from_utf8_lossy(&clean.stdout).contains("no damage found"), "{clean:?}");
+    let object = walk(dir.path()).into_iter().find(|p| p.extension().is_some_and(|e| e == "parquet")).expect("a data object");
+    let mut bytes = std::fs::read(&object).unwrap();
+    let at = bytes.len() / 3;
+    bytes[at] ^= 0x04;
+    std::fs::write(&object, bytes).unwrap();
+    let damaged = verify();
+    let out = String::from_utf8_lossy(&damaged.stdout);
+    let name = object.file_name().unwrap().to_string_lossy();
+    assert_eq!(damaged.status.code(), Some(1), "{out}");
+    assert!(out.contains("DAMAGED") && out.contains(&*name) && out.contains("1 damaged"), "{out}");
+}
+
+#[test]
 fn help_has_examples_everywhere() {
     for args in [
         vec!["--help"],
@@ -81,6 +101,7 @@ fn help_has_examples_everywhere() {
         vec!["bench", "calibrate", "--help"],
         vec!["bench", "io", "--help"],
         vec!["bench", "hedge", "--help"],
+        vec!["verify", "--help"],
     ] {
         let out = Command::new(env!("CARGO_BIN_EXE_blobhouse")).args(&args).output().unwrap();
         let text = String::from_utf8_lossy(&out.stdout);

@@ -140,8 +140,8 @@ impl Cloud {
 
     fn missing_bucket(self) -> &'static str {
         match self {
-            Cloud::Azure => "the container does not exist; create it first or fix the container name in the URL",
-            _ => "the bucket does not exist; create it first or fix the bucket name in the URL",
+            Cloud::Azure => "create the container first, or fix the container name in the URL",
+            _ => "create the bucket first, or fix the bucket name in the URL",
         }
     }
 
@@ -217,8 +217,9 @@ pub fn summarize(err: &object_store::Error, cloud: Cloud) -> String {
             out.push_str(": ");
         }
         out.push_str(message.as_deref().unwrap_or("(no message)"));
-        // Azure appends request ids and times to its messages.
-        return out.lines().next().unwrap_or_default().to_string();
+        // Azure appends request ids and times to its messages; the hint
+        // that may follow brings its own full stop.
+        return out.lines().next().unwrap_or_default().trim_end_matches('.').to_string();
     }
     if text.chars().count() > MAX_DETAIL {
         let cut: String = text.chars().take(MAX_DETAIL).collect();
@@ -300,7 +301,7 @@ mod tests {
         );
         assert_eq!(summarize(&generic(&xml), Cloud::Azure), "the container does not exist");
         let denied = "Client error with status 403 Forbidden: <?xml version=\"1.0\"?><Error><Code>AccessDenied</Code><Message>Access Denied.</Message><Resource>/b/db</Resource></Error>";
-        assert_eq!(summarize(&generic(denied), Cloud::S3), "HTTP 403 AccessDenied: Access Denied.");
+        assert_eq!(summarize(&generic(denied), Cloud::S3), "HTTP 403 AccessDenied: Access Denied");
         let json = format!("Client error with status 401 Unauthorized: {{\"error\": {{\"code\": 401, \"message\": \"Invalid Credentials\", \"errors\": [{}]}}}}", "{}".repeat(200));
         assert_eq!(summarize(&generic(&json), Cloud::Gcs), "HTTP 401 Invalid Credentials");
         let long = "y".repeat(2000);

@@ -58,6 +58,22 @@ impl AzuriteServer {
     }
 }
 
+impl AzuriteServer {
+    /// A SAS token for the test container (read, add, create, write,
+    /// delete, list; two hours), made with Azure's Python client: what a
+    /// user given only a container SAS has.
+    pub fn container_sas(&self) -> String {
+        let script = format!(
+            "from azure.storage.blob import generate_container_sas, ContainerSasPermissions\n\
+             from datetime import datetime, timedelta, timezone\n\
+             print(generate_container_sas('{ACCOUNT}', '{CONTAINER}', account_key='{ACCOUNT_KEY}', permission=ContainerSasPermissions(read=True, add=True, create=True, write=True, delete=True, list=True), expiry=datetime.now(timezone.utc) + timedelta(hours=2)))\n"
+        );
+        let out = std::process::Command::new("python3").args(["-c", &script]).output().expect("run python3");
+        assert!(out.status.success(), "cannot make a SAS token: {}", String::from_utf8_lossy(&out.stderr));
+        String::from_utf8(out.stdout).expect("a SAS token is text").trim().to_string()
+    }
+}
+
 /// The `azurite-blob` executable: `AZURITE_BIN`, the install script's
 /// place, or `PATH`.
 fn binary() -> Option<PathBuf> {

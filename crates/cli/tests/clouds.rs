@@ -1,0 +1,81 @@
+//! The `blobhouse` binary on Azure Blob Storage (Azurite, started by the
+//! harness), as a user reaches it: the usual environment, or flags with a
+//! container SAS token; and the errors a wrong setting gives.
+
+use std::process::{Command, Output};
+
+use blobhouse_testkit::AzuriteServer;
+use blobhouse_testkit::azurite::{ACCOUNT, ACCOUNT_KEY};
+
+fn blobhouse(args: &[&str], env: &[(&str, String)]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
+    cmd.args(args);
+    // Nothing of the developer's own clouds leaks in.
+    for var in ["AZURE_STORAGE_ACCOUNT_NAME", "AZURE_STORAGE_ACCOUNT_KEY", "AZURE_STORAGE_SAS_TOKEN", "AZURE_STORAGE_ENDPOINT", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY"] {
+        cmd.env_remove(var);
+    }
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    cmd.output().expect("run blobhouse")
+}
+
+fn ok(out: Output) -> (String, String) {
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout).to_string(), String::from_utf8_lossy(&out.stderr).to_string());
+    assert!(out.status.success(), "blobhouse failed: {stderr}\n{stdout}");
+    (stdout, stderr)
+}
+
+#[test]
+fn an_azure_database_written_by_one_process_is_read_and_verified_by_others() {
+    let azurite = AzuriteServer::shared();
+    let db = azurite.fresh_url("cli-azure");
+    let env = azurite.env();
+    ok(blobhouse(&["sql", "--db", &db, "-c", "CREATE TABLE t AS SELECT value AS k, value % 7 AS g FROM generate_series(1, 100000); DELETE FROM t WHERE g = 0"], &env));
+    let (out, _) = ok(blobhouse(&["sql", "--db", &db, "-c", "SELECT count(*), sum(k) FROM t"], &env));
+    assert!(out.contains("85715") && out.contains("4285785715"), "{out}");
+    let (out, _) = ok(blobhouse(&["verify", "--db", &db], &env));
+    assert!(out.contains("no damage found") && out.contains("1 deletion vectors"), "{out}");
+}
+
+#[test]
+fn a_container_sas_token_reads_and_writes_and_the_shell_says_reads_skip_the_download_manager() {
+    let azurite = AzuriteServer::shared();
+    let db = azurite.fresh_url("cli-sas");
+    let sas = format!("azure_storage_sas_token={}", azurite.container_sas());
+    let account = format!("azure_storage_account_name={ACCOUNT}");
+    let args = |sql: &'static str| -> Vec<String> {
+        ["sql", "--db", &db, "--endpoint", &azurite.endpoint, "--store-option", &account, "--store-option", &sas, "-c", sql].iter().map(|s| s.to_string()).collect()
+    };
+    let run = |sql: &'static str| {
+        let a = args(sql);
+        ok(blobhouse(&a.iter().map(String::as_str).collect::<Vec<_>>(), &[]))
+    };
+    run("CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 100000)");
+    let (out, err) = run("SELECT count(*), sum(k) FROM t");
+    assert!(out.contains("100000") && out.contains("5000050000"), "{out}");
+    assert_eq!(err.matches("cannot presign").count(), 1, "said once: {err}");
+}
+
+#[test]
+fn a_missing_container_and_a_refused_key_are_one_short_line_naming_azure_settings() {
+    let azurite = AzuriteServer::shared();
+    let key = format!("azure_storage_account_key={ACCOUNT_KEY}");
+    let account = format!("azure_storage_account_name={ACCOUNT}");
+    let missing = blobhouse(&["sql", "--db", "az://no-such-container/db", "--endpoint", &azurite.endpoint, "--store-option", &account, "--store-option", &key, "-c", "SELECT 1"], &[]);
+    let err = String::from_utf8_lossy(&missing.stderr).to_string();
+    assert!(!missing.status.success());
+    assert!(err.contains("the container does not exist") && err.contains("create the container"), "{err}");
+    assert!(err.len() < 400 && !err.contains("<?xml") && !err.contains("AWS_"), "{} bytes: {err}", err.len());
+
+    let wrong = "azure_storage_account_key=d3Jvbmcga2V5IGZvciBibG9iaG91c2UgdGVzdHMgb25seQ==";
+    let refused = blobhouse(&["sql", "--db", &azurite.fresh_url("cli-refused"), "--endpoint", &azurite.endpoint, "--store-option", &account, "--store-option", wrong, "-c", "SELECT 1"], &[]);
+    let err = String::from_utf8_lossy(&refused.stderr).to_string();
+    assert!(!refused.status.success());
+    assert!(err.contains("AZURE_STORAGE_ACCOUNT_KEY") && !err.contains("AWS_"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+
+    let unknown = blobhouse(&["sql", "--db", "az://c/db", "--store-option", "aws_region=x", "-c", "SELECT 1"], &[]);
+    let err = String::from_utf8_lossy(&unknown.stderr).to_string();
+    assert!(err.contains("unknown store option 'aws_region' for Azure"), "{err}");
+}
