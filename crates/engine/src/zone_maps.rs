@@ -269,7 +269,7 @@ mod tests {
     use datafusion::physical_expr::expressions::{BinaryExpr, Column as ColumnExpr, lit};
 
     fn chunk(min: Option<&str>, max: Option<&str>, nulls: Option<u64>) -> ColumnChunkMeta {
-        ColumnChunkMeta { offset: 0, length: 1, nulls, min: min.map(str::to_string), max: max.map(str::to_string), quantiles: None, checksum: None }
+        ColumnChunkMeta { offset: 0, length: 1, nulls, min: min.map(str::to_string), max: max.map(str::to_string), quantiles: None, checksum: None, pages: None }
     }
 
     /// An object of one Int64 column and one Utf8 column, a row group per
@@ -285,6 +285,7 @@ mod tests {
             page_index_at: None,
             row_groups: bounds.iter().map(|(lo, hi)| RowGroupMeta { rows: 10, columns: vec![chunk(*lo, *hi, Some(1)), chunk(Some("a"), Some("z"), None)] }).collect(),
             checksum: None,
+            footer_checksum: None,
         }
     }
 

@@ -33,7 +33,7 @@ use blobhouse_storage::keys::parse_object_name;
 use blobhouse_storage::rows::RowRanges;
 
 use crate::bloom::{BloomFilter, BloomProbeExpr};
-use crate::slice::{ObjectSlice, ObjectSliceExec, SliceReader};
+use crate::slice::{ObjectSlice, ObjectSliceExec, SliceChecks, SliceReader};
 
 /// The version of [`Task`]; a node refuses tasks of another version.
 pub const TASK_VERSION: u32 = 1;
@@ -71,6 +71,21 @@ struct SliceNode {
     /// None (all rows of every row group), or one per row group.
     #[prost(message, repeated, tag = "6")]
     selections: Vec<SelectionNode>,
+    /// The checksum of the object's footer; absent for objects written
+    /// before checksums (then tags 8 and 9 are empty too).
+    #[prost(uint64, optional, tag = "7")]
+    footer_checksum: Option<u64>,
+    /// The checksum of its page index, where the manifest records one.
+    #[prost(uint64, optional, tag = "8")]
+    page_index_checksum: Option<u64>,
+    /// Column chunks' checksums, row group by row group, each in the
+    /// order of `columns`.
+    #[prost(fixed64, repeated, tag = "9")]
+    chunk_checksums: Vec<u64>,
+    /// Shaped like `chunk_checksums`: each chunk's page checksums (base64,
+    /// empty where none were written), or nothing at all.
+    #[prost(string, repeated, tag = "10")]
+    page_checksums: Vec<String>,
 }
 
 /// The rows of one row group to decode (a [`RowRanges`] on the wire):
@@ -177,12 +192,38 @@ impl PhysicalExtensionCodec for SliceCodec {
             .zip(&node.row_groups)
             .map(|(s, rg)| s.ranges(&format!("row group {rg}")))
             .collect::<Result<Vec<_>>>()?;
+        let checks = match node.footer_checksum {
+            None => None,
+            Some(footer) => {
+                let width = node.columns.len();
+                if node.chunk_checksums.len() != width * node.row_groups.len() {
+                    return Err(invalid(format!(
+                        "the slice has {} chunk checksums for {} row groups of {width} columns",
+                        node.chunk_checksums.len(),
+                        node.row_groups.len()
+                    )));
+                }
+                let chunks = match width {
+                    0 => vec![Vec::new(); node.row_groups.len()],
+                    _ => node.chunk_checksums.chunks(width).map(<[u64]>::to_vec).collect(),
+                };
+                let pages = match node.page_checksums.len() {
+                    0 => Vec::new(),
+                    n if n == node.chunk_checksums.len() && width > 0 => {
+                        node.page_checksums.chunks(width).map(|row| row.iter().map(|p| (!p.is_empty()).then(|| p.clone())).collect()).collect()
+                    }
+                    n => return Err(invalid(format!("the slice has {n} page checksum lists for {} chunks", node.chunk_checksums.len()))),
+                };
+                Some(SliceChecks { footer, page_index: node.page_index_checksum, chunks, pages })
+            }
+        };
         let slice = ObjectSlice {
             object: node.object,
             row_groups: node.row_groups.iter().map(|r| *r as usize).collect(),
             columns: node.columns.iter().map(|c| *c as usize).collect(),
             deleted,
             selections,
+            checks,
         };
         let exec = ObjectSliceExec::new(slice, Arc::new(schema));
         Ok(Arc::new(match &self.reader {
@@ -227,6 +268,10 @@ impl PhysicalExtensionCodec for SliceCodec {
                     .map(|s| SelectionNode::of(s.as_deref()))
                     .collect(),
             },
+            footer_checksum: slice.checks.as_ref().map(|c| c.footer),
+            page_index_checksum: slice.checks.as_ref().and_then(|c| c.page_index),
+            chunk_checksums: slice.checks.iter().flat_map(|c| c.chunks.iter().flatten().copied()).collect(),
+            page_checksums: slice.checks.iter().flat_map(|c| c.pages.iter().flatten().map(|p| p.clone().unwrap_or_default())).collect(),
         }
         .encode(buf)
         .map_err(|e| DataFusionError::External(Box::new(e)))
@@ -342,7 +387,7 @@ mod tests {
         use datafusion::physical_expr::expressions::col;
         use datafusion::physical_plan::filter::FilterExec;
         let schema = Arc::new(Schema::new(vec![Field::new("k", DataType::Int64, false)]));
-        let slice = ObjectSlice { object: blobhouse_storage::keys::object_name(1, "parquet"), row_groups: vec![0], columns: vec![0], deleted: None, selections: Vec::new() };
+        let slice = ObjectSlice { object: blobhouse_storage::keys::object_name(1, "parquet"), row_groups: vec![0], columns: vec![0], deleted: None, selections: Vec::new(), checks: None };
         let leaf = Arc::new(ObjectSliceExec::new(slice, schema.clone()));
         let mut keys: Vec<u64> = (1..100).collect();
         let filter = Arc::new(BloomFilter::from_hashes(&mut keys).unwrap());
@@ -380,7 +425,7 @@ mod tests {
         let codec = SliceCodec::default();
         let object = blobhouse_storage::keys::object_name(1, "parquet");
         let selection = Arc::new(RowRanges::try_new(vec![0..100, 4000..5000], 20_000).unwrap());
-        let slice = ObjectSlice { object: object.clone(), row_groups: vec![0, 1], columns: vec![0], deleted: None, selections: vec![Some(selection), None] };
+        let slice = ObjectSlice { object: object.clone(), row_groups: vec![0, 1], columns: vec![0], deleted: None, selections: vec![Some(selection), None], checks: Some(SliceChecks { footer: 7, page_index: None, chunks: vec![vec![1], vec![2]], pages: vec![vec![Some("AAAAAA==".into())], vec![None]] }) };
         let mut buf = Vec::new();
         codec.try_encode(Arc::new(ObjectSliceExec::new(slice.clone(), schema.clone())), &mut buf, &datafusion_proto::physical_plan::DefaultPhysicalProtoConverter {}).unwrap();
         let decoded = codec.try_decode(&buf, &[], &ctx, &datafusion_proto::physical_plan::DefaultPhysicalProtoConverter {}).unwrap();
@@ -388,7 +433,7 @@ mod tests {
 
         let node = |selections: Vec<SelectionNode>| {
             let schema = protobuf::Schema::try_from(schema.as_ref()).unwrap();
-            SliceNode { object: object.clone(), row_groups: vec![0, 1], columns: vec![0], deleted: vec![], schema: Some(schema), selections }.encode_to_vec()
+            SliceNode { object: object.clone(), row_groups: vec![0, 1], columns: vec![0], deleted: vec![], schema: Some(schema), selections, ..Default::default() }.encode_to_vec()
         };
         let all = || SelectionNode { rows: 0, bounds: vec![] };
         for (bad, why) in [
@@ -401,5 +446,10 @@ mod tests {
             let e = codec.try_decode(&node(bad), &[], &ctx, &datafusion_proto::physical_plan::DefaultPhysicalProtoConverter {}).unwrap_err().to_string();
             assert!(e.contains(why), "{e}");
         }
+        // Checksums for another shape of slice than the one sent.
+        let schema_node = protobuf::Schema::try_from(schema.as_ref()).unwrap();
+        let short = SliceNode { object: object.clone(), row_groups: vec![0, 1], columns: vec![0], schema: Some(schema_node), footer_checksum: Some(1), chunk_checksums: vec![5], ..Default::default() }.encode_to_vec();
+        let e = codec.try_decode(&short, &[], &ctx, &datafusion_proto::physical_plan::DefaultPhysicalProtoConverter {}).unwrap_err().to_string();
+        assert!(e.contains("1 chunk checksums for 2 row groups"), "{e}");
     }
 }

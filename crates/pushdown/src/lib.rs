@@ -26,4 +26,4 @@ pub use bloom::{BloomFilter, BloomProbeExpr, BloomSlot};
 pub use client::{NodeClient, NodeReply};
 pub use error::PushdownError;
 pub use node::{NodeOptions, NodeStats, ReplyCompression, StorageNode};
-pub use slice::{ObjectSlice, ObjectSliceExec};
+pub use slice::{ObjectSlice, ObjectSliceExec, SliceChecks};

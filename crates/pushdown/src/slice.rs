@@ -64,6 +64,35 @@ pub struct ObjectSlice {
     /// side's page index ruled some out (`None`: all). Empty: all rows of
     /// every row group.
     pub selections: Vec<Option<Arc<RowRanges>>>,
+    /// What the manifest recorded of the object's bytes, for the node to
+    /// check what it reads; `None` for objects written before checksums.
+    pub checks: Option<SliceChecks>,
+}
+
+/// Checksums (`blobhouse_storage::format::chunk_checksum`) of what a node
+/// reads of one object, as its manifest recorded them: a node reads the
+/// footer and page index from the object itself and decodes by them, so
+/// they are checked like the column chunks. A node fetches only the pages
+/// of selected rows of a chunk whose single pages have checksums
+/// (`blobhouse_storage::page_sums`), and other checked chunks whole; it
+/// uses the page index only when its checksum is known.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SliceChecks {
+    /// Of the footer's bytes (thrift `FileMetaData`, as the manifest holds it).
+    pub footer: u64,
+    /// Of the page index's bytes, where the manifest points scans at one.
+    pub page_index: Option<u64>,
+    /// Per entry of `row_groups`, per entry of `columns`: the column
+    /// chunk's checksum.
+    pub chunks: Vec<Vec<u64>>,
+    /// Shaped like `chunks`: the checksums of the chunk's single pages
+    /// (`ColumnChunkMeta::pages`), where written; empty: none at all.
+    pub pages: Vec<Vec<Option<String>>>,
+}
+
+/// Whether `bytes` are what `expected` says.
+fn intact(bytes: &[u8], expected: u64) -> bool {
+    blobhouse_storage::format::chunk_checksum(bytes) == expected
 }
 
 /// The leaf of a pushed fragment. See the module docs.
@@ -218,9 +247,23 @@ impl SliceReader {
         DataFusionError::Execution(format!("storage node reading {}: {what}", self.location.display(&path)))
     }
 
+    /// `what` (bytes `at`) of `object` did not match its manifest's
+    /// checksum, read twice.
+    fn damaged(&self, object: &str, at: &std::ops::Range<u64>, what: &str) -> DataFusionError {
+        let path = self.location.child(object);
+        DataFusionError::Execution(format!(
+            "storage node: data object {} is damaged: bytes {}..{} ({what}) do not match the checksum written with them, read twice from the store; restore the object from a copy of the bucket",
+            self.location.display(&path),
+            at.start,
+            at.end
+        ))
+    }
+
     /// The object's footer and size: from the cache, or with one suffix GET
-    /// (two when the footer is larger than the guess).
-    async fn footer(&self, object: &str) -> Result<(ArrowReaderMetadata, u64)> {
+    /// (two when the footer is larger than the guess). With `checks`, the
+    /// footer and page index are checked, and a page index without a
+    /// recorded checksum is not read.
+    async fn footer(&self, object: &str, checks: Option<&SliceChecks>) -> Result<(ArrowReaderMetadata, u64)> {
         if let Some(f) = self.footers.lock().expect("footers").by_object.get(object) {
             return Ok(f.clone());
         }
@@ -242,26 +285,48 @@ impl SliceReader {
         if len + 8 > size {
             return Err(self.error(object, format!("its footer claims {len} bytes, more than the object's {size}")));
         }
-        let meta_bytes: Bytes = if len + 8 <= tail.len() as u64 {
+        let mut meta_bytes: Bytes = if len + 8 <= tail.len() as u64 {
             tail.slice(tail.len() - 8 - len as usize..tail.len() - 8)
         } else {
             store.get_range(&path, size - 8 - len..size - 8).await.map_err(|e| self.error(object, e))?
         };
+        let footer_at = size - 8 - len..size - 8;
+        if let Some(c) = checks
+            && !intact(&meta_bytes, c.footer)
+        {
+            // Once more, in case the transfer damaged it.
+            meta_bytes = store.get_range(&path, footer_at.clone()).await.map_err(|e| self.error(object, e))?;
+            if !intact(&meta_bytes, c.footer) {
+                return Err(self.damaged(object, &footer_at, "its footer"));
+            }
+        }
         let mut meta = ParquetMetaDataReader::decode_metadata(&meta_bytes).map_err(|e| self.error(object, e))?;
         // The page index, which lies just before the footer: from the same
         // suffix when it fits there (it usually does), else one more GET.
         // With it, a row group of which the compute side selected some
         // rows is fetched and decoded only in the pages holding them.
-        if let Some(at) = page_index_range(&meta) {
+        let page_index = match checks {
+            Some(c) => c.page_index.and_then(|sum| page_index_range(&meta).map(|at| (at, Some(sum)))),
+            None => page_index_range(&meta).map(|at| (at, None)),
+        };
+        if let Some((at, sum)) = page_index {
             if at.end > size - 8 - len {
                 return Err(self.error(object, format!("its page index ({at:?}) overlaps its footer")));
             }
             let tail_start = size - tail.len() as u64;
-            let bytes = if at.start >= tail_start {
+            let mut bytes = if at.start >= tail_start {
                 tail.slice((at.start - tail_start) as usize..(at.end - tail_start) as usize)
             } else {
                 store.get_range(&path, at.clone()).await.map_err(|e| self.error(object, e))?
             };
+            if let Some(sum) = sum
+                && !intact(&bytes, sum)
+            {
+                bytes = store.get_range(&path, at.clone()).await.map_err(|e| self.error(object, e))?;
+                if !intact(&bytes, sum) {
+                    return Err(self.damaged(object, &at, "its page index"));
+                }
+            }
             let display = self.location.display(&path);
             meta = with_page_index(meta, at.start, bytes, size, &display).map_err(|e| self.error(object, format!("its page index does not decode: {e}")))?;
         }
@@ -276,7 +341,7 @@ impl SliceReader {
     async fn read_row_group(&self, slice: &ObjectSlice, i: usize, schema: &SchemaRef) -> Result<Vec<RecordBatch>> {
         let object = slice.object.as_str();
         let rg = slice.row_groups[i];
-        let (meta, size) = self.footer(object).await?;
+        let (meta, size) = self.footer(object, slice.checks.as_ref()).await?;
         let file = meta.metadata();
         if rg >= file.num_row_groups() {
             return Err(self.error(object, format!("it has {} row groups, row group {rg} was asked for", file.num_row_groups())));
@@ -306,12 +371,31 @@ impl SliceReader {
         sorted.sort_unstable();
         sorted.dedup();
         let path = self.location.child(object);
+        // Per sorted column: its chunk's checksum, and its pages' where
+        // the node can check single pages (their checksums and a checked
+        // page index).
+        let expected: Vec<Option<(u64, Option<Vec<u32>>)>> = match &slice.checks {
+            Some(c) => {
+                let sums = c.chunks.get(i).filter(|s| s.len() == slice.columns.len()).ok_or_else(|| self.error(object, "the slice's checksums do not match its row groups and columns"))?;
+                let pages = c.pages.get(i);
+                sorted
+                    .iter()
+                    .map(|col| {
+                        let j = slice.columns.iter().position(|x| x == col)?;
+                        let page_sums = pages.and_then(|p| p.get(j)).cloned().flatten().filter(|_| file.offset_index().is_some()).and_then(|t| blobhouse_storage::page_sums::decode(&t));
+                        Some((sums[j], page_sums))
+                    })
+                    .collect()
+            }
+            None => vec![None; sorted.len()],
+        };
         let mut fetches: FuturesUnordered<_> = sorted
             .iter()
             .enumerate()
             .map(|(k, c)| {
                 let (start, len) = file.row_group(rg).column(*c).byte_range();
-                let ranges = match selected.is_all() {
+                let whole = selected.is_all() || expected[k].as_ref().is_some_and(|(_, pages)| pages.is_none());
+                let ranges = match whole {
                     true => None,
                     false => selected_pages(file, rg, *c, &selected),
                 }
@@ -331,7 +415,29 @@ impl SliceReader {
             let Some(done) = fetches.next().await else { break };
             waited += t.elapsed();
             let (k, spans) = done.map_err(|e| self.error(object, format!("its fetch was lost: {e}")))?;
-            let spans = spans.map_err(|e| self.error(object, e))?;
+            let mut spans = spans.map_err(|e| self.error(object, e))?;
+            if let Some((sum, page_sums)) = &expected[k] {
+                let (start, len) = file.row_group(rg).column(sorted[k]).byte_range();
+                let whole = spans.len() == 1 && spans[0].0 == start && spans[0].1.len() as u64 == len;
+                let pages = page_sums.as_ref().and_then(|sums| Some((blobhouse_storage::page_sums::page_ranges(file, rg, sorted[k])?, sums)));
+                let check = |spans: &[(u64, Bytes)]| -> Result<(), std::ops::Range<u64>> {
+                    match (&pages, whole) {
+                        (_, true) => if intact(&spans[0].1, *sum) { Ok(()) } else { Err(start..start + len) },
+                        (Some((ranges, sums)), false) => blobhouse_storage::page_sums::check(spans, ranges, sums),
+                        (None, false) => Err(start..start + len),
+                    }
+                };
+                if let Err(bad) = check(&spans) {
+                    // Once more, in case the transfer damaged it.
+                    let asked: Vec<std::ops::Range<u64>> = spans.iter().map(|(at, b)| *at..*at + b.len() as u64).collect();
+                    let again = futures::future::try_join_all(asked.iter().map(|r| self.location.store.get_range(&path, r.clone()))).await.map_err(|e| self.error(object, e))?;
+                    spans = asked.iter().map(|r| r.start).zip(again).collect();
+                    if check(&spans).is_err() {
+                        let what = if bad == (start..start + len) { format!("a column chunk of row group {rg}") } else { format!("a page of a column chunk of row group {rg}") };
+                        return Err(self.damaged(object, &bad, &what));
+                    }
+                }
+            }
             self.counters.bytes_read.fetch_add(spans.iter().map(|(_, b)| b.len() as u64).sum(), Ordering::Relaxed);
             let t = Instant::now();
             decoded[k] = Some(self.decode_column(object, &meta, size, rg, &selected, sorted[k], spans)?);
@@ -499,7 +605,7 @@ mod tests {
         let store = Arc::new(Recording::default());
         store.put(&Path::from("db/objects/t/1.parquet"), file.into()).await.unwrap();
         let reader = SliceReader::new(Location::from_store(store.clone(), Path::from("db"), "memory://db"));
-        let slice = ObjectSlice { object: "objects/t/1.parquet".into(), row_groups: vec![0], columns: vec![2, 0], deleted: None, selections: vec![] };
+        let slice = ObjectSlice { object: "objects/t/1.parquet".into(), row_groups: vec![0], columns: vec![2, 0], deleted: None, selections: vec![], checks: None };
         let out_schema = Arc::new(schema.project(&[2, 0]).unwrap());
         let batches = reader.read_row_group(&slice, 0, &out_schema).await.unwrap();
 
@@ -545,13 +651,13 @@ mod tests {
         // Rows of the second page only.
         let wanted = 25_000u64..26_000;
         let selection = Arc::new(RowRanges::try_new(vec![wanted.clone()], rows as u64).unwrap());
-        let slice = ObjectSlice { object: "objects/t/2.parquet".into(), row_groups: vec![0], columns: vec![0, 1], deleted: None, selections: vec![Some(selection)] };
+        let slice = ObjectSlice { object: "objects/t/2.parquet".into(), row_groups: vec![0], columns: vec![0, 1], deleted: None, selections: vec![Some(selection)], checks: None };
         let batches = reader.read_row_group(&slice, 0, &schema).await.unwrap();
         let got = |c: usize| -> Vec<i64> { batches.iter().flat_map(|b| b.column(c).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec()).collect() };
         assert_eq!(got(0), wanted.clone().map(|i| i as i64).collect::<Vec<_>>());
         assert_eq!(got(1), wanted.map(|i| i as i64 % 7).collect::<Vec<_>>());
 
-        let meta = reader.footer("objects/t/2.parquet").await.unwrap().0;
+        let meta = reader.footer("objects/t/2.parquet", None).await.unwrap().0;
         let (meta, offsets) = (meta.metadata(), meta.metadata().offset_index().expect("the node keeps the page index"));
         let mut expected: Vec<std::ops::Range<u64>> = (0..2)
             .flat_map(|c| {
@@ -569,5 +675,81 @@ mod tests {
         assert_eq!(data_gets, expected, "the dictionary page and the second data page of each column");
         let read = reader.counters.bytes_read.load(Ordering::Relaxed);
         assert!(read * 2 < whole, "read {read} of the chunks' {whole} bytes");
+    }
+
+    /// With the manifest's checksums the node checks the footer, the page
+    /// index and what it decodes — single pages by their own checksums,
+    /// chunks without them whole — and names what is damaged.
+    #[tokio::test]
+    async fn with_checksums_a_node_checks_what_it_reads_and_names_damage() {
+        let rows = 60_000i64;
+        let schema = Arc::new(Schema::new(vec![Field::new("a", DataType::Int64, false)]));
+        let batch = RecordBatch::try_new(schema.clone(), vec![Arc::new(Int64Array::from_iter_values(0..rows)) as ArrayRef]).unwrap();
+        let props = parquet::file::properties::WriterProperties::builder()
+            .set_statistics_enabled(parquet::file::properties::EnabledStatistics::Page)
+            .set_data_page_row_count_limit(20_000)
+            .set_write_batch_size(1024)
+            .build();
+        let mut file = Vec::new();
+        let mut writer = ArrowWriter::try_new(&mut file, schema.clone(), Some(props)).unwrap();
+        writer.write(&batch).unwrap();
+        writer.close().unwrap();
+        let meta = ParquetMetaDataReader::new().with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Required).parse_and_finish(&Bytes::from(file.clone())).unwrap();
+        let page_ranges = blobhouse_storage::page_sums::page_ranges(&meta, 0, 0).unwrap();
+        assert_eq!(page_ranges.len(), 4, "a dictionary page and three data pages");
+        let (start, len) = meta.row_group(0).column(0).byte_range();
+        let chunk = start..start + len;
+        let index = page_index_range(&meta).expect("a page index");
+        let n = file.len();
+        let footer_len = u32::from_le_bytes(file[n - 8..n - 4].try_into().unwrap()) as usize;
+        let sum = |r: std::ops::Range<usize>| blobhouse_storage::format::chunk_checksum(&file[r]);
+        let whole = SliceChecks {
+            footer: sum(n - 8 - footer_len..n - 8),
+            page_index: Some(sum(index.start as usize..index.end as usize)),
+            chunks: vec![vec![sum(chunk.start as usize..chunk.end as usize)]],
+            pages: vec![vec![None]],
+        };
+        let paged = SliceChecks { pages: vec![vec![Some(blobhouse_storage::page_sums::encode(&file, &page_ranges))]], ..whole.clone() };
+        let wanted = 25_000u64..26_000;
+        let slice = |name: &str, checks: SliceChecks| ObjectSlice {
+            object: format!("objects/t/{name}.parquet"),
+            row_groups: vec![0],
+            columns: vec![0],
+            deleted: None,
+            selections: vec![Some(Arc::new(RowRanges::try_new(vec![wanted.clone()], rows as u64).unwrap()))],
+            checks: Some(checks),
+        };
+        let store = Arc::new(Recording::default());
+        let reader = SliceReader::new(Location::from_store(store.clone(), Path::from("db"), "memory://db"));
+
+        let values = |batches: Vec<RecordBatch>| -> Vec<i64> { batches.iter().flat_map(|b| b.column(0).as_any().downcast_ref::<Int64Array>().unwrap().values().to_vec()).collect() };
+        let expected: Vec<i64> = wanted.clone().map(|i| i as i64).collect();
+        store.put(&Path::from("db/objects/t/intact.parquet"), file.clone().into()).await.unwrap();
+        assert_eq!(values(reader.read_row_group(&slice("intact", whole.clone()), 0, &schema).await.unwrap()), expected);
+        assert!(store.bounded_gets().contains(&chunk), "without page checksums a checked chunk is fetched whole: {:?}", store.bounded_gets());
+        let before = store.bounded_gets().len();
+        assert_eq!(values(reader.read_row_group(&slice("intact", paged.clone()), 0, &schema).await.unwrap()), expected);
+        let fetched = store.bounded_gets()[before..].to_vec();
+        assert!(!fetched.contains(&chunk) && fetched.iter().all(|r| r.end - r.start < chunk.end - chunk.start), "with them only the pages: {fetched:?}");
+
+        let second_page = page_ranges[2].clone();
+        for (name, at, checks, what) in [
+            ("chunk", (chunk.start + chunk.end) / 2, whole.clone(), "a column chunk of row group 0"),
+            ("page", (second_page.start + second_page.end) / 2, paged.clone(), "a page of a column chunk of row group 0"),
+            ("index", index.start + 1, paged.clone(), "its page index"),
+            ("footer", (n - 8 - footer_len / 2) as u64, paged.clone(), "its footer"),
+        ] {
+            let mut damaged = file.clone();
+            damaged[at as usize] ^= 0x10;
+            store.put(&Path::from(format!("db/objects/t/{name}.parquet")), damaged.into()).await.unwrap();
+            let err = reader.read_row_group(&slice(name, checks), 0, &schema).await.unwrap_err().to_string();
+            assert!(err.contains(&format!("objects/t/{name}.parquet is damaged")) && err.contains(what), "{name}: {err}");
+        }
+        // Damage in a page no selected row is on is never read.
+        let third_page = page_ranges[3].clone();
+        let mut damaged = file.clone();
+        damaged[((third_page.start + third_page.end) / 2) as usize] ^= 0x10;
+        store.put(&Path::from("db/objects/t/unread.parquet"), damaged.into()).await.unwrap();
+        assert_eq!(values(reader.read_row_group(&slice("unread", paged), 0, &schema).await.unwrap()), expected);
     }
 }

@@ -395,6 +395,11 @@ pub struct DataObject {
     /// included. `None` for objects written before it was kept.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<u64>,
+    /// XXH3-64 of the footer's bytes (what `footer` holds, decoded): a
+    /// storage node reads the footer from the object and decodes by it,
+    /// so it checks it against this. `None` when written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub footer_checksum: Option<u64>,
 }
 
 /// The bytes of a data object's page index (its column indexes and offset
@@ -464,6 +469,12 @@ pub struct ColumnChunkMeta {
     /// kept (they are read unchecked).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub checksum: Option<u64>,
+    /// Checksums of the chunk's single pages (`crate::page_sums`, base64):
+    /// a storage node fetching only the pages of selected rows checks
+    /// them. Written for chunks of several pages; `None` otherwise and in
+    /// objects written before.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pages: Option<String>,
 }
 
 impl ColumnChunkMeta {

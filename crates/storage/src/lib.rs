@@ -15,6 +15,7 @@
 //! - [`writer`]: record batches → Parquet data objects with zone maps.
 //! - [`seal`]: seals on metadata objects: damage, swaps and replays are
 //!   refused, naming the object.
+//! - [`page_sums`]: checksums of single pages, for reads of some pages.
 //! - [`rows`]: which rows of a row group are decoded (page-index row
 //!   selections) and where each decoded row sits in its object.
 //!
@@ -31,6 +32,7 @@ pub mod gc;
 pub mod histogram;
 pub mod keys;
 pub mod location;
+pub mod page_sums;
 pub mod rows;
 pub mod seal;
 pub mod transaction;

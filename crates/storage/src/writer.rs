@@ -289,7 +289,20 @@ pub fn describe_object(schema: &SchemaRef, key: u64, path: &str, buf: &[u8]) -> 
         Some(r) if r.end > footer_start as u64 => {
             return Err(corrupt(format!("its page index ({}..{}) overlaps its footer (from {footer_start})", r.start, r.end)));
         }
-        Some(r) => pages_beyond_zone_maps(meta, path, buf, r)?,
+        Some(r) => {
+            let flat = meta.file_metadata().schema_descr().num_columns() == schema.fields().len();
+            let (at, indexed) = pages_beyond_zone_maps(meta, path, buf, r)?;
+            // Checksums of single pages, for a storage node that fetches
+            // only some (`crate::page_sums`).
+            if let Some(indexed) = indexed.filter(|_| at.is_some() && flat) {
+                for (rg, group) in row_groups.iter_mut().enumerate() {
+                    for (c, chunk) in group.columns.iter_mut().enumerate() {
+                        chunk.pages = crate::page_sums::page_ranges(&indexed, rg, c).filter(|p| p.len() > 1).map(|p| crate::page_sums::encode(buf, &p));
+                    }
+                }
+            }
+            at
+        }
         None => None,
     };
     Ok(DataObject {
@@ -302,6 +315,7 @@ pub fn describe_object(schema: &SchemaRef, key: u64, path: &str, buf: &[u8]) -> 
         page_index_at,
         row_groups,
         checksum: Some(crate::format::chunk_checksum(buf)),
+        footer_checksum: Some(crate::format::chunk_checksum(footer)),
     })
 }
 
@@ -310,12 +324,13 @@ pub fn describe_object(schema: &SchemaRef, key: u64, path: &str, buf: &[u8]) -> 
 /// bounds are the chunk's, so the index could only repeat the zone maps and
 /// a scan would GET it for nothing (a table filled by one-row INSERTs has
 /// thousands of such objects).
-fn pages_beyond_zone_maps(meta: ParquetMetaData, path: &str, buf: &[u8], at: std::ops::Range<u64>) -> Result<Option<ByteRange>> {
+/// Also returns `meta` with its page index decoded.
+fn pages_beyond_zone_maps(meta: ParquetMetaData, path: &str, buf: &[u8], at: std::ops::Range<u64>) -> Result<(Option<ByteRange>, Option<ParquetMetaData>)> {
     let bytes = Bytes::copy_from_slice(&buf[at.start as usize..at.end as usize]);
     let meta = with_page_index(meta, at.start, bytes, buf.len() as u64, path).map_err(|source| StorageError::Parquet { location: path.to_string(), source })?;
     let several = meta.offset_index().is_some_and(|rgs| rgs.iter().flatten().any(|chunk| chunk.page_locations().len() > 1));
     let checksum = Some(crate::format::chunk_checksum(&buf[at.start as usize..at.end as usize]));
-    Ok(several.then_some(ByteRange { offset: at.start, length: at.end - at.start, checksum }))
+    Ok((several.then_some(ByteRange { offset: at.start, length: at.end - at.start, checksum }), Some(meta)))
 }
 
 fn zone_maps(schema: &SchemaRef, meta: &ParquetMetaData) -> parquet::errors::Result<Vec<RowGroupMeta>> {
@@ -361,7 +376,7 @@ fn zone_maps(schema: &SchemaRef, meta: &ParquetMetaData) -> parquet::errors::Res
                 ),
                 None => (None, None, None),
             };
-            columns.push(ColumnChunkMeta { offset: start, length: end.saturating_sub(start), nulls, min, max, quantiles: None, checksum: None });
+            columns.push(ColumnChunkMeta { offset: start, length: end.saturating_sub(start), nulls, min, max, quantiles: None, checksum: None, pages: None });
         }
         out.push(RowGroupMeta { rows: rg.num_rows() as u64, columns });
     }
@@ -409,9 +424,16 @@ mod tests {
             .parse_and_finish(&Bytes::from(buf.clone()))
             .unwrap();
         assert_eq!(meta.offset_index().unwrap()[0][0].page_locations().len(), 3);
+        // Each page has its checksum, and together they are the chunk.
+        let chunk = &o.row_groups[0].columns[0];
+        let pages = crate::page_sums::page_ranges(&meta, 0, 0).unwrap();
+        assert_eq!((pages.first().unwrap().start, pages.last().unwrap().end), (chunk.offset, chunk.offset + chunk.length));
+        let spans = [(chunk.offset, Bytes::copy_from_slice(&buf[chunk.range().start as usize..chunk.range().end as usize]))];
+        assert_eq!(crate::page_sums::check(&spans, &pages, &crate::page_sums::decode(chunk.pages.as_deref().unwrap()).unwrap()), Ok(()));
 
         let (schema, buf) = object(100);
         let o = describe_object(&schema, 2, "p.parquet", &buf).unwrap();
         assert_eq!((o.page_index_at, o.page_index.is_none()), (None, true), "one page per chunk: the zone maps say it all");
+        assert!(o.row_groups[0].columns.iter().all(|c| c.pages.is_none()), "one page: the chunk checksum covers it");
     }
 }

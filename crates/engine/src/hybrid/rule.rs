@@ -15,7 +15,7 @@ use datafusion::physical_plan::projection::ProjectionExec;
 use datafusion::physical_plan::repartition::RepartitionExec;
 use datafusion::physical_plan::{ExecutionPlan, Partitioning};
 
-use blobhouse_pushdown::{ObjectSlice, ObjectSliceExec};
+use blobhouse_pushdown::{ObjectSlice, ObjectSliceExec, SliceChecks};
 
 use crate::scan::{BlobScanExec, ScanUnit, Split};
 
@@ -128,12 +128,23 @@ fn round_robin(r: &RepartitionExec) -> bool {
 pub(super) fn fragment(chain: &Arc<dyn ExecutionPlan>, scan: &BlobScanExec, units: &[ScanUnit]) -> Result<Arc<dyn ExecutionPlan>> {
     let projection = scan.data_projection().ok_or_else(|| DataFusionError::Internal("a hybrid scan reads row ids".into()))?.to_vec();
     let first = units.first().ok_or_else(|| DataFusionError::Internal("an empty pushdown task".into()))?;
+    let width = projection.len();
     let slice = ObjectSlice {
         object: first.object.name.clone(),
         row_groups: units.iter().map(|u| u.row_group).collect(),
         columns: projection,
         deleted: first.object.deleted.clone(),
         selections: units.iter().map(|u| u.selection.clone()).collect(),
+        // Objects written with checksums: the node checks what it reads.
+        checks: first.object.footer_checksum.zip(units.iter().map(|u| u.checksums.clone()).collect::<Option<Vec<_>>>()).map(|(footer, chunks)| SliceChecks {
+            footer,
+            page_index: first.object.page_index_checksum,
+            chunks,
+            pages: match units.iter().all(|u| u.pages.len() == width) {
+                true => units.iter().map(|u| u.pages.clone()).collect(),
+                false => Vec::new(),
+            },
+        }),
     };
     with_leaf(chain, Arc::new(ObjectSliceExec::new(slice, scan.schema())))
 }

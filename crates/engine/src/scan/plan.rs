@@ -50,6 +50,10 @@ pub(crate) struct ScanObject {
     pub ordinal: u32,
     /// Its deleted rows, if any.
     pub deleted: Option<Arc<RoaringBitmap>>,
+    /// The checksums of its footer and of its page index as the manifest
+    /// recorded them (for a storage node, which reads both from the object).
+    pub footer_checksum: Option<u64>,
+    pub page_index_checksum: Option<u64>,
 }
 
 /// One row group to read: the unit of retrieval of this scan, decoded in
@@ -72,6 +76,10 @@ pub(crate) struct ScanUnit {
     /// bytes from the store must match; `None` for an object written
     /// before checksums were kept.
     pub checksums: Option<Vec<u64>>,
+    /// Their single pages' checksums where written
+    /// (`ColumnChunkMeta::pages`): a storage node reading only some pages
+    /// checks them.
+    pub pages: Vec<Option<String>>,
     /// Their requests to the store when none is cached.
     pub spans: Vec<Span>,
     /// Per chunk, an estimate of its whole Arrow array's memory (every row
@@ -343,6 +351,8 @@ impl BlobScanExec {
                         },
                         ordinal: live.ordinal,
                         deleted: live.deleted.clone(),
+                        footer_checksum: object.footer_checksum,
+                        page_index_checksum: object.page_index_at.and_then(|at| at.checksum),
                     });
                     objects.insert(object.path.as_str(), o.clone());
                     o
@@ -360,6 +370,7 @@ impl BlobScanExec {
             }
             let ranges: Vec<Range<u64>> = data_columns.iter().map(|&c| rg_meta.columns[c].range()).collect();
             let checksums: Option<Vec<u64>> = data_columns.iter().map(|&c| rg_meta.columns[c].checksum).collect();
+            let pages: Vec<Option<String>> = data_columns.iter().map(|&c| rg_meta.columns[c].pages.clone()).collect();
             let decoded = data_columns
                 .iter()
                 .zip(&uncompressed)
@@ -376,7 +387,7 @@ impl BlobScanExec {
                 .collect();
             let spans = if data_columns.is_empty() { Vec::new() } else { req.policy.plan(&ranges) };
             let selection = selection.filter(|s| !s.is_all());
-            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, first_row: *first_row, selection, chunks: ranges, checksums, spans, decoded, morsels: 1 };
+            let unit = ScanUnit { index: units.len(), object: scan_object, row_group: *rg, rows: rg_meta.rows, first_row: *first_row, selection, chunks: ranges, checksums, pages, spans, decoded, morsels: 1 };
             summary.bytes_planned += unit.bytes();
             summary.bytes_skipped += all_bytes.saturating_sub(unit.bytes());
             summary.requests_planned += unit.spans.iter().map(|s| s.requests.len()).sum::<usize>();

@@ -435,6 +435,8 @@ impl Reader {
                 selection: u.selection.map(|s| s.ranges(&what)).transpose()?.flatten(),
                 chunks,
                 checksums,
+                // Workers read whole chunks (checked by `checksums`).
+                pages: Vec::new(),
                 spans,
                 decoded: u.decoded_bytes.iter().zip(&u.decoded_fixed).map(|(b, f)| DecodedSize { bytes: *b, fixed_width: *f }).collect(),
                 morsels: (u.morsels as usize).max(1),
@@ -507,6 +509,6 @@ impl Reader {
         } else {
             Some(Arc::new(RoaringBitmap::deserialize_from(&o.deleted[..]).map_err(|e| invalid(format!("the deleted rows of {display} do not decode: {e}")))?))
         };
-        Ok(Arc::new(ScanObject { path, name: o.name, display, size: o.size, reader, ordinal: o.ordinal, deleted }))
+        Ok(Arc::new(ScanObject { path, name: o.name, display, size: o.size, reader, ordinal: o.ordinal, deleted, footer_checksum: None, page_index_checksum: None }))
     }
 }

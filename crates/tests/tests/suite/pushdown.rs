@@ -257,7 +257,7 @@ async fn a_node_killed_mid_query_leaves_the_answers_exact() {
 /// A ticket to read row group 0 of `object` (no columns: a row count).
 fn ticket_for(object: &str) -> Vec<u8> {
     let schema = Arc::new(datafusion::arrow::datatypes::Schema::empty());
-    let leaf = ObjectSliceExec::new(ObjectSlice { object: object.to_string(), row_groups: vec![0], columns: vec![], deleted: None, selections: Vec::new() }, schema);
+    let leaf = ObjectSliceExec::new(ObjectSlice { object: object.to_string(), row_groups: vec![0], columns: vec![], deleted: None, selections: Vec::new(), checks: None }, schema);
     blobhouse_pushdown::codec::encode_task(Arc::new(leaf)).unwrap()
 }
 
