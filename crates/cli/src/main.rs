@@ -55,7 +55,7 @@ enum Command {
     #[command(subcommand)]
     Bench(bench::BenchCommand),
     /// Serve a database's data objects to compute processes: filters and partial aggregations run here, next to the store.
-    #[command(after_help = "The node reads only the database's data objects, runs only separable plan fragments\n(projection, filter, partial aggregation), and serves only callers that present its token.\nRun it on a machine next to the store (same zone), then point compute processes at it.\n\nExamples:\n  export BLOBHOUSE_NODE_TOKEN=$(openssl rand -hex 16)\n  blobhouse storage-node --db s3://bucket/db --listen 0.0.0.0:50061\n  blobhouse sql --db s3://bucket/db --storage-node http://node:50061 --pushdown auto")]
+    #[command(after_help = "The node reads only the database's data objects, runs only separable plan fragments\n(projection, filter, partial aggregation), and serves only callers that present its token.\nRun it on a machine next to the store (same zone), then point compute processes at it.\n\nExamples:\n  export BLOBHOUSE_NODE_TOKEN=$(openssl rand -hex 16)\n  blobhouse storage-node --db s3://bucket/db --listen 0.0.0.0:50061 --tls-cert node.crt --tls-key node.key\n  blobhouse sql --db s3://bucket/db --storage-node https://node:50061 --storage-node-ca ca.crt --pushdown auto")]
     StorageNode(StorageNodeArgs),
     /// Serve a database to PostgreSQL clients (psql, psycopg, JDBC) and Arrow Flight SQL clients (ADBC): one engine, a session per connection.
     #[command(after_help = "Users log in with SCRAM-SHA-256 (PostgreSQL) or a password handshake that gives a token\n(Flight SQL; use TLS off loopback). On 127.0.0.1 a server may run without users (nobody can\nlog in then); on any other address it refuses to start without them.\n\nExamples:\n  BLOBHOUSE_PASSWORD=secret blobhouse serve --db ./mydb --user alice\n  psql \"host=127.0.0.1 port=5432 user=alice dbname=blobhouse\"\n  python3 -c 'import adbc_driver_flightsql.dbapi as f; c = f.connect(\"grpc://127.0.0.1:50051\", db_kwargs={\"username\": \"alice\", \"password\": \"secret\"})'\n  blobhouse hash-password < pw.txt    # prints a hash for a --users-file line  alice:<hash>\n  blobhouse serve --db s3://bucket/db --pg-listen 0.0.0.0:5432 --users-file users.txt \\\n      --tls-cert server.crt --tls-key server.key\n  blobhouse serve --db ./mydb --user alice --metrics-listen 127.0.0.1:9187 --slow-query-ms 500\n  blobhouse serve --config blobhouse.toml --pg-listen 127.0.0.1:5433   # flags win over the file\n\nConfig file (TOML): serve's flags as keys, and users' hashes:\n  db = \"s3://bucket/db\"\n  pg-listen = \"0.0.0.0:5432\"\n  [users]\n  alice = \"scram-sha-256$4096$…\"")]
@@ -153,6 +153,9 @@ pub struct EngineArgs {
     /// The environment variable holding the storage node's token (a token is never given on the command line).
     #[arg(long, value_name = "VAR", default_value = "BLOBHOUSE_NODE_TOKEN")]
     storage_node_token_env: String,
+    /// The CA certificate (PEM) that signed an https:// storage node's certificate.
+    #[arg(long, value_name = "FILE")]
+    storage_node_ca: Option<std::path::PathBuf>,
     /// When to push work to the storage node: off, on (every uncached row group), auto (by measured speed).
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pushdown: String,
@@ -193,6 +196,9 @@ impl EngineArgs {
             let token = node_token(&self.storage_node_token_env)?;
             let mut p = PushdownOptions::new(endpoint.clone(), token);
             p.mode = mode;
+            if let Some(ca) = &self.storage_node_ca {
+                p.ca = Some(std::fs::read(ca).with_context(|| format!("cannot read --storage-node-ca {}", ca.display()))?);
+            }
             options.pushdown = Some(p);
         }
         Ok(())
@@ -274,6 +280,13 @@ struct StorageNodeArgs {
     /// How replies are compressed on the wire: zstd, lz4 or none.
     #[arg(long, default_value = "zstd", value_parser = parse_compression)]
     compression: blobhouse_pushdown::ReplyCompression,
+    /// Serve TLS only, with this certificate chain (PEM); needs --tls-key. A file that does not
+    /// parse stops the node: it never falls back to plaintext.
+    #[arg(long, value_name = "FILE", requires = "tls_key")]
+    tls_cert: Option<std::path::PathBuf>,
+    /// The certificate's private key (PEM).
+    #[arg(long, value_name = "FILE", requires = "tls_cert")]
+    tls_key: Option<std::path::PathBuf>,
 }
 
 fn parse_compression(text: &str) -> Result<blobhouse_pushdown::ReplyCompression, String> {
@@ -592,11 +605,19 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
             }
             opts.max_queued = args.max_queued.unwrap_or(opts.max_tasks);
             opts.compression = args.compression;
+            if let (Some(cert), Some(key)) = (&args.tls_cert, &args.tls_key) {
+                let read = |f: &std::path::Path| std::fs::read(f).with_context(|| format!("cannot read {}", f.display()));
+                opts.tls = Some(blobhouse_pushdown::NodeTls { cert: read(cert)?, key: read(key)? });
+            }
             let node = StorageNode::new(location, opts.clone()).map_err(|e| anyhow::anyhow!(e))?;
             let listener = tokio::net::TcpListener::bind(args.listen).await.with_context(|| format!("cannot listen on {}", args.listen))?;
+            if opts.tls.is_none() && !args.listen.ip().is_loopback() {
+                eprintln!("warning: serving plaintext on {}: the token and the rows travel unencrypted; give --tls-cert and --tls-key", args.listen);
+            }
             eprintln!(
-                "storage node for {} on http://{} ({} task slots, {} queued, replies {:?}); Ctrl-C stops it",
+                "storage node for {} on {}://{} ({} task slots, {} queued, replies {:?}); Ctrl-C stops it",
                 args.db,
+                if opts.tls.is_some() { "https" } else { "http" },
                 listener.local_addr()?,
                 opts.max_tasks,
                 opts.max_queued,

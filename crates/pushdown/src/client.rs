@@ -53,8 +53,22 @@ impl NodeClient {
     /// fetches instead. Call it inside a Tokio runtime (the connection
     /// lives on it).
     pub fn new(endpoint: &str, token: &str) -> Result<NodeClient, PushdownError> {
+        NodeClient::with_ca(endpoint, token, None)
+    }
+
+    /// [`NodeClient::new`] for a node that may serve TLS: an `https://`
+    /// endpoint is reached over TLS, verifying the node's certificate
+    /// against `ca` (PEM), which it then needs.
+    pub fn with_ca(endpoint: &str, token: &str, ca: Option<&[u8]>) -> Result<NodeClient, PushdownError> {
         let bad = |reason: String| PushdownError::BadEndpoint { endpoint: endpoint.to_string(), reason };
-        let e = Endpoint::from_shared(endpoint.to_string()).map_err(|e| bad(e.to_string()))?;
+        let mut e = Endpoint::from_shared(endpoint.to_string()).map_err(|e| bad(e.to_string()))?;
+        if endpoint.starts_with("https://") {
+            let ca = ca.ok_or_else(|| bad("an https:// storage node needs the CA that signed its certificate (--storage-node-ca FILE)".into()))?;
+            let tls = tonic::transport::ClientTlsConfig::new().ca_certificate(tonic::transport::Certificate::from_pem(ca));
+            e = e.tls_config(tls).map_err(|e| bad(format!("TLS: {e}")))?;
+        } else if ca.is_some() {
+            return Err(bad("a CA was given for a plaintext endpoint; use https:// to reach a node that serves TLS".into()));
+        }
         let channel = e.connect_timeout(CONNECT_TIMEOUT).tcp_nodelay(true).connect_lazy();
         Ok(NodeClient { endpoint: endpoint.to_string(), auth: format!("Bearer {token}"), channel })
     }

@@ -25,5 +25,5 @@ pub mod slice;
 pub use bloom::{BloomFilter, BloomProbeExpr, BloomSlot};
 pub use client::{NodeClient, NodeReply};
 pub use error::PushdownError;
-pub use node::{NodeOptions, NodeStats, ReplyCompression, StorageNode};
+pub use node::{NodeOptions, NodeStats, NodeTls, ReplyCompression, StorageNode};
 pub use slice::{ObjectSlice, ObjectSliceExec, SliceChecks};

@@ -88,6 +88,8 @@ pub struct PushdownOptions {
     pub row_groups_per_task: usize,
     /// Tasks one scan keeps at the node at once.
     pub tasks_in_flight: usize,
+    /// The CA (PEM) that signed an `https://` node's certificate.
+    pub ca: Option<Vec<u8>>,
 }
 
 /// Never shows the token (engine options are printed in messages and logs).
@@ -106,7 +108,7 @@ impl fmt::Debug for PushdownOptions {
 impl PushdownOptions {
     /// Defaults for the node at `endpoint`.
     pub fn new(endpoint: impl Into<String>, token: impl Into<String>) -> Self {
-        PushdownOptions { endpoint: endpoint.into(), token: token.into(), mode: PushdownMode::Auto, row_groups_per_task: 4, tasks_in_flight: 8 }
+        PushdownOptions { endpoint: endpoint.into(), token: token.into(), mode: PushdownMode::Auto, row_groups_per_task: 4, tasks_in_flight: 8, ca: None }
     }
 }
 

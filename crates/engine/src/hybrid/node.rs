@@ -77,7 +77,7 @@ impl std::ops::AddAssign for PushdownTotals {
 impl Pushdown {
     /// A link to the node `options` names (connected on first use).
     pub fn new(options: PushdownOptions) -> std::result::Result<Arc<Pushdown>, PushdownError> {
-        let client = NodeClient::new(&options.endpoint, &options.token)?;
+        let client = NodeClient::with_ca(&options.endpoint, &options.token, options.ca.as_deref())?;
         Ok(Arc::new(Pushdown {
             client,
             mode: Mutex::new(options.mode),

@@ -346,3 +346,43 @@ async fn the_node_rejects_strangers_and_malformed_requests() {
     assert!(stats.requests_rejected >= 300, "{stats:?}");
     assert_eq!(call(&endpoint, Some(TOKEN), good).await, Ok(rows));
 }
+
+/// A node given a certificate serves TLS only: a caller trusting its CA is
+/// served the same answers, a plaintext caller is refused (the scan then
+/// fetches and says so), an https:// node without a CA to check it is a
+/// configuration error, and a certificate that does not parse stops the
+/// node before it serves.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_node_with_a_certificate_serves_tls_only() {
+    let certs = tempfile::tempdir().unwrap();
+    blobhouse_testbed::make_certificates(certs.path()).expect("openssl makes the test certificates");
+    let read = |f: &str| std::fs::read(certs.path().join(f)).unwrap();
+    let db = TestDb::new(Backend::Local, "pushdown-tls");
+    let plain = db.engine(EngineOptions { cache: CacheOptions::off(), ..EngineOptions::default() }).await;
+    run(&plain, "CREATE TABLE t AS SELECT value AS k, value % 10 AS g FROM generate_series(1, 50000)").await;
+    let sql = "SELECT g, count(*), sum(k) FROM t WHERE k > 100 GROUP BY g ORDER BY g";
+    let expected = lines(&run(&plain, sql).await);
+
+    let tls = blobhouse_pushdown::NodeTls { cert: read("cert.pem"), key: read("key.pem") };
+    let (node, endpoint, _h) = node(&db, NodeOptions { tls: Some(tls.clone()), ..NodeOptions::new(TOKEN) }).await;
+    let https = endpoint.replace("http://", "https://");
+    let mut trusted = pushing(&https, PushdownMode::On, CacheOptions::off());
+    trusted.pushdown.as_mut().unwrap().ca = Some(read("ca.pem"));
+    let e = db.engine(trusted).await;
+    let r = run(&e, sql).await;
+    assert_eq!(lines(&r), expected);
+    assert!(r.pushdown.row_groups_pushed > 0 && node.stats().tasks_done > 0, "nothing pushed over TLS: {:?}", e.engine().pushdown().unwrap().take_warnings());
+
+    // Plaintext to a TLS node: refused; the scan fetches instead and warns.
+    let done = node.stats().tasks_done;
+    let e = db.engine(pushing(&endpoint, PushdownMode::On, CacheOptions::off())).await;
+    assert_eq!(lines(&run(&e, sql).await), expected);
+    assert_eq!(node.stats().tasks_done, done, "a plaintext caller got work done");
+    assert!(!e.engine().pushdown().unwrap().take_warnings().is_empty(), "the fallback is said");
+
+    let no_ca = NodeClient::with_ca(&https, TOKEN, None).unwrap_err().to_string();
+    assert!(no_ca.contains("--storage-node-ca"), "{no_ca}");
+    let broken = blobhouse_pushdown::NodeTls { cert: b"-----BEGIN CERTIFICATE-----\nnot base64\n-----END CERTIFICATE-----\n".to_vec(), key: tls.key };
+    let refused = StorageNode::new(db.location.clone(), NodeOptions { tls: Some(broken), ..NodeOptions::new(TOKEN) }).err().expect("a broken certificate must stop the node");
+    assert!(refused.contains("certificate does not parse") && refused.contains("does not start"), "{refused}");
+}
