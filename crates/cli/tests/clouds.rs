@@ -1,6 +1,7 @@
 //! The `blobhouse` binary on Azure Blob Storage (Azurite, started by the
 //! harness), as a user reaches it: the usual environment, or flags with a
-//! container SAS token; and the errors a wrong setting gives.
+//! container SAS token; and the errors a wrong or missing setting gives,
+//! on Azure and on S3.
 
 use std::process::{Command, Output};
 
@@ -78,4 +79,27 @@ fn a_missing_container_and_a_refused_key_are_one_short_line_naming_azure_setting
     let unknown = blobhouse(&["sql", "--db", "az://c/db", "--store-option", "aws_region=x", "-c", "SELECT 1"], &[]);
     let err = String::from_utf8_lossy(&unknown.stderr).to_string();
     assert!(err.contains("unknown store option 'aws_region' for Azure"), "{err}");
+}
+
+/// With no credential anywhere, S3's chain ends at the instance metadata
+/// service (here moved to a closed port on loopback, as off EC2 it does not
+/// answer): one line says what was tried and what to set, once.
+#[test]
+fn no_aws_credentials_is_one_line_listing_the_sources_tried() {
+    let port = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap().port(); // closed once dropped
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
+        cmd.env_remove(k);
+    }
+    let out = cmd
+        .env("AWS_METADATA_ENDPOINT", format!("http://127.0.0.1:{port}"))
+        .env("HOME", std::env::temp_dir())
+        .args(["sql", "--db", "s3://some-bucket/db", "--endpoint", "http://127.0.0.1:9", "-c", "SELECT 1"])
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr).to_string();
+    assert!(!out.status.success());
+    assert!(err.contains("no AWS credentials found") && err.contains("AWS_WEB_IDENTITY_TOKEN_FILE") && err.contains("Hint: set AWS_ACCESS_KEY_ID"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+    assert_eq!(err.matches("127.0.0.1").count(), 0, "the metadata address is not repeated: {err}");
 }

@@ -153,6 +153,25 @@ impl Cloud {
         }
     }
 
+    /// When the error came from the last source of the cloud's credential
+    /// chain (a metadata service), the chain found nothing: what it tried.
+    fn no_credentials(self, lower: &str) -> Option<&'static str> {
+        match self {
+            // IMDS's paths (its address can be moved: AWS_METADATA_ENDPOINT),
+            // or the ECS agent's address.
+            Cloud::S3 | Cloud::Other if lower.contains("/latest/api/token") || lower.contains("/latest/meta-data") || lower.contains("169.254.170.2") => Some(
+                "no AWS credentials found: none in the environment or flags (AWS_ACCESS_KEY_ID / AWS_SECRET_ACCESS_KEY, --access-key-id / --secret-access-key), no web identity (AWS_WEB_IDENTITY_TOKEN_FILE with AWS_ROLE_ARN), no container credentials (AWS_CONTAINER_CREDENTIALS_RELATIVE_URI or _FULL_URI), and the EC2 instance metadata service gave none",
+            ),
+            Cloud::Gcs if lower.contains("computemetadata") || lower.contains("metadata.google.internal") => Some(
+                "no GCS credentials found: no service account (GOOGLE_APPLICATION_CREDENTIALS, GOOGLE_SERVICE_ACCOUNT or GOOGLE_SERVICE_ACCOUNT_KEY), no application default credentials, and the GCE metadata server gave none",
+            ),
+            Cloud::Azure if lower.contains("metadata/identity") => Some(
+                "no Azure credentials found: no account key, SAS token or service principal (AZURE_STORAGE_ACCOUNT_KEY, AZURE_STORAGE_SAS_TOKEN, AZURE_CLIENT_ID with AZURE_TENANT_ID), no workload identity, and the managed identity endpoint gave none",
+            ),
+            _ => None,
+        }
+    }
+
     fn unreachable(self) -> &'static str {
         match self {
             Cloud::S3 | Cloud::Other => "the endpoint did not answer; check AWS_ENDPOINT_URL / --endpoint and that the server is running",
@@ -187,6 +206,9 @@ const MAX_DETAIL: usize = 300;
 pub fn summarize(err: &object_store::Error, cloud: Cloud) -> String {
     let text = chain_text(err);
     let lower = text.to_ascii_lowercase();
+    if let Some(tried) = cloud.no_credentials(&lower) {
+        return tried.to_string();
+    }
     if ["nosuchbucket", "bucket does not exist", "containernotfound", "container does not exist"].iter().any(|n| lower.contains(n)) {
         return match cloud {
             Cloud::Azure => "the container does not exist".to_string(),
@@ -237,7 +259,13 @@ impl Hint {
         let any = |needles: &[&str]| needles.iter().any(|n| t.contains(n));
         // Match status lines and error codes, never bare numbers: object
         // names are hex and may contain "403" or "404".
-        let hint = if any(&["nosuchbucket", "bucket does not exist", "containernotfound", "container does not exist"]) {
+        let hint = if cloud.no_credentials(&t).is_some() {
+            Some(match cloud {
+                Cloud::Gcs => "point GOOGLE_APPLICATION_CREDENTIALS at a service-account key file (or run gcloud auth application-default login), or run on GCP with a service account attached",
+                Cloud::Azure => "set AZURE_STORAGE_ACCOUNT_NAME with AZURE_STORAGE_ACCOUNT_KEY or AZURE_STORAGE_SAS_TOKEN (or --store-option), or run on Azure with a managed identity",
+                _ => "set AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY (or --access-key-id / --secret-access-key), or run where a role is attached (EC2 instance profile, ECS task role, EKS IRSA)",
+            })
+        } else if any(&["nosuchbucket", "bucket does not exist", "containernotfound", "container does not exist"]) {
             Some(cloud.missing_bucket())
         } else if any(&[
             "invalidaccesskeyid",
@@ -307,6 +335,19 @@ mod tests {
         let long = "y".repeat(2000);
         assert!(summarize(&generic(&long), Cloud::S3).chars().count() <= MAX_DETAIL + 1);
         assert_eq!(summarize(&generic("short"), Cloud::S3), "Generic S3 error: short");
+    }
+
+    #[test]
+    fn a_credential_chain_that_found_nothing_says_what_it_tried_once() {
+        let imds = generic("Error performing PUT http://169.254.169.254/latest/api/token in 3.9ms - Server returned non-2xx status code: 403 Forbidden");
+        let detail = summarize(&imds, Cloud::S3);
+        assert!(detail.starts_with("no AWS credentials found") && detail.contains("AWS_WEB_IDENTITY_TOKEN_FILE") && !detail.contains("169.254"), "{detail}");
+        assert!(Hint::for_error(&imds, Cloud::S3).0.unwrap().contains("AWS_ACCESS_KEY_ID"));
+        let gce = generic("error sending request for url (http://metadata.google.internal/computeMetadata/v1/instance/service-accounts/default/token)");
+        assert!(summarize(&gce, Cloud::Gcs).starts_with("no GCS credentials found"));
+        assert!(Hint::for_error(&gce, Cloud::Gcs).0.unwrap().contains("GOOGLE_APPLICATION_CREDENTIALS"));
+        let msi = generic("error sending request for url (http://169.254.169.254/metadata/identity/oauth2/token?api-version=2019-08-01)");
+        assert!(summarize(&msi, Cloud::Azure).starts_with("no Azure credentials found"));
     }
 }
 
