@@ -103,3 +103,53 @@ fn no_aws_credentials_is_one_line_listing_the_sources_tried() {
     assert_eq!(err.lines().count(), 1, "{err}");
     assert_eq!(err.matches("127.0.0.1").count(), 0, "the metadata address is not repeated: {err}");
 }
+
+/// `blobhouse` with `env` and no AWS keys of its own: what a user with
+/// only a profile has.
+fn with_profile(env: &[(&str, String)], args: &[&str]) -> Output {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
+        cmd.env_remove(k);
+    }
+    cmd.envs(env.iter().map(|(k, v)| (*k, v.as_str()))).args(args).output().expect("run blobhouse")
+}
+
+/// AWS named profiles, as the AWS CLI writes them: keys in the credentials
+/// file, and a `credential_process` in the config file (what SSO users and
+/// credential helpers use), against MinIO; a missing profile and a failing
+/// process say which profile and what went wrong.
+#[test]
+fn aws_profiles_with_keys_or_a_credential_process_reach_the_store() {
+    let minio = blobhouse_testkit::MinioServer::shared();
+    let (key, secret) = (blobhouse_testkit::minio::ACCESS_KEY, blobhouse_testkit::minio::SECRET_KEY);
+    let dir = tempfile::tempdir().unwrap();
+    let credentials = dir.path().join("credentials");
+    let config = dir.path().join("config");
+    std::fs::write(&credentials, format!("[default]\nregion = us-east-1\n\n[keys]\naws_access_key_id = {key}\naws_secret_access_key = {secret}\n")).unwrap();
+    let process = dir.path().join("helper.sh");
+    std::fs::write(&process, format!("#!/bin/sh\nprintf '{{\"Version\": 1, \"AccessKeyId\": \"{key}\", \"SecretAccessKey\": \"{secret}\"}}'\n")).unwrap();
+    std::fs::set_permissions(&process, std::os::unix::fs::PermissionsExt::from_mode(0o755)).unwrap();
+    std::fs::write(&config, format!("[profile sso]\ncredential_process = {}\nregion = us-east-1\n\n[profile broken]\ncredential_process = sh -c 'echo the SSO session has expired, run aws sso login >&2; exit 2'\n", process.display())).unwrap();
+    let env = |profile: &str| -> Vec<(&str, String)> {
+        vec![
+            ("AWS_SHARED_CREDENTIALS_FILE", credentials.display().to_string()),
+            ("AWS_CONFIG_FILE", config.display().to_string()),
+            ("AWS_PROFILE", profile.to_string()),
+            ("AWS_ENDPOINT_URL", minio.endpoint.clone()),
+            ("AWS_ALLOW_HTTP", "true".into()),
+        ]
+    };
+    for profile in ["keys", "sso"] {
+        let db = minio.fresh_url(&format!("cli-profile-{profile}"));
+        let out = with_profile(&env(profile), &["sql", "--db", &db, "-c", "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 1000); SELECT sum(k) FROM t"]);
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        assert!(out.status.success() && stdout.contains("500500"), "profile {profile}: {}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    }
+    let missing = with_profile(&env("nope"), &["sql", "--db", &minio.fresh_url("cli-profile-nope"), "-c", "SELECT 1"]);
+    let err = String::from_utf8_lossy(&missing.stderr);
+    assert!(!missing.status.success() && err.contains("AWS_PROFILE is 'nope'") && err.contains("credentials"), "{err}");
+    let broken = with_profile(&env("broken"), &["sql", "--db", &minio.fresh_url("cli-profile-broken"), "-c", "SELECT 1"]);
+    let err = String::from_utf8_lossy(&broken.stderr);
+    assert!(!broken.status.success() && err.contains("profile 'broken'") && err.contains("aws sso login"), "{err}");
+    assert_eq!(err.lines().count(), 1, "{err}");
+}

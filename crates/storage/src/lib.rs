@@ -1,6 +1,7 @@
 //! blobhouse's storage layer: how a database lives in an object store.
 //!
 //! - [`location`]: database URL → object store + prefix.
+//! - [`credentials`]: AWS named profiles and `credential_process`.
 //! - [`keys`]: unique, monotonic object keys leased from the store itself.
 //! - [`format`]: the serde types of every metadata object (see
 //!   `docs/storage-format.md`).
@@ -24,6 +25,7 @@
 
 pub mod changes;
 pub mod chunks;
+pub mod credentials;
 pub mod database;
 pub mod error;
 pub mod failpoint;

@@ -152,6 +152,16 @@ pub fn open_location(url: &str, options: &StoreOptions) -> Result<Location> {
             for (k, v) in &options.config {
                 b = b.with_config(k.parse().map_err(|_| unknown_key(url, k, "S3"))?, v);
             }
+            // A named profile, where no keys are given (crate::credentials).
+            let keys_given = options.access_key_id.is_some() || std::env::var_os("AWS_ACCESS_KEY_ID").is_some() || options.config.contains_key("aws_access_key_id");
+            if !keys_given && let Some(profile) = crate::credentials::profile().map_err(invalid)? {
+                if let Some(provider) = crate::credentials::provider(&profile) {
+                    b = b.with_credentials(provider);
+                }
+                if let Some(region) = profile.region.filter(|_| std::env::var_os("AWS_REGION").is_none() && std::env::var_os("AWS_DEFAULT_REGION").is_none()) {
+                    b = b.with_region(region);
+                }
+            }
             if let Some(v) = &options.access_key_id { b = b.with_access_key_id(v); }
             if let Some(v) = &options.secret_access_key { b = b.with_secret_access_key(v); }
             if let Some(v) = &options.region { b = b.with_region(v); }
