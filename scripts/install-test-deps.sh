@@ -40,6 +40,11 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ] || [ ! -f /usr
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nginx-light fonts-dejavu-core openssl iproute2 >/dev/null
 fi
 
+BOTO3_VERSION="1.43.11"         # STS for the fake container-credentials endpoint (tests of credential chains)
+if ! python3 -c "import boto3; assert boto3.__version__ == '$BOTO3_VERSION'" 2>/dev/null; then
+  echo "install-test-deps: installing boto3==$BOTO3_VERSION (gets temporary credentials from MinIO's STS in the credential tests)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check "boto3==$BOTO3_VERSION"
+fi
 AZURITE_VERSION="3.35.0"        # the newest that runs on Node.js 20 (3.36+ need 22)
 AZURE_BLOB_PY_VERSION="12.31.1" # creates the test container (object_store has no container API)
 AZURITE_DIR="$HOME/.cache/blobhouse-tools/azurite"

@@ -153,3 +153,97 @@ fn aws_profiles_with_keys_or_a_credential_process_reach_the_store() {
     assert!(!broken.status.success() && err.contains("profile 'broken'") && err.contains("aws sso login"), "{err}");
     assert_eq!(err.lines().count(), 1, "{err}");
 }
+
+/// The credentials endpoint ECS and EKS Pod Identity give a container, faked
+/// on loopback: each GET (with the right Authorization) gets fresh temporary
+/// credentials from MinIO's STS, reported to expire `ttl` seconds later;
+/// every fetch is a line in `log`.
+const FAKE_CONTAINER_CREDENTIALS: &str = r#"
+import datetime, http.server, sys, boto3
+endpoint, key, secret, token, ttl, log = sys.argv[1:7]
+sts = boto3.client('sts', endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret, region_name='us-east-1')
+class Handler(http.server.BaseHTTPRequestHandler):
+    def do_GET(self):
+        if self.path != '/creds' or self.headers.get('Authorization') != token:
+            self.send_response(403); self.end_headers(); return
+        c = sts.assume_role(RoleArn='arn:aws:iam::000000000000:role/blobhouse', RoleSessionName='blobhouse-test', DurationSeconds=900)['Credentials']
+        expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=int(ttl))
+        body = ('{"AccessKeyId": "%s", "SecretAccessKey": "%s", "Token": "%s", "Expiration": "%s"}' % (c['AccessKeyId'], c['SecretAccessKey'], c['SessionToken'], expires.strftime('%Y-%m-%dT%H:%M:%SZ'))).encode()
+        open(log, 'a').write('fetch\n')
+        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers(); self.wfile.write(body)
+    def log_message(self, *args): pass
+server = http.server.HTTPServer(('127.0.0.1', 0), Handler)
+print(server.server_address[1], flush=True)
+server.serve_forever()
+"#;
+
+/// A long-running `serve` on container credentials (ECS task role, EKS Pod
+/// Identity): it fetches them from the endpoint with the token file's
+/// token, and fetches new ones when those it holds near their expiry —
+/// the second query, 3 s later, is served with refreshed credentials.
+#[test]
+fn serve_on_container_credentials_refreshes_them_before_they_expire() {
+    use std::io::{BufRead, BufReader};
+    let minio = blobhouse_testkit::MinioServer::shared();
+    let db = minio.fresh_url("cli-container-creds");
+    let mut keyed = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
+    let out = keyed.envs(minio.env()).args(["sql", "--db", &db, "-c", "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 100000)"]).output().unwrap();
+    assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
+
+    let dir = tempfile::tempdir().unwrap();
+    let (log, token_file) = (dir.path().join("fetches"), dir.path().join("token"));
+    std::fs::write(&token_file, "container-token-4711").unwrap();
+    // 302 s: object_store refreshes credentials with less than 300 s left.
+    let mut fake = Command::new("python3")
+        .args(["-c", FAKE_CONTAINER_CREDENTIALS, &minio.endpoint, blobhouse_testkit::minio::ACCESS_KEY, blobhouse_testkit::minio::SECRET_KEY, "container-token-4711", "302"])
+        .arg(&log)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 with boto3 (scripts/install-test-deps.sh)");
+    let mut port = String::new();
+    BufReader::new(fake.stdout.take().unwrap()).read_line(&mut port).unwrap();
+    let fetches = || std::fs::read_to_string(&log).map_or(0, |t| t.lines().count());
+
+    let mut serve = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
+        serve.env_remove(k);
+    }
+    let mut child = serve
+        .env("HOME", dir.path())
+        .env("AWS_ENDPOINT_URL", &minio.endpoint)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_CONTAINER_CREDENTIALS_FULL_URI", format!("http://127.0.0.1:{}/creds", port.trim()))
+        .env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &token_file)
+        .env("BLOBHOUSE_PASSWORD", "container-test-password")
+        .args(["serve", "--db", &db, "--user", "alice", "--pg-listen", "127.0.0.1:0", "--flight-listen", "off"])
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut stderr = BufReader::new(child.stderr.take().unwrap());
+    let pg_port = loop {
+        let mut line = String::new();
+        assert!(stderr.read_line(&mut line).unwrap() > 0, "serve stopped before serving");
+        if let Some(rest) = line.strip_prefix("serving ") {
+            break rest.split(" on ").nth(1).unwrap().split([',', ';', ' ']).next().unwrap().rsplit(':').next().unwrap().to_string();
+        }
+    };
+    let psql = |sql: &str| {
+        let out = Command::new("psql")
+            .arg(format!("host=127.0.0.1 port={pg_port} user=alice dbname=blobhouse sslmode=disable"))
+            .args(["-X", "-A", "-t", "-c", sql])
+            .env("PGPASSWORD", "container-test-password")
+            .output()
+            .unwrap();
+        (String::from_utf8_lossy(&out.stdout).trim().to_string(), String::from_utf8_lossy(&out.stderr).to_string())
+    };
+    let (first, err) = psql("SELECT sum(k) FROM t");
+    assert_eq!(first, "5000050000", "{err}");
+    let before = fetches();
+    assert!(before >= 1, "the credentials came from the endpoint");
+    std::thread::sleep(std::time::Duration::from_secs(3));
+    let (second, err) = psql("SELECT count(*) FROM t WHERE k > 10");
+    assert_eq!(second, "99990", "{err}");
+    assert!(fetches() > before, "credentials within 300 s of expiry were fetched again ({} fetches)", fetches());
+    let _ = child.kill();
+    let _ = fake.kill();
+}
