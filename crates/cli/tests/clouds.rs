@@ -154,28 +154,89 @@ fn aws_profiles_with_keys_or_a_credential_process_reach_the_store() {
     assert_eq!(err.lines().count(), 1, "{err}");
 }
 
-/// The credentials endpoint ECS and EKS Pod Identity give a container, faked
-/// on loopback: each GET (with the right Authorization) gets fresh temporary
+/// Two credential endpoints faked on loopback, vending fresh temporary
 /// credentials from MinIO's STS, reported to expire `ttl` seconds later;
-/// every fetch is a line in `log`.
-const FAKE_CONTAINER_CREDENTIALS: &str = r#"
+/// every fetch of credentials is a line in `log`:
+/// - `container`: what ECS and EKS Pod Identity give a container — a GET
+///   of `/creds` with the right Authorization;
+/// - `imds`: EC2's instance metadata service, version 2 — a PUT for a
+///   session token, then the role's name and its credentials, each GET
+///   with that token (a GET without it is refused, as IMDSv2 does).
+const FAKE_CREDENTIALS: &str = r#"
 import datetime, http.server, sys, boto3
-endpoint, key, secret, token, ttl, log = sys.argv[1:7]
+mode, endpoint, key, secret, token, ttl, log = sys.argv[1:8]
 sts = boto3.client('sts', endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret, region_name='us-east-1')
+ROLE = '/latest/meta-data/iam/security-credentials/'
 class Handler(http.server.BaseHTTPRequestHandler):
-    def do_GET(self):
-        if self.path != '/creds' or self.headers.get('Authorization') != token:
-            self.send_response(403); self.end_headers(); return
+    def reply(self, status, body=b''):
+        self.send_response(status); self.send_header('Content-Length', str(len(body))); self.end_headers(); self.wfile.write(body)
+    def credentials(self):
         c = sts.assume_role(RoleArn='arn:aws:iam::000000000000:role/blobhouse', RoleSessionName='blobhouse-test', DurationSeconds=900)['Credentials']
         expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=int(ttl))
-        body = ('{"AccessKeyId": "%s", "SecretAccessKey": "%s", "Token": "%s", "Expiration": "%s"}' % (c['AccessKeyId'], c['SecretAccessKey'], c['SessionToken'], expires.strftime('%Y-%m-%dT%H:%M:%SZ'))).encode()
         open(log, 'a').write('fetch\n')
-        self.send_response(200); self.send_header('Content-Length', str(len(body))); self.end_headers(); self.wfile.write(body)
+        return ('{"Code": "Success", "AccessKeyId": "%s", "SecretAccessKey": "%s", "Token": "%s", "Expiration": "%s"}' % (c['AccessKeyId'], c['SecretAccessKey'], c['SessionToken'], expires.strftime('%Y-%m-%dT%H:%M:%SZ'))).encode()
+    def do_PUT(self):
+        if mode == 'imds' and self.path == '/latest/api/token' and self.headers.get('X-aws-ec2-metadata-token-ttl-seconds'):
+            return self.reply(200, token.encode())
+        self.reply(403)
+    def do_GET(self):
+        if mode == 'container' and self.path == '/creds' and self.headers.get('Authorization') == token:
+            return self.reply(200, self.credentials())
+        if mode == 'imds' and self.headers.get('X-aws-ec2-metadata-token') == token:
+            if self.path == ROLE:
+                return self.reply(200, b'blobhouse-role')
+            if self.path == ROLE + 'blobhouse-role':
+                return self.reply(200, self.credentials())
+        self.reply(401 if mode == 'imds' else 403)
     def log_message(self, *args): pass
 server = http.server.HTTPServer(('127.0.0.1', 0), Handler)
 print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
+
+/// Starts [`FAKE_CREDENTIALS`] in `mode`; its port and a count of its
+/// credential fetches.
+fn fake_credentials(mode: &str, token: &str, ttl: u32, dir: &std::path::Path) -> (std::process::Child, String, impl Fn() -> usize) {
+    use std::io::{BufRead, BufReader};
+    let minio = blobhouse_testkit::MinioServer::shared();
+    let log = dir.join(format!("{mode}-fetches"));
+    let mut fake = Command::new("python3")
+        .args(["-c", FAKE_CREDENTIALS, mode, &minio.endpoint, blobhouse_testkit::minio::ACCESS_KEY, blobhouse_testkit::minio::SECRET_KEY, token, &ttl.to_string()])
+        .arg(&log)
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .expect("python3 with boto3 (scripts/install-test-deps.sh)");
+    let mut port = String::new();
+    BufReader::new(fake.stdout.take().unwrap()).read_line(&mut port).unwrap();
+    assert!(!port.trim().is_empty(), "the fake credentials endpoint did not start");
+    (fake, port.trim().to_string(), move || std::fs::read_to_string(&log).map_or(0, |t| t.lines().count()))
+}
+
+/// On EC2 with an instance role: IMDSv2 (here moved to loopback with
+/// AWS_METADATA_ENDPOINT) gives the role's temporary credentials.
+#[test]
+fn an_instance_role_from_imds_v2_reaches_the_store() {
+    let minio = blobhouse_testkit::MinioServer::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fake, port, fetches) = fake_credentials("imds", "imds-session-token", 3600, dir.path());
+    let db = minio.fresh_url("cli-imds");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
+        cmd.env_remove(k);
+    }
+    let out = cmd
+        .env("HOME", dir.path())
+        .env("AWS_ENDPOINT_URL", &minio.endpoint)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_METADATA_ENDPOINT", format!("http://127.0.0.1:{port}"))
+        .args(["sql", "--db", &db, "-c", "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 1000); SELECT sum(k) FROM t"])
+        .output()
+        .unwrap();
+    let _ = fake.kill();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("500500"), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(fetches() >= 1);
+}
 
 /// A long-running `serve` on container credentials (ECS task role, EKS Pod
 /// Identity): it fetches them from the endpoint with the token file's
@@ -191,18 +252,10 @@ fn serve_on_container_credentials_refreshes_them_before_they_expire() {
     assert!(out.status.success(), "{}", String::from_utf8_lossy(&out.stderr));
 
     let dir = tempfile::tempdir().unwrap();
-    let (log, token_file) = (dir.path().join("fetches"), dir.path().join("token"));
+    let token_file = dir.path().join("token");
     std::fs::write(&token_file, "container-token-4711").unwrap();
     // 302 s: object_store refreshes credentials with less than 300 s left.
-    let mut fake = Command::new("python3")
-        .args(["-c", FAKE_CONTAINER_CREDENTIALS, &minio.endpoint, blobhouse_testkit::minio::ACCESS_KEY, blobhouse_testkit::minio::SECRET_KEY, "container-token-4711", "302"])
-        .arg(&log)
-        .stdout(std::process::Stdio::piped())
-        .spawn()
-        .expect("python3 with boto3 (scripts/install-test-deps.sh)");
-    let mut port = String::new();
-    BufReader::new(fake.stdout.take().unwrap()).read_line(&mut port).unwrap();
-    let fetches = || std::fs::read_to_string(&log).map_or(0, |t| t.lines().count());
+    let (mut fake, port, fetches) = fake_credentials("container", "container-token-4711", 302, dir.path());
 
     let mut serve = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
@@ -212,7 +265,7 @@ fn serve_on_container_credentials_refreshes_them_before_they_expire() {
         .env("HOME", dir.path())
         .env("AWS_ENDPOINT_URL", &minio.endpoint)
         .env("AWS_REGION", "us-east-1")
-        .env("AWS_CONTAINER_CREDENTIALS_FULL_URI", format!("http://127.0.0.1:{}/creds", port.trim()))
+        .env("AWS_CONTAINER_CREDENTIALS_FULL_URI", format!("http://127.0.0.1:{port}/creds"))
         .env("AWS_CONTAINER_AUTHORIZATION_TOKEN_FILE", &token_file)
         .env("BLOBHOUSE_PASSWORD", "container-test-password")
         .args(["serve", "--db", &db, "--user", "alice", "--pg-listen", "127.0.0.1:0", "--flight-listen", "off"])
