@@ -161,9 +161,12 @@ fn aws_profiles_with_keys_or_a_credential_process_reach_the_store() {
 ///   of `/creds` with the right Authorization;
 /// - `imds`: EC2's instance metadata service, version 2 — a PUT for a
 ///   session token, then the role's name and its credentials, each GET
-///   with that token (a GET without it is refused, as IMDSv2 does).
+///   with that token (a GET without it is refused, as IMDSv2 does);
+/// - `sts`: STS's AssumeRoleWithWebIdentity over TLS (EKS IRSA), the
+///   parameters in the query string as object_store sends them, the web
+///   identity token checked.
 const FAKE_CREDENTIALS: &str = r#"
-import datetime, http.server, sys, boto3
+import datetime, http.server, json, ssl, sys, urllib.parse, boto3
 mode, endpoint, key, secret, token, ttl, log = sys.argv[1:8]
 sts = boto3.client('sts', endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret, region_name='us-east-1')
 ROLE = '/latest/meta-data/iam/security-credentials/'
@@ -175,6 +178,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
         expires = datetime.datetime.now(datetime.timezone.utc) + datetime.timedelta(seconds=int(ttl))
         open(log, 'a').write('fetch\n')
         return ('{"Code": "Success", "AccessKeyId": "%s", "SecretAccessKey": "%s", "Token": "%s", "Expiration": "%s"}' % (c['AccessKeyId'], c['SecretAccessKey'], c['SessionToken'], expires.strftime('%Y-%m-%dT%H:%M:%SZ'))).encode()
+    def do_POST(self):
+        q = urllib.parse.parse_qs(urllib.parse.urlparse(self.path).query)
+        length = int(self.headers.get('Content-Length') or 0)
+        q.update(urllib.parse.parse_qs(self.rfile.read(length).decode()) if length else {})
+        if mode == 'sts' and q.get('Action') == ['AssumeRoleWithWebIdentity'] and q.get('WebIdentityToken') == [token] and q.get('RoleArn'):
+            c = json.loads(self.credentials())
+            body = ('<AssumeRoleWithWebIdentityResponse xmlns="https://sts.amazonaws.com/doc/2011-06-15/"><AssumeRoleWithWebIdentityResult><Credentials>'
+                    '<AccessKeyId>%s</AccessKeyId><SecretAccessKey>%s</SecretAccessKey><SessionToken>%s</SessionToken><Expiration>%s</Expiration>'
+                    '</Credentials></AssumeRoleWithWebIdentityResult></AssumeRoleWithWebIdentityResponse>' % (c['AccessKeyId'], c['SecretAccessKey'], c['Token'], c['Expiration'])).encode()
+            return self.reply(200, body)
+        self.reply(403)
     def do_PUT(self):
         if mode == 'imds' and self.path == '/latest/api/token' and self.headers.get('X-aws-ec2-metadata-token-ttl-seconds'):
             return self.reply(200, token.encode())
@@ -190,6 +204,10 @@ class Handler(http.server.BaseHTTPRequestHandler):
         self.reply(401 if mode == 'imds' else 403)
     def log_message(self, *args): pass
 server = http.server.HTTPServer(('127.0.0.1', 0), Handler)
+if mode == 'sts':
+    tls = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+    tls.load_cert_chain(sys.argv[8], sys.argv[9])
+    server.socket = tls.wrap_socket(server.socket, server_side=True)
 print(server.server_address[1], flush=True)
 server.serve_forever()
 "#;
@@ -200,9 +218,14 @@ fn fake_credentials(mode: &str, token: &str, ttl: u32, dir: &std::path::Path) ->
     use std::io::{BufRead, BufReader};
     let minio = blobhouse_testkit::MinioServer::shared();
     let log = dir.join(format!("{mode}-fetches"));
+    let certs = dir.join("certs");
+    if mode == "sts" {
+        blobhouse_testbed::make_certificates(&certs).expect("openssl makes the fake STS's certificate");
+    }
     let mut fake = Command::new("python3")
         .args(["-c", FAKE_CREDENTIALS, mode, &minio.endpoint, blobhouse_testkit::minio::ACCESS_KEY, blobhouse_testkit::minio::SECRET_KEY, token, &ttl.to_string()])
         .arg(&log)
+        .args([certs.join("cert.pem"), certs.join("key.pem")])
         .stdout(std::process::Stdio::piped())
         .spawn()
         .expect("python3 with boto3 (scripts/install-test-deps.sh)");
@@ -299,4 +322,36 @@ fn serve_on_container_credentials_refreshes_them_before_they_expire() {
     assert!(fetches() > before, "credentials within 300 s of expiry were fetched again ({} fetches)", fetches());
     let _ = child.kill();
     let _ = fake.kill();
+}
+
+/// On EKS with IRSA: a web identity token file and a role, exchanged at STS
+/// (a TLS fake on loopback, trusted through AWS_ALLOW_INVALID_CERTIFICATES:
+/// object_store speaks only HTTPS to STS) for temporary credentials.
+#[test]
+fn a_web_identity_token_is_exchanged_at_sts_for_credentials() {
+    let minio = blobhouse_testkit::MinioServer::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fake, port, fetches) = fake_credentials("sts", "eks-projected-token", 3600, dir.path());
+    let token_file = dir.path().join("web-identity-token");
+    std::fs::write(&token_file, "eks-projected-token").unwrap();
+    let db = minio.fresh_url("cli-web-identity");
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
+        cmd.env_remove(k);
+    }
+    let out = cmd
+        .env("HOME", dir.path())
+        .env("AWS_ENDPOINT_URL", &minio.endpoint)
+        .env("AWS_REGION", "us-east-1")
+        .env("AWS_WEB_IDENTITY_TOKEN_FILE", &token_file)
+        .env("AWS_ROLE_ARN", "arn:aws:iam::000000000000:role/blobhouse")
+        .env("AWS_ENDPOINT_URL_STS", format!("https://127.0.0.1:{port}"))
+        .env("AWS_ALLOW_INVALID_CERTIFICATES", "true")
+        .args(["sql", "--db", &db, "-c", "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 1000); SELECT sum(k) FROM t"])
+        .output()
+        .unwrap();
+    let _ = fake.kill();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("500500"), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(fetches() >= 1);
 }
