@@ -242,23 +242,30 @@ fn an_instance_role_from_imds_v2_reaches_the_store() {
     let minio = blobhouse_testkit::MinioServer::shared();
     let dir = tempfile::tempdir().unwrap();
     let (mut fake, port, fetches) = fake_credentials("imds", "imds-session-token", 3600, dir.path());
-    let db = minio.fresh_url("cli-imds");
+    write_and_read_with_only(&minio.fresh_url("cli-imds"), dir.path(), &[("AWS_METADATA_ENDPOINT", format!("http://127.0.0.1:{port}"))]);
+    let _ = fake.kill();
+    assert!(fetches() >= 1);
+}
+
+/// Writes and reads a table at `db` (on MinIO) through `blobhouse sql`
+/// given no AWS setting but MinIO's endpoint and region and `env`: the
+/// credentials come from the source `env` names.
+fn write_and_read_with_only(db: &str, home: &std::path::Path, env: &[(&str, String)]) {
+    let minio = blobhouse_testkit::MinioServer::shared();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
         cmd.env_remove(k);
     }
     let out = cmd
-        .env("HOME", dir.path())
+        .env("HOME", home)
         .env("AWS_ENDPOINT_URL", &minio.endpoint)
         .env("AWS_REGION", "us-east-1")
-        .env("AWS_METADATA_ENDPOINT", format!("http://127.0.0.1:{port}"))
-        .args(["sql", "--db", &db, "-c", "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 1000); SELECT sum(k) FROM t"])
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .args(["sql", "--db", db, "-c", "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 1000); SELECT sum(k) FROM t"])
         .output()
         .unwrap();
-    let _ = fake.kill();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && stdout.contains("500500"), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
-    assert!(fetches() >= 1);
 }
 
 /// A long-running `serve` on container credentials (ECS task role, EKS Pod
@@ -334,24 +341,13 @@ fn a_web_identity_token_is_exchanged_at_sts_for_credentials() {
     let (mut fake, port, fetches) = fake_credentials("sts", "eks-projected-token", 3600, dir.path());
     let token_file = dir.path().join("web-identity-token");
     std::fs::write(&token_file, "eks-projected-token").unwrap();
-    let db = minio.fresh_url("cli-web-identity");
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("AWS_")) {
-        cmd.env_remove(k);
-    }
-    let out = cmd
-        .env("HOME", dir.path())
-        .env("AWS_ENDPOINT_URL", &minio.endpoint)
-        .env("AWS_REGION", "us-east-1")
-        .env("AWS_WEB_IDENTITY_TOKEN_FILE", &token_file)
-        .env("AWS_ROLE_ARN", "arn:aws:iam::000000000000:role/blobhouse")
-        .env("AWS_ENDPOINT_URL_STS", format!("https://127.0.0.1:{port}"))
-        .env("AWS_ALLOW_INVALID_CERTIFICATES", "true")
-        .args(["sql", "--db", &db, "-c", "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 1000); SELECT sum(k) FROM t"])
-        .output()
-        .unwrap();
+    let env = [
+        ("AWS_WEB_IDENTITY_TOKEN_FILE", token_file.display().to_string()),
+        ("AWS_ROLE_ARN", "arn:aws:iam::000000000000:role/blobhouse".to_string()),
+        ("AWS_ENDPOINT_URL_STS", format!("https://127.0.0.1:{port}")),
+        ("AWS_ALLOW_INVALID_CERTIFICATES", "true".to_string()),
+    ];
+    write_and_read_with_only(&minio.fresh_url("cli-web-identity"), dir.path(), &env);
     let _ = fake.kill();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains("500500"), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     assert!(fetches() >= 1);
 }
