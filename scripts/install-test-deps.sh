@@ -2,6 +2,8 @@
 # Installs what the tests and the testbed need beyond cargo, each pinned:
 #   - MinIO (S3 API) and toxiproxy (connection shaping), built with `go install`;
 #   - Azurite (Azure Blob Storage's emulator, npm) and Azure's Python client;
+#   - fake-gcs-server (GCS emulator), built with `go install`;
+#   - boto3 (MinIO STS credentials for the credential-chain fakes);
 #   - nginx (plain HTTP range server), a TrueType font for the benchmark
 #     plots and iproute2 (network namespace and tbf of the bottleneck
 #     profile), from Debian;
@@ -40,6 +42,12 @@ if ! command -v nginx >/dev/null 2>&1 && [ ! -x /usr/sbin/nginx ] || [ ! -f /usr
   DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -qq --no-install-recommends nginx-light fonts-dejavu-core openssl iproute2 >/dev/null
 fi
 
+FAKE_GCS_VERSION="v1.56.1"      # GCS emulator; the suite puts a loopback proxy in front (crates/testkit/src/gcs.rs)
+FAKE_GCS_DIR="$HOME/.cache/blobhouse-tools/fake-gcs"
+if [ ! -x "$FAKE_GCS_DIR/fake-gcs-server" ]; then
+  echo "install-test-deps: building fake-gcs-server $FAKE_GCS_VERSION with go install" >&2
+  GOBIN="$FAKE_GCS_DIR" go install "github.com/fsouza/fake-gcs-server@$FAKE_GCS_VERSION"
+fi
 BOTO3_VERSION="1.43.11"         # STS for the fake container-credentials endpoint (tests of credential chains)
 if ! python3 -c "import boto3; assert boto3.__version__ == '$BOTO3_VERSION'" 2>/dev/null; then
   echo "install-test-deps: installing boto3==$BOTO3_VERSION (gets temporary credentials from MinIO's STS in the credential tests)" >&2
@@ -98,4 +106,4 @@ if [ ! -f "$PGJDBC_JAR" ]; then
   echo "install-test-deps: fetching pgjdbc $PGJDBC_VERSION from Maven Central" >&2
   mvn -q dependency:get -Dartifact="org.postgresql:postgresql:$PGJDBC_VERSION" >/dev/null
 fi
-echo "install-test-deps: minio, toxiproxy, azurite $AZURITE_VERSION, nginx, duckdb $DUCKDB_VERSION, psql, psycopg, ADBC, SQLAlchemy and pgjdbc $PGJDBC_VERSION ready" >&2
+echo "install-test-deps: minio, toxiproxy, azurite $AZURITE_VERSION, fake-gcs-server $FAKE_GCS_VERSION, nginx, duckdb $DUCKDB_VERSION, psql, psycopg, ADBC, SQLAlchemy and pgjdbc $PGJDBC_VERSION ready" >&2

@@ -5,16 +5,20 @@
 //!   127.0.0.1 in a directory of its own, killed when the process exits.
 //! - [`azurite`]: Azure Blob Storage's emulator (installed by the same
 //!   script), started once per test process on 127.0.0.1 with a container.
+//! - [`gcs`]: fake-gcs-server behind a loopback proxy that completes its
+//!   uploads and create-if-absent, started once per test process.
 //! - [`audit`]: an object-store wrapper that records every request and fails
 //!   any write that would replace an existing object — the layout's central
 //!   rule, enforced under the whole suite.
 
 pub mod audit;
 pub mod azurite;
+pub mod gcs;
 pub mod minio;
 
 pub use audit::{AuditStore, Request};
 pub use azurite::AzuriteServer;
+pub use gcs::GcsServer;
 pub use minio::MinioServer;
 
 /// `name` made unique in this test run: the process id and a counter, so

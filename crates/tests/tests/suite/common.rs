@@ -4,7 +4,7 @@ use std::sync::Arc;
 
 use blobhouse_engine::{EngineOptions, QueryResult, Session};
 use blobhouse_storage::{Location, StoreOptions, open_location};
-use blobhouse_testkit::{AuditStore, AzuriteServer, MinioServer};
+use blobhouse_testkit::{AuditStore, AzuriteServer, GcsServer, MinioServer};
 use datafusion::arrow::util::pretty::pretty_format_batches;
 
 /// Every read of a data object (`.parquet`) so far, from the audited store
@@ -36,6 +36,8 @@ pub enum Backend {
     Minio,
     /// Azure Blob Storage's emulator (`az://` URLs, shared key).
     Azurite,
+    /// fake-gcs-server behind its proxy (`gs://` URLs, a service account).
+    Gcs,
 }
 
 /// Generates, for each `async fn(Backend)` named, a module with one
@@ -65,13 +67,13 @@ macro_rules! on_both_backends {
     };
 }
 
-/// One test per store — a local directory, MinIO (S3) and Azurite (Azure
-/// Blob Storage) — for each `async fn(Backend)` named: the storage and SQL
+/// One test per store — a local directory, MinIO (S3), Azurite (Azure Blob
+/// Storage) and fake-gcs-server (GCS) — for each `async fn(Backend)` named: the storage and SQL
 /// suite that must hold on every cloud.
 #[macro_export]
 macro_rules! on_every_store {
     ($($name:ident),* $(,)?) => {
-        $crate::on_backends!([local => Local, minio => Minio, azurite => Azurite]; $($name),*);
+        $crate::on_backends!([local => Local, minio => Minio, azurite => Azurite, gcs => Gcs]; $($name),*);
     };
 }
 
@@ -100,6 +102,15 @@ impl TestDb {
             Backend::Azurite => {
                 let azurite = AzuriteServer::shared();
                 (azurite.fresh_url(name), azurite_options(azurite), None)
+            }
+            Backend::Gcs => {
+                let gcs = GcsServer::shared();
+                let options = StoreOptions {
+                    endpoint: Some(gcs.endpoint.clone()),
+                    config: [("google_service_account".to_string(), gcs.service_account.display().to_string())].into(),
+                    ..Default::default()
+                };
+                (gcs.fresh_url(name), options, None)
             }
         };
         let raw = open_location(&url, &store_options).expect("open location");

@@ -211,7 +211,7 @@ async fn copy_to_exports_exactly_the_current_rows(b: Backend) {
     let (target, fetch_to) = match b {
         Backend::Local => (dir.path().join("export.csv").display().to_string(), None),
         // Beside the database, in its bucket or container.
-        Backend::Minio | Backend::Azurite => (format!("{}-export/t.csv", db.url), Some(dir.path().join("fetched.csv"))),
+        Backend::Minio | Backend::Azurite | Backend::Gcs => (format!("{}-export/t.csv", db.url), Some(dir.path().join("fetched.csv"))),
     };
     run(&e, &format!("COPY t TO '{target}' WITH (FORMAT csv, HEADER true)")).await;
     let csv = match fetch_to {
