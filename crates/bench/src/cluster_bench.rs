@@ -254,6 +254,8 @@ async fn open(url: &str, direct: &blobhouse_storage::StoreOptions, config: Confi
     let spec = LocalSpec {
         binary: opts.binary.clone(),
         db: url.to_string(),
+        // The benchmark's databases are local directories.
+        store_env: Vec::new(),
         workers: Workers::Count(workers),
         membind: opts.membind,
         spill_dir: None,

@@ -78,6 +78,7 @@ impl ClusterArgs {
                 let spec = LocalSpec {
                     binary: std::env::current_exe().context("cannot find this program to start workers")?,
                     db: db.db.clone(),
+                    store_env: db.store_options().as_env(&db.db),
                     workers,
                     membind: self.membind,
                     spill_dir: db.spill_dir(),

@@ -110,6 +110,11 @@ pub struct DbArgs {
 }
 
 impl DbArgs {
+    /// The store settings given as flags.
+    pub fn store_options(&self) -> StoreOptions {
+        self.store.options()
+    }
+
     /// The spill directory given, if any.
     fn spill_dir(&self) -> Option<std::path::PathBuf> {
         self.engine.spill_dir.clone()

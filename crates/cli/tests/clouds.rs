@@ -351,3 +351,28 @@ fn a_web_identity_token_is_exchanged_at_sts_for_credentials() {
     let _ = fake.kill();
     assert!(fetches() >= 1);
 }
+
+/// Workers started with `--workers 2` reach an Azure database given only
+/// as flags (`--endpoint`, `--store-option`): the coordinator hands them
+/// the settings as environment variables, not on their command lines.
+#[test]
+fn local_workers_reach_an_azure_database_given_only_flags() {
+    let azurite = AzuriteServer::shared();
+    let db = azurite.fresh_url("cli-az-workers");
+    let account = format!("azure_storage_account_name={ACCOUNT}");
+    let key = format!("azure_storage_account_key={ACCOUNT_KEY}");
+    let flags = ["--db", db.as_str(), "--endpoint", azurite.endpoint.as_str(), "--store-option", account.as_str(), "--store-option", key.as_str()];
+    let sql = |more: &[&str], script: &str| {
+        let mut args = vec!["sql"];
+        args.extend(flags);
+        args.extend(more);
+        args.extend(["-c", script]);
+        blobhouse(&args, &[])
+    };
+    ok(sql(&[], "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 200000)"));
+    let (out, err) = ok(sql(&["--workers", "2"], "SELECT count(*), sum(k) FROM t"));
+    assert!(out.contains("200000") && out.contains("20000100000"), "{out}\n{err}");
+    // Both workers started (they open the database first) and ran to the end.
+    assert_eq!(err.matches("peak RSS").count(), 2, "{err}");
+    assert!(!err.contains("warning") && !err.contains("down"), "{err}");
+}

@@ -31,8 +31,12 @@ pub struct LocalSpec {
     /// The `blobhouse` binary (normally this process's own).
     pub binary: PathBuf,
     /// The database URL; store settings reach the workers through the
-    /// environment they inherit (AWS_*, GOOGLE_*, AZURE_*).
+    /// environment they inherit (AWS_*, GOOGLE_*, AZURE_*) and `store_env`.
     pub db: String,
+    /// Store settings given to this process as flags, as environment
+    /// variables for the workers (`StoreOptions::as_env`): no secret goes on
+    /// a worker's command line.
+    pub store_env: Vec<(String, String)>,
     pub workers: Workers,
     pub membind: MemBind,
     /// Where each worker's spill directory goes (a subdirectory each).
@@ -159,6 +163,7 @@ fn worker_command(spec: &LocalSpec, p: &Placement, index: usize, port: u16) -> C
         .args(["--listen", &format!("127.0.0.1:{port}")])
         .args(["--threads", &p.cpus.len().max(1).to_string()])
         .args(["--memory-limit", &format!("{}M", memory_limit(p, spec.memory_limit) >> 20)])
+        .envs(spec.store_env.iter().map(|(k, v)| (k.as_str(), v.as_str())))
         .env(&spec.token_env, &spec.token)
         .args(["--token-env", &spec.token_env])
         .stdin(Stdio::null())

@@ -53,6 +53,47 @@ pub struct StoreOptions {
     pub config: std::collections::BTreeMap<String, String>,
 }
 
+impl StoreOptions {
+    /// These settings for the database at `url` as the environment
+    /// variables object_store reads (`AWS_*`, `AZURE_*`, `GOOGLE_*`): how a
+    /// process this one starts (a local cluster worker) gets the same
+    /// store without a secret on its command line.
+    pub fn as_env(&self, url: &str) -> Vec<(String, String)> {
+        let prefix = match url.split("://").next().unwrap_or_default() {
+            "gs" => "GOOGLE",
+            "az" | "abfs" | "abfss" | "azure" => "AZURE",
+            _ => "AWS",
+        };
+        let mut env = Vec::new();
+        let mut set = |k: &str, v: &str| env.push((k.to_string(), v.to_string()));
+        if let Some(v) = &self.access_key_id {
+            set("AWS_ACCESS_KEY_ID", v);
+        }
+        if let Some(v) = &self.secret_access_key {
+            set("AWS_SECRET_ACCESS_KEY", v);
+        }
+        if let Some(v) = &self.region {
+            set("AWS_REGION", v);
+        }
+        if let Some(ep) = &self.endpoint {
+            set(match prefix { "GOOGLE" => "GOOGLE_BASE_URL", "AZURE" => "AZURE_STORAGE_ENDPOINT", _ => "AWS_ENDPOINT_URL" }, ep);
+            if ep.starts_with("http://") {
+                set(&format!("{prefix}_ALLOW_HTTP"), "true");
+            }
+        }
+        if let Some(v) = self.allow_http {
+            set(&format!("{prefix}_ALLOW_HTTP"), if v { "true" } else { "false" });
+        }
+        if let Some(v) = self.virtual_hosted_style {
+            set("AWS_VIRTUAL_HOSTED_STYLE_REQUEST", if v { "true" } else { "false" });
+        }
+        for (k, v) in &self.config {
+            set(&k.to_ascii_uppercase(), v);
+        }
+        env
+    }
+}
+
 /// A `config` key that the URL's cloud does not know.
 fn unknown_key(url: &str, key: &str, cloud: &str) -> StorageError {
     StorageError::InvalidUrl { url: url.to_string(), reason: format!("unknown store option '{key}' for {cloud} (object_store's {cloud} configuration keys are accepted, e.g. {})", match cloud {
