@@ -63,6 +63,8 @@ pub struct DataSource {
     /// Why the credential cannot presign, once found: reads then go
     /// through object_store. The flag says whether it was reported.
     unsigned: Arc<std::sync::Mutex<Option<(String, bool)>>>,
+    /// Set with `unsigned`: read on every range request, without a lock.
+    cannot_sign: Arc<std::sync::atomic::AtomicBool>,
 }
 
 /// Whether a presigning error says the credential can never presign (not
@@ -76,12 +78,12 @@ fn cannot_presign(e: &object_store::Error) -> bool {
 impl DataSource {
     /// Reads through `store` only.
     pub fn store(store: Arc<dyn ObjectStore>) -> Self {
-        DataSource { store, managed: None, tiers: None, unsigned: Arc::default() }
+        DataSource { store, managed: None, tiers: None, unsigned: Arc::default(), cannot_sign: Arc::default() }
     }
 
     /// Reads through `dm` with URLs presigned by `signer`.
     pub fn managed(store: Arc<dyn ObjectStore>, dm: DownloadManager, signer: Arc<dyn Signer>) -> Self {
-        DataSource { store, managed: Some((dm, signer)), tiers: None, unsigned: Arc::default() }
+        DataSource { store, managed: Some((dm, signer)), tiers: None, unsigned: Arc::default(), cannot_sign: Arc::default() }
     }
 
     /// Says once, if it came to that, that reads go through object_store
@@ -99,7 +101,7 @@ impl DataSource {
 
     /// Whether reads go through object_store because presigning cannot work.
     pub fn presigning_unavailable(&self) -> bool {
-        self.unsigned.lock().expect("not poisoned").is_some()
+        self.cannot_sign.load(std::sync::atomic::Ordering::Relaxed)
     }
 
     /// The same reader, with scans consulting `tiers` first.
@@ -126,6 +128,7 @@ impl DataSource {
                 Ok(url) => return fetch_managed(dm, url.as_str(), location, ranges).await,
                 Err(e) if cannot_presign(&e) => {
                     self.unsigned.lock().expect("not poisoned").get_or_insert_with(|| (e.to_string(), false));
+                    self.cannot_sign.store(true, std::sync::atomic::Ordering::Relaxed);
                 }
                 Err(e) => return Err(StorageError::store("presign GET", location.to_string(), e).into()),
             }

@@ -36,10 +36,7 @@ impl AzuriteServer {
     /// instructions when it is not installed: the Azure tests must not be
     /// silently skipped.
     pub fn shared() -> &'static AzuriteServer {
-        match SERVER.get_or_init(start) {
-            Ok(s) => s,
-            Err(e) => panic!("{e}"),
-        }
+        crate::shared(&SERVER, start)
     }
 
     /// A fresh `az://` URL in the test container.

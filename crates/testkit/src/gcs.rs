@@ -43,10 +43,7 @@ impl GcsServer {
     /// The process-wide emulator, started on first call. Panics with
     /// instructions when it is not installed.
     pub fn shared() -> &'static GcsServer {
-        match SERVER.get_or_init(start) {
-            Ok(s) => s,
-            Err(e) => panic!("{e}"),
-        }
+        crate::shared(&SERVER, start)
     }
 
     /// A fresh `gs://` URL in the test bucket.
@@ -92,25 +89,15 @@ fn write_service_account(dir: &std::path::Path, path: &std::path::Path) -> Resul
         return Err(format!("openssl genpkey: {}", String::from_utf8_lossy(&out.stderr)));
     }
     let pem = std::fs::read_to_string(&key).map_err(|e| e.to_string())?;
-    let json = format!(
-        "{{\"type\": \"service_account\", \"project_id\": \"blobhouse-test\", \"private_key_id\": \"test\", \"private_key\": {}, \"client_email\": \"blobhouse@blobhouse-test.iam.gserviceaccount.com\", \"disable_oauth\": true}}",
-        json_string(&pem)
-    );
-    std::fs::write(path, json).map_err(|e| e.to_string())
-}
-
-fn json_string(s: &str) -> String {
-    let mut out = String::from("\"");
-    for c in s.chars() {
-        match c {
-            '"' => out.push_str("\\\""),
-            '\\' => out.push_str("\\\\"),
-            '\n' => out.push_str("\\n"),
-            c => out.push(c),
-        }
-    }
-    out.push('"');
-    out
+    let json = serde_json::json!({
+        "type": "service_account",
+        "project_id": "blobhouse-test",
+        "private_key_id": "test",
+        "private_key": pem,
+        "client_email": "blobhouse@blobhouse-test.iam.gserviceaccount.com",
+        "disable_oauth": true,
+    });
+    std::fs::write(path, json.to_string()).map_err(|e| e.to_string())
 }
 
 /// Starts the proxy in front of `upstream` on a thread of its own; returns
@@ -203,13 +190,10 @@ impl Proxy {
         if status != 200 {
             return reply(status, &[], text);
         }
-        let field = |name: &str| -> Option<String> {
-            let t = String::from_utf8_lossy(&text).to_string();
-            let at = t.find(&format!("\"{name}\""))? + name.len() + 2;
-            let rest = t[at..].trim_start().strip_prefix(':')?.trim_start();
-            let rest = rest.strip_prefix('"').unwrap_or(rest);
-            Some(rest.chars().take_while(|c| *c != '"' && *c != ',' && *c != '}').collect())
-        };
+        // The upload's object resource: its etag and generation are what a
+        // PUT answers in headers.
+        let resource: serde_json::Value = serde_json::from_slice(&text).unwrap_or_default();
+        let field = |name: &str| resource.get(name).and_then(|v| v.as_str().map(str::to_string).or_else(|| v.as_i64().map(|n| n.to_string())));
         let etag = field("etag").unwrap_or_else(|| "\"0\"".into());
         let generation = field("generation").unwrap_or_else(|| "1".into());
         reply(200, &[("etag", etag), ("x-goog-generation", generation)], Vec::new())

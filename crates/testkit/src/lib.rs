@@ -28,3 +28,13 @@ pub fn unique(name: &str) -> String {
     let n = N.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     format!("{name}-{}-{n}", std::process::id())
 }
+
+/// The process-wide server in `cell`, started by `start` on first call.
+/// Panics with `start`'s error (instructions to install what is missing):
+/// tests of a store must fail, not be skipped, when it cannot run.
+pub(crate) fn shared<T>(cell: &'static std::sync::OnceLock<Result<T, String>>, start: fn() -> Result<T, String>) -> &'static T {
+    match cell.get_or_init(start) {
+        Ok(s) => s,
+        Err(e) => panic!("{e}"),
+    }
+}

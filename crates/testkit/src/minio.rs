@@ -26,10 +26,7 @@ impl MinioServer {
     /// instructions when a server is not installed: the S3 tests must not be
     /// silently skipped.
     pub fn shared() -> &'static MinioServer {
-        match SERVER.get_or_init(start) {
-            Ok(s) => s,
-            Err(e) => panic!("{e}"),
-        }
+        crate::shared(&SERVER, start)
     }
 
     /// A fresh `s3://` URL under the test bucket.
