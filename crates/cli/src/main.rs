@@ -25,6 +25,7 @@ use blobhouse_pushdown::{NodeOptions, StorageNode};
 #[global_allocator]
 static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use blobhouse_storage::StoreOptions;
+use blobhouse_storage::encryption::KeySpec;
 
 #[derive(Parser)]
 #[command(name = "blobhouse", version, about = "An analytical SQL database whose tables live in object storage", long_about = None,
@@ -48,6 +49,9 @@ enum Command {
     /// Check every object of a database against the checksums and seals written with it.
     #[command(after_help = "Reads every object the retained versions and snapshots reference: version objects,\nmanifests and GC lists by their seals, data objects whole by their checksums (and their\nfooters against the manifests), deletion vectors by checksum. Lists each damaged or\nmissing object with what is wrong; exits 1 when it finds any, 0 when all is intact.\n\nExamples:\n  blobhouse verify --db ./mydb\n  blobhouse verify --db s3://bucket/db")]
     Verify(VerifyArgs),
+    /// Encryption keys: which master key a database needs, and rotating it.
+    #[command(subcommand)]
+    Keys(KeysCommand),
     /// Load a benchmark data set into a database.
     #[command(subcommand)]
     Load(LoadCommand),
@@ -164,6 +168,10 @@ pub struct EngineArgs {
     /// When to push work to the storage node: off, on (every uncached row group), auto (by measured speed).
     #[arg(long, value_name = "MODE", default_value = "auto")]
     pushdown: String,
+    /// Let an encrypted database spill to disk: spill files hold rows in plaintext (by default an
+    /// encrypted database does not spill, and a query that needs to fails naming its memory limit).
+    #[arg(long)]
+    allow_plaintext_spill: bool,
 }
 
 impl EngineArgs {
@@ -178,6 +186,7 @@ impl EngineArgs {
         if let Some(dir) = &self.spill_dir {
             options.spill.dir = Some(dir.clone());
         }
+        options.spill.allow_plaintext = self.allow_plaintext_spill;
         if let Some(limit) = &self.spill_limit {
             options.spill.max_bytes = blobhouse_engine::memory::parse_size(limit).map_err(|e| anyhow::anyhow!("--spill-limit: {e}"))?;
         }
@@ -238,6 +247,45 @@ pub struct StoreArgs {
     /// aws_session_token=…; overrides the environment.
     #[arg(long = "store-option", value_name = "KEY=VALUE", value_parser = parse_store_option)]
     store_options: Vec<(String, String)>,
+    #[command(flatten)]
+    key: KeyArgs,
+}
+
+/// The master key of an encrypted database: given when it is created, it
+/// makes the database encrypted; given when it is opened, it unlocks it.
+#[derive(Args, Clone, Default)]
+pub struct KeyArgs {
+    /// Encrypt (at creation) or open an encrypted database with the 256-bit master key in FILE
+    /// (64 hex digits, e.g. `openssl rand -hex 32 > FILE`, or base64).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["encryption_key_env", "kms_key_id"])]
+    encryption_key_file: Option<std::path::PathBuf>,
+    /// The same, the key held in environment variable VAR.
+    #[arg(long, value_name = "VAR", conflicts_with = "kms_key_id")]
+    encryption_key_env: Option<String>,
+    /// The same, the master key being AWS KMS key KEY (id, ARN or alias/NAME); credentials from
+    /// the AWS chain, region from AWS_REGION.
+    #[arg(long, value_name = "KEY")]
+    kms_key_id: Option<String>,
+    /// The KMS endpoint (default AWS_ENDPOINT_URL_KMS, else the region's).
+    #[arg(long, value_name = "URL", requires = "kms_key_id")]
+    kms_endpoint: Option<String>,
+}
+
+impl KeyArgs {
+    /// The key these flags name, else the one a parent process passed
+    /// (`BLOBHOUSE_ENCRYPTION`, how local workers get it).
+    fn spec(&self) -> Option<KeySpec> {
+        if let Some(path) = &self.encryption_key_file {
+            return Some(KeySpec::File { path: path.clone() });
+        }
+        if let Some(var) = &self.encryption_key_env {
+            return Some(KeySpec::Env { var: var.clone() });
+        }
+        if let Some(key_id) = &self.kms_key_id {
+            return Some(KeySpec::AwsKms { key_id: key_id.clone(), endpoint: self.kms_endpoint.clone(), region: None });
+        }
+        KeySpec::from_env().ok().flatten()
+    }
 }
 
 fn parse_store_option(s: &str) -> std::result::Result<(String, String), String> {
@@ -259,6 +307,7 @@ impl StoreArgs {
             allow_http: self.allow_http.then_some(true),
             virtual_hosted_style: self.virtual_hosted_style.then_some(true),
             config: self.store_options.iter().cloned().collect(),
+            encryption: self.key.spec(),
         }
     }
 }
@@ -397,6 +446,35 @@ struct VerifyArgs {
     db: DbArgs,
 }
 
+/// `blobhouse keys`.
+#[derive(Subcommand)]
+enum KeysCommand {
+    /// Say whether a database is encrypted, and by which master key (never the key).
+    Show {
+        #[command(flatten)]
+        db: DbArgs,
+    },
+    /// Rotate an encrypted database's master key: its database key is wrapped by the new master
+    /// key into a new keyring object; no data or metadata object is rewritten.
+    #[command(after_help = "Examples:\n  openssl rand -hex 32 > new.key\n  blobhouse keys rotate --db ./mydb --encryption-key-file old.key --new-key-file new.key\n  blobhouse keys rotate --db s3://bucket/db --kms-key-id alias/old --new-kms-key-id alias/new")]
+    Rotate {
+        #[command(flatten)]
+        db: DbArgs,
+        /// The new master key, in FILE.
+        #[arg(long, value_name = "FILE", conflicts_with_all = ["new_key_env", "new_kms_key_id"])]
+        new_key_file: Option<std::path::PathBuf>,
+        /// The new master key, in environment variable VAR.
+        #[arg(long, value_name = "VAR", conflicts_with = "new_kms_key_id")]
+        new_key_env: Option<String>,
+        /// The new master key: AWS KMS key KEY.
+        #[arg(long, value_name = "KEY")]
+        new_kms_key_id: Option<String>,
+        /// The new KMS key's endpoint (default: --kms-endpoint, AWS_ENDPOINT_URL_KMS, the region's).
+        #[arg(long, value_name = "URL")]
+        new_kms_endpoint: Option<String>,
+    },
+}
+
 /// The storage node's token from the environment variable `var`.
 fn node_token(var: &str) -> Result<String> {
     match std::env::var(var) {
@@ -423,6 +501,41 @@ async fn open_with(db: &DbArgs, mut options: EngineOptions) -> Result<Engine> {
 
 /// `blobhouse verify`: checks the whole database, with a progress bar on a
 /// terminal; exit 1 when anything is damaged.
+/// `blobhouse keys show|rotate`.
+async fn keys(cmd: KeysCommand) -> Result<ExitCode> {
+    match cmd {
+        KeysCommand::Show { db } => {
+            let location = blobhouse_storage::open_location(&db.db, &db.store_options()).with_context(|| format!("cannot open database {}", db.db))?;
+            match blobhouse_storage::encryption::Keyring::newest(&location).await? {
+                None => println!("{} is not encrypted", db.db),
+                Some(k) => println!(
+                    "{} is encrypted (AES-256-GCM): keyring {} of {}, database key wrapped by the {} master key {}",
+                    db.db,
+                    k.number,
+                    blobhouse_storage::format::format_ms(k.created_at_ms),
+                    k.provider,
+                    k.master_key
+                ),
+            }
+            Ok(ExitCode::SUCCESS)
+        }
+        KeysCommand::Rotate { db, new_key_file, new_key_env, new_kms_key_id, new_kms_endpoint } => {
+            let new = match (new_key_file, new_key_env, new_kms_key_id) {
+                (Some(path), _, _) => KeySpec::File { path },
+                (_, Some(var), _) => KeySpec::Env { var },
+                (_, _, Some(key_id)) => KeySpec::AwsKms { key_id, endpoint: new_kms_endpoint.or_else(|| db.store.key.kms_endpoint.clone()), region: None },
+                _ => anyhow::bail!("name the new master key: --new-key-file FILE, --new-key-env VAR or --new-kms-key-id KEY"),
+            };
+            let engine = open_with(&db, EngineOptions { create_missing: false, ..EngineOptions::default() }).await?;
+            let keyring = engine.database().keyring().ok_or_else(|| anyhow::anyhow!("{} is not encrypted: there is no key to rotate", db.db))?;
+            let provider = new.provider().with_context(|| "the new master key".to_string())?;
+            let number = keyring.rotate(engine.database().location(), provider.as_ref()).await.with_context(|| format!("cannot rotate the key of {}", db.db))?;
+            println!("{}: keyring {number} wraps the database key with {} (was {}); open it with the new key from now on", db.db, provider.key_id(), keyring.master_key());
+            Ok(ExitCode::SUCCESS)
+        }
+    }
+}
+
 async fn verify(args: &VerifyArgs) -> Result<ExitCode> {
     use std::io::IsTerminal;
     let engine = open_with(&args.db, EngineOptions { create_missing: false, ..EngineOptions::default() }).await?;
@@ -518,6 +631,7 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
             Ok(ExitCode::SUCCESS)
         }
         Command::Verify(args) => verify(&args).await,
+        Command::Keys(cmd) => keys(cmd).await,
         Command::Bench(cmd) => {
             bench::run(cmd).await?;
             Ok(ExitCode::SUCCESS)

@@ -99,6 +99,9 @@ impl Engine {
         config.options_mut().execution.skip_partial_aggregation_probe_ratio_threshold = SKIP_PARTIAL_AGGREGATION_RATIO;
         let memory = MemoryBudget::new(options.memory_limit);
         let spill_mode = match &options.spill.dir {
+            // Spill files are plaintext Arrow: an encrypted database keeps
+            // its rows off local disk unless the user allows it.
+            _ if db.keyring().is_some() && !options.spill.allow_plaintext => DiskManagerMode::Disabled,
             Some(dir) => {
                 std::fs::create_dir_all(dir).map_err(|source| EngineError::SpillDir { dir: dir.clone(), source })?;
                 DiskManagerMode::Directories(vec![dir.clone()])
@@ -183,7 +186,13 @@ impl Engine {
     /// (a worker's): its download manager, tiers, footer cache and
     /// scheduler, under its database prefix.
     pub fn scan_codec(&self) -> crate::scan::ScanCodec {
-        crate::scan::ScanCodec::reading(self.shared.source.clone(), self.shared.db.location().clone(), self.shared.metadata.clone(), self.shared.options.scan.clone())
+        crate::scan::ScanCodec::reading(
+            self.shared.source.clone(),
+            self.shared.db.location().clone(),
+            self.shared.metadata.clone(),
+            self.shared.options.scan.clone(),
+            self.shared.db.decryption().cloned(),
+        )
     }
 
     /// The storage handle.
@@ -312,9 +321,15 @@ impl Engine {
     /// when a VACUUM has since moved the horizon past `read`, say so (the
     /// statement outlived the retention), rather than report a missing
     /// object as if the database were damaged.
+    /// Also says why an encrypted database did not spill.
     pub(crate) async fn explain_expiry<T>(&self, result: Result<T, EngineError>, read: u64) -> Result<T, EngineError> {
         let Err(e) = result else { return result };
         let text = e.to_string();
+        if text.contains("DiskManager is disabled") && self.shared.db.keyring().is_some() {
+            return Err(EngineError::Query(datafusion::error::DataFusionError::ResourcesExhausted(format!(
+                "{text}: the database is encrypted and spill files would hold its rows in plaintext, so it does not spill; raise the memory limit (SET memory_limit = '…' or --memory-limit), or allow plaintext spill files with --allow-plaintext-spill"
+            ))));
+        }
         let missing = ["not found", "NotFound", "NoSuchKey", "404"].iter().any(|m| text.contains(m));
         match self.shared.db.refresh().await {
             Ok(now) if missing && now.gc.horizon > read => Err(EngineError::transaction(

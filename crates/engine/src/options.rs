@@ -68,11 +68,16 @@ pub struct SpillOptions {
     /// Most bytes of spill files at once; a query that would spill more
     /// fails with "Resources exhausted" naming the limit.
     pub max_bytes: u64,
+    /// Whether an encrypted database may spill. Spill files hold rows in
+    /// plaintext (DataFusion's Arrow IPC), so by default an encrypted
+    /// database does not spill: a query that would fails naming its memory
+    /// limit, and nothing of the data is written to local disk in the clear.
+    pub allow_plaintext: bool,
 }
 
 impl Default for SpillOptions {
     fn default() -> Self {
-        SpillOptions { dir: None, max_bytes: 100 << 30 }
+        SpillOptions { dir: None, max_bytes: 100 << 30, allow_plaintext: false }
     }
 }
 

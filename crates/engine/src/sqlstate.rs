@@ -69,6 +69,8 @@ fn storage(e: &StorageError) -> &'static str {
         StorageError::VersionNotFound { .. } | StorageError::NoVersionAt { .. } => "22023",
         StorageError::VersionExpired { .. } => "72000",
         StorageError::InvalidUrl { .. } => "22023",
+        // invalid_authorization_specification: the key is missing or wrong.
+        StorageError::Keys { .. } => "28000",
         StorageError::Store { .. } => "58030",
         StorageError::Corrupt { .. } | StorageError::Parquet { .. } | StorageError::NotADatabase { .. } => "XX001",
         StorageError::UnsupportedFormat { .. } => "0A000",

@@ -286,6 +286,7 @@ mod tests {
             row_groups: bounds.iter().map(|(lo, hi)| RowGroupMeta { rows: 10, columns: vec![chunk(*lo, *hi, Some(1)), chunk(Some("a"), Some("z"), None)] }).collect(),
             checksum: None,
             footer_checksum: None,
+            encrypted: false,
         }
     }
 

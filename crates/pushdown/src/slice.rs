@@ -234,12 +234,29 @@ pub struct SliceReader {
     location: Location,
     footers: Mutex<Footers>,
     pub(crate) counters: ReadCounters,
+    /// The database's keys, opened on the first encrypted object met
+    /// (`None` inside: the database is not encrypted).
+    keyring: tokio::sync::OnceCell<Option<Arc<blobhouse_storage::encryption::Keyring>>>,
 }
 
 impl SliceReader {
     /// A reader of the database at `location`.
     pub fn new(location: Location) -> Self {
-        SliceReader { location, footers: Mutex::default(), counters: ReadCounters::default() }
+        SliceReader { location, footers: Mutex::default(), counters: ReadCounters::default(), keyring: tokio::sync::OnceCell::new() }
+    }
+
+    /// How the database's data objects are decrypted: its keyring, opened
+    /// once with the key the node was started with.
+    async fn decryption(&self, object: &str) -> Result<Arc<parquet::encryption::decrypt::FileDecryptionProperties>> {
+        let keyring = self
+            .keyring
+            .get_or_try_init(|| async { blobhouse_storage::encryption::Keyring::for_location(&self.location).await.map(|k| k.map(Arc::new)) })
+            .await
+            .map_err(|e| self.error(object, format!("the object is encrypted: {e} (start the storage node with the database's key)")))?;
+        match keyring {
+            Some(k) => Ok(k.decryption().clone()),
+            None => Err(self.error(object, "the object is encrypted (it ends in PARE), and its database's marker says the database is not: the object was not written by this database")),
+        }
     }
 
     fn error(&self, object: &str, what: impl fmt::Display) -> DataFusionError {
@@ -300,7 +317,12 @@ impl SliceReader {
                 return Err(self.damaged(object, &footer_at, "its footer"));
             }
         }
-        let mut meta = ParquetMetaDataReader::decode_metadata(&meta_bytes).map_err(|e| self.error(object, e))?;
+        let mut meta = if footer.is_encrypted_footer() {
+            let decryption = self.decryption(object).await?;
+            blobhouse_storage::format::decode_footer(&meta_bytes, true, Some(&decryption)).map_err(|e| self.error(object, e))?
+        } else {
+            ParquetMetaDataReader::decode_metadata(&meta_bytes).map_err(|e| self.error(object, e))?
+        };
         // The page index, which lies just before the footer: from the same
         // suffix when it fits there (it usually does), else one more GET.
         // With it, a row group of which the compute side selected some

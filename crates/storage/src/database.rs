@@ -80,6 +80,10 @@ pub struct Database {
     created_format: u32,
     /// Seals and checks the metadata objects (seeded by the marker).
     sealer: Sealer,
+    /// The keys of an encrypted database (`crate::encryption`): metadata
+    /// objects are encrypted with them and data objects carry data keys
+    /// wrapped by them. `None` for a plaintext database.
+    keyring: Option<Arc<crate::encryption::Keyring>>,
     /// Whether versions go to `log/` (format 2) or, until the upgrade
     /// commit, to `catalog/`.
     upgraded: std::sync::atomic::AtomicBool,
@@ -118,7 +122,12 @@ impl Database {
     /// writer's uploads can be collected; tests shorten it).
     pub async fn open_with(loc: Location, create: bool, block_ttl: Duration) -> Result<Arc<Database>> {
         let marker_path = loc.child(MARKER);
-        let (created_format, sealer) = match loc.store.get(&marker_path).await {
+        let keys_error = |reason: String| StorageError::Keys { location: loc.url.clone(), reason };
+        let provider = match &loc.encryption {
+            Some(spec) => Some(spec.provider().map_err(|e| keys_error(e.to_string()))?),
+            None => None,
+        };
+        let (created_format, sealer, keyring) = match loc.store.get(&marker_path).await {
             Ok(r) => {
                 let bytes = r.bytes().await.map_err(|e| StorageError::store("GET", loc.display(&marker_path), e))?;
                 let marker: DatabaseMarker = parse_json(&loc, &marker_path, &bytes)?;
@@ -129,7 +138,23 @@ impl Database {
                     });
                 }
                 check_version(&loc, marker.format_version)?;
-                (marker.format_version, Sealer::new(marker.created_at_ms, marker.id))
+                let keyring = match (&marker.encryption, &provider) {
+                    (None, None) => None,
+                    (Some(_), Some(provider)) => Some(Arc::new(crate::encryption::Keyring::open(&loc, &marker, provider.as_ref()).await?)),
+                    (Some(scheme), None) => {
+                        let needs = match crate::encryption::Keyring::newest(&loc).await {
+                            Ok(Some(k)) => format!(" (its master key is {})", k.master_key),
+                            _ => String::new(),
+                        };
+                        return Err(keys_error(format!(
+                            "it is encrypted ({scheme}){needs} and no key was given: pass --encryption-key-file FILE, --encryption-key-env VAR or --kms-key-id KEY"
+                        )));
+                    }
+                    (None, Some(_)) => {
+                        return Err(keys_error("it is not encrypted, and an encryption key was given: a database is encrypted when it is created; copy its tables into a new, encrypted database to encrypt them".into()));
+                    }
+                };
+                (marker.format_version, Sealer::new(marker.created_at_ms, marker.id), keyring)
             }
             Err(object_store::Error::NotFound { .. }) => {
                 if !create {
@@ -143,9 +168,22 @@ impl Database {
                     format_version: FORMAT_VERSION,
                     created_at_ms: now_ms(),
                     id: Some(rand::rng().random()),
+                    encryption: provider.is_some().then(|| crate::encryption::SCHEME.to_string()),
+                };
+                // The keyring before the marker: a marker that says
+                // "encrypted" always has its keys beside it.
+                let keyring = match &provider {
+                    Some(provider) => match crate::encryption::Keyring::create(&loc, &marker, provider.as_ref()).await {
+                        Ok(k) => Some(Arc::new(k)),
+                        Err(StorageError::Store { source: object_store::Error::AlreadyExists { .. }, .. }) => {
+                            return Box::pin(Database::open_with(loc, false, block_ttl)).await;
+                        }
+                        Err(e) => return Err(e),
+                    },
+                    None => None,
                 };
                 match put_new(&loc, &marker_path, to_json(&marker)).await {
-                    Ok(()) => (FORMAT_VERSION, Sealer::new(marker.created_at_ms, marker.id)),
+                    Ok(()) => (FORMAT_VERSION, Sealer::new(marker.created_at_ms, marker.id), keyring),
                     // Created by someone else meanwhile: open it as they made it.
                     Err(StorageError::Store { source: object_store::Error::AlreadyExists { .. }, .. }) => {
                         return Box::pin(Database::open_with(loc, false, block_ttl)).await;
@@ -156,12 +194,13 @@ impl Database {
             Err(e) => return Err(StorageError::store("GET", loc.display(&marker_path), e)),
         };
         let db = Arc::new(Database {
-            keys: KeyGenerator::new(loc.clone(), block_ttl),
+            keys: KeyGenerator::new(loc.clone(), block_ttl, keyring.clone()),
             loc,
             current: RwLock::new(Arc::new(CatalogVersion { format_version: FORMAT_VERSION, ..Default::default() })),
             observed: Mutex::new((0, Instant::now())),
             created_format,
             sealer,
+            keyring,
             upgraded: std::sync::atomic::AtomicBool::new(created_format >= 2),
             checkpoint: Mutex::new(None),
             manifests: Mutex::new(HashMap::new()),
@@ -337,6 +376,7 @@ impl Database {
             match self.loc.store.get(&path).await {
                 Ok(r) => {
                     let bytes = r.bytes().await.map_err(|e| StorageError::store("GET", self.loc.display(&path), e))?;
+                    let bytes = self.decrypt(&place, bytes)?;
                     let seal = self.check_seal(&place, &bytes, expected)?;
                     return Ok((path, bytes, seal));
                 }
@@ -478,7 +518,7 @@ impl Database {
             return Ok(cached.clone());
         }
         let path = self.loc.child(&relative);
-        let bytes = self.get(&path).await?;
+        let bytes = self.decrypt(&relative, self.get(&path).await?)?;
         self.check_seal(&relative, &bytes, m.checksum)?;
         let manifest: Manifest = parse_json(&self.loc, &path, &bytes)?;
         check_version(&self.loc, manifest.format_version)?;
@@ -491,6 +531,35 @@ impl Database {
         let manifest = Arc::new(manifest);
         self.cache_manifest(&relative, &manifest, bytes.len());
         Ok(manifest)
+    }
+
+    /// The keys of an encrypted database; `None` for a plaintext one.
+    pub fn keyring(&self) -> Option<&Arc<crate::encryption::Keyring>> {
+        self.keyring.as_ref()
+    }
+
+    /// How this database's data objects are decrypted (`None`: plaintext).
+    pub fn decryption(&self) -> Option<&Arc<parquet::encryption::decrypt::FileDecryptionProperties>> {
+        self.keyring.as_ref().map(|k| k.decryption())
+    }
+
+    /// The bytes to store for metadata object `relative`: encrypted in an
+    /// encrypted database, as they are otherwise.
+    pub fn encrypt(&self, relative: &str, plaintext: Vec<u8>) -> Vec<u8> {
+        match &self.keyring {
+            Some(k) => k.seal(relative, plaintext),
+            None => plaintext,
+        }
+    }
+
+    /// The plaintext of metadata object `relative` as read from the store:
+    /// decrypted and authenticated in an encrypted database (an error
+    /// naming the object when that fails), as read otherwise.
+    pub fn decrypt(&self, relative: &str, bytes: Bytes) -> Result<Bytes> {
+        match &self.keyring {
+            Some(k) => k.open_object(relative, &bytes).map(Bytes::from).map_err(|reason| StorageError::Corrupt { location: self.loc.display(&self.loc.child(relative)), reason }),
+            None => Ok(bytes),
+        }
     }
 
     /// The database's sealer (`crate::seal`), for tools that check objects.
@@ -512,7 +581,7 @@ impl Database {
     /// the seal for its parent to record.
     pub async fn put_sealed<T: Serialize>(&self, relative: &str, value: &T) -> Result<u64> {
         let (body, seal) = self.sealer.seal(relative, serde_json::to_vec(value).expect("format types always serialise"));
-        self.put_new(relative, Bytes::from(body)).await?;
+        self.put_new(relative, Bytes::from(self.encrypt(relative, body))).await?;
         Ok(seal)
     }
 
@@ -520,7 +589,7 @@ impl Database {
     /// by its parent, if it was).
     pub async fn get_sealed<T: DeserializeOwned>(&self, relative: &str, expected: Option<u64>) -> Result<T> {
         let path = self.loc.child(relative);
-        let bytes = self.get(&path).await?;
+        let bytes = self.decrypt(relative, self.get(&path).await?)?;
         self.check_seal(relative, &bytes, expected)?;
         parse_json(&self.loc, &path, &bytes)
     }
@@ -610,6 +679,7 @@ impl Database {
             let upgrade = !self.upgraded.load(std::sync::atomic::Ordering::Relaxed);
             let place = if upgrade { catalog_path(next.version) } else { log_path(next.version) };
             let body = versions::encode(&mut next, upgrade, &|json| self.sealer.seal(&place, json));
+            let body = self.encrypt(&place, body);
             let path = self.loc.child(&place);
             crate::failpoint::hit("commit.before")?;
             let body = Bytes::from(body);
@@ -697,6 +767,7 @@ impl Database {
         crate::failpoint::hit("upload.vector")?;
         let mut body = Vec::with_capacity(deleted.serialized_size());
         deleted.serialize_into(&mut body).expect("writing to a Vec cannot fail");
+        let body = self.encrypt(&path, body);
         let checksum = Some(crate::format::chunk_checksum(&body));
         self.put_new(&path, Bytes::from(body)).await?;
         let vector = DeleteRef { key, rows: deleted.len(), checksum };
@@ -723,6 +794,7 @@ impl Database {
                 )));
             }
         }
+        let bytes = self.decrypt(&object_name(d.key, DV_EXT), bytes)?;
         let bitmap = RoaringBitmap::deserialize_from(&bytes[..]).map_err(|e| corrupt(format!("not a Roaring bitmap ({e})")))?;
         if bitmap.len() != d.rows {
             return Err(corrupt(format!("it deletes {} rows, the table version says {}", bitmap.len(), d.rows)));
@@ -808,7 +880,7 @@ fn describe(changes: &[Change]) -> String {
     parts.join("; ")
 }
 
-async fn put_new(loc: &Location, path: &Path, body: Bytes) -> Result<()> {
+pub(crate) async fn put_new(loc: &Location, path: &Path, body: Bytes) -> Result<()> {
     let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
     loc.store
         .put_opts(path, PutPayload::from_bytes(body), opts)

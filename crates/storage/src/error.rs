@@ -32,6 +32,10 @@ pub enum StorageError {
     #[error("corrupt object {location}: {reason}. The object may be truncated or was not written by blobhouse; restore it from a snapshot or drop the table")]
     Corrupt { location: String, reason: String },
 
+    /// An encrypted database's keys are missing, wrong or unusable.
+    #[error("cannot open the keys of database {location}: {reason}")]
+    Keys { location: String, reason: String },
+
     /// The URL points at something that is not a blobhouse database.
     #[error("{location} is not a blobhouse database ({reason})")]
     NotADatabase { location: String, reason: String },

@@ -54,6 +54,11 @@ pub struct DatabaseMarker {
     /// databases created before format 3.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub id: Option<u64>,
+    /// Set in an encrypted database: the scheme
+    /// ([`crate::encryption::SCHEME`]). Its keys are in the keyring objects
+    /// (`encryption/`), wrapped; the marker holds no key.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<String>,
 }
 
 /// One database version as the engine sees it: every table, resolved from
@@ -400,6 +405,42 @@ pub struct DataObject {
     /// so it checks it against this. `None` when written before.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub footer_checksum: Option<u64>,
+    /// Whether the object is encrypted (Parquet Modular Encryption, an
+    /// encrypted footer: the file ends in `PARE`, and `footer` holds its
+    /// crypto metadata and encrypted footer).
+    #[serde(default, skip_serializing_if = "std::ops::Not::not")]
+    pub encrypted: bool,
+}
+
+impl DataObject {
+    /// The object's footer decoded from the manifest's copy (`footer`,
+    /// base64-decoded), decrypted with `decryption` when the object is
+    /// encrypted; without the page index.
+    pub fn decode_footer(&self, footer: &[u8], decryption: Option<&std::sync::Arc<parquet::encryption::decrypt::FileDecryptionProperties>>) -> parquet::errors::Result<parquet::file::metadata::ParquetMetaData> {
+        decode_footer(footer, self.encrypted, decryption)
+    }
+}
+
+/// A Parquet footer (the bytes before the length and magic) decoded,
+/// without the page index: an encrypted one (`encrypted`: the file ends in
+/// `PARE`) through `decryption`, or an error saying no key was given.
+pub fn decode_footer(
+    footer: &[u8],
+    encrypted: bool,
+    decryption: Option<&std::sync::Arc<parquet::encryption::decrypt::FileDecryptionProperties>>,
+) -> parquet::errors::Result<parquet::file::metadata::ParquetMetaData> {
+    if !encrypted {
+        return parquet::file::metadata::ParquetMetaDataReader::decode_metadata(footer);
+    }
+    let decryption = decryption.ok_or_else(|| parquet::errors::ParquetError::General("the object is encrypted, and no key of its database was given".into()))?;
+    let mut tail = Vec::with_capacity(footer.len() + 8);
+    tail.extend_from_slice(footer);
+    tail.extend_from_slice(&(footer.len() as u32).to_le_bytes());
+    tail.extend_from_slice(b"PARE");
+    parquet::file::metadata::ParquetMetaDataReader::new()
+        .with_page_index_policy(parquet::file::metadata::PageIndexPolicy::Skip)
+        .with_decryption_properties(Some(decryption.clone()))
+        .parse_and_finish(&bytes::Bytes::from(tail))
 }
 
 /// The bytes of a data object's page index (its column indexes and offset

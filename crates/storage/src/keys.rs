@@ -95,14 +95,25 @@ pub struct KeyGenerator {
     writer: String,
     block_ttl: std::time::Duration,
     state: Mutex<LeaseState>,
+    /// An encrypted database's keys: lease and block records are encrypted
+    /// like every metadata object (they name the writing host).
+    keyring: Option<std::sync::Arc<crate::encryption::Keyring>>,
 }
 
 impl KeyGenerator {
     /// A generator that leases lazily, on the first key it hands out, and
     /// uses each declared block for at most `block_ttl`.
-    pub fn new(loc: Location, block_ttl: std::time::Duration) -> Self {
+    pub fn new(loc: Location, block_ttl: std::time::Duration, keyring: Option<std::sync::Arc<crate::encryption::Keyring>>) -> Self {
         let writer = format!("pid {} on {}", std::process::id(), hostname());
-        KeyGenerator { loc, writer, block_ttl, state: Mutex::new(LeaseState::default()) }
+        KeyGenerator { loc, writer, block_ttl, state: Mutex::new(LeaseState::default()), keyring }
+    }
+
+    /// A record's bytes as stored at `relative`.
+    fn record(&self, relative: &str, body: Vec<u8>) -> Vec<u8> {
+        match &self.keyring {
+            Some(k) => k.seal(relative, body),
+            None => body,
+        }
     }
 
     /// The next key; declares a new block when the current one is used up
@@ -124,7 +135,8 @@ impl KeyGenerator {
             let path = self.loc.child(&block.path());
             let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
             let body = format!("{{\"writer\": {:?}, \"declared_at_ms\": {now}}}", self.writer);
-            self.loc.store.put_opts(&path, PutPayload::from(body.into_bytes()), opts).await.map_err(|e| StorageError::store("PUT", self.loc.display(&path), e))?;
+            let body = self.record(&block.path(), body.into_bytes());
+            self.loc.store.put_opts(&path, PutPayload::from(body), opts).await.map_err(|e| StorageError::store("PUT", self.loc.display(&path), e))?;
             st.block_end = st.next + BLOCK_KEYS;
             st.block_until_ms = block.usable_until_ms;
         }
@@ -153,8 +165,9 @@ impl KeyGenerator {
                 leased_at_ms: now_ms(),
                 writer: self.writer.clone(),
             };
-            let path = self.loc.child(&format!("{KEYS_DIR}/{lease:020}.json"));
-            let body = serde_json::to_vec_pretty(&record).expect("lease record serialises");
+            let relative = format!("{KEYS_DIR}/{lease:020}.json");
+            let path = self.loc.child(&relative);
+            let body = self.record(&relative, serde_json::to_vec_pretty(&record).expect("lease record serialises"));
             let opts = PutOptions { mode: PutMode::Create, ..Default::default() };
             match self.loc.store.put_opts(&path, PutPayload::from(body), opts).await {
                 Ok(_) => return Ok(lease),

@@ -14,6 +14,8 @@
 //! - [`verify`]: checks every object a database references (`blobhouse
 //!   verify`).
 //! - [`writer`]: record batches → Parquet data objects with zone maps.
+//! - [`encryption`]: encrypted databases — master keys, the keyring,
+//!   sealed metadata, Parquet Modular Encryption of data objects.
 //! - [`seal`]: seals on metadata objects: damage, swaps and replays are
 //!   refused, naming the object.
 //! - [`page_sums`]: checksums of single pages, for reads of some pages.
@@ -27,6 +29,7 @@ pub mod changes;
 pub mod chunks;
 pub mod credentials;
 pub mod database;
+pub mod encryption;
 pub mod error;
 pub mod failpoint;
 pub mod format;

@@ -51,6 +51,12 @@ pub struct StoreOptions {
     /// know is an error naming it.
     #[serde(default, skip_serializing_if = "std::collections::BTreeMap::is_empty")]
     pub config: std::collections::BTreeMap<String, String>,
+    /// The master key of an encrypted database: creates the database
+    /// encrypted, and opens one (`crate::encryption`). Not a store setting,
+    /// but it travels with them to everything that opens the database
+    /// (the engine, workers, the storage node).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub encryption: Option<crate::encryption::KeySpec>,
 }
 
 impl StoreOptions {
@@ -90,6 +96,9 @@ impl StoreOptions {
         for (k, v) in &self.config {
             set(&k.to_ascii_uppercase(), v);
         }
+        if let Some(spec) = &self.encryption {
+            env.extend(spec.as_env());
+        }
         env
     }
 }
@@ -117,12 +126,21 @@ pub struct Location {
     /// manager can fetch data ranges without holding credentials itself;
     /// `None` for local and in-memory stores, which object_store reads.
     pub signer: Option<Arc<dyn Signer>>,
+    /// Where the master key of the database is, if one was given
+    /// ([`StoreOptions::encryption`]).
+    pub encryption: Option<crate::encryption::KeySpec>,
 }
 
 impl Location {
     /// Wraps an existing store (tests wrap stores to observe or police requests).
     pub fn from_store(store: Arc<dyn ObjectStore>, prefix: Path, url: impl Into<String>) -> Self {
-        Location { store, prefix, url: url.into(), signer: None }
+        Location { store, prefix, url: url.into(), signer: None, encryption: None }
+    }
+
+    /// The same location, opening the database with the master key `spec`.
+    pub fn with_encryption(mut self, spec: Option<crate::encryption::KeySpec>) -> Self {
+        self.encryption = spec;
+        self
     }
 
     /// The same location with a signer for presigned data reads (tests
@@ -168,8 +186,13 @@ fn retry_config() -> RetryConfig {
     RetryConfig { max_retries: 3, retry_timeout: std::time::Duration::from_secs(20), ..Default::default() }
 }
 
-/// Opens the object store behind a database URL.
+/// Opens the object store behind a database URL (with the master key the
+/// options name, for an encrypted database).
 pub fn open_location(url: &str, options: &StoreOptions) -> Result<Location> {
+    open_store(url, options).map(|l| l.with_encryption(options.encryption.clone()))
+}
+
+fn open_store(url: &str, options: &StoreOptions) -> Result<Location> {
     let invalid = |reason: String| StorageError::InvalidUrl { url: url.to_string(), reason };
     if url.is_empty() {
         return Err(invalid("empty URL".into()));

@@ -214,7 +214,7 @@ async fn check_object(db: &Database, o: &DataObject) -> Result<(u64, Option<Stri
 /// Where the Parquet footer of `bytes` lies, if its tail is intact.
 fn footer_range(bytes: &[u8]) -> Option<std::ops::Range<u64>> {
     let n = bytes.len();
-    if n < 12 || &bytes[n - 4..] != b"PAR1" {
+    if n < 12 || !matches!(&bytes[n - 4..], b"PAR1" | b"PARE") {
         return None;
     }
     let footer = u32::from_le_bytes(bytes[n - 8..n - 4].try_into().ok()?) as usize;
@@ -226,7 +226,7 @@ fn footer_range(bytes: &[u8]) -> Option<std::ops::Range<u64>> {
 fn footer_matches(o: &DataObject, bytes: &[u8]) -> bool {
     let Ok(recorded) = base64::engine::general_purpose::STANDARD.decode(&o.footer) else { return false };
     let n = bytes.len();
-    n >= recorded.len() + 8 && bytes[n - 8 - recorded.len()..n - 8] == recorded[..] && bytes[n - 8..n - 4] == (recorded.len() as u32).to_le_bytes() && &bytes[n - 4..] == b"PAR1"
+    n >= recorded.len() + 8 && bytes[n - 8 - recorded.len()..n - 8] == recorded[..] && bytes[n - 8..n - 4] == (recorded.len() as u32).to_le_bytes() && &bytes[n - 4..] == if o.encrypted { b"PARE" } else { b"PAR1" }
 }
 
 /// `relative`'s damage, from the error reading it gave; errors that say

@@ -158,7 +158,15 @@ impl TableWriter {
 
     async fn write_slice(&mut self, slice: &RecordBatch) -> Result<()> {
         if self.current.is_none() {
-            let w = ArrowWriter::try_new(Vec::with_capacity(self.options.max_object_bytes.min(64 << 20)), self.schema.clone(), Some(self.props.clone()))
+            // An encrypted database: fresh data keys for every object.
+            let props = match self.db.keyring() {
+                Some(keyring) => {
+                    let encryption = keyring.new_object(&self.schema).map_err(|e| self.parquet_err(e))?;
+                    self.props.clone().into_builder().with_file_encryption_properties(encryption).build()
+                }
+                None => self.props.clone(),
+            };
+            let w = ArrowWriter::try_new(Vec::with_capacity(self.options.max_object_bytes.min(64 << 20)), self.schema.clone(), Some(props))
                 .map_err(|e| self.parquet_err(e))?;
             self.current = Some(w);
         }
@@ -200,7 +208,7 @@ impl TableWriter {
         let histograms = std::mem::take(&mut self.histograms);
         let buf = writer.into_inner().map_err(|e| StorageError::Parquet { location: "new data object".into(), source: e })?;
         let (key, path) = self.db.new_object("parquet").await?;
-        let mut object = describe_object(&self.schema, key, &path, &buf)?;
+        let mut object = describe_object(&self.schema, key, &path, &buf, self.db.decryption())?;
         // One entry per row group, or none at all (never misattributed).
         if histograms.len() == object.row_groups.len() {
             for (rg, columns) in object.row_groups.iter_mut().zip(histograms) {
@@ -268,17 +276,37 @@ impl TableWriter {
 }
 
 /// Builds the manifest entry of a finished Parquet object from its bytes:
-/// footer, and per row group and column the byte range and zone map.
-pub fn describe_object(schema: &SchemaRef, key: u64, path: &str, buf: &[u8]) -> Result<DataObject> {
+/// footer, and per row group and column the byte range and zone map. An
+/// encrypted object (`PARE`) is described through `decryption`.
+pub fn describe_object(
+    schema: &SchemaRef,
+    key: u64,
+    path: &str,
+    buf: &[u8],
+    decryption: Option<&Arc<parquet::encryption::decrypt::FileDecryptionProperties>>,
+) -> Result<DataObject> {
     let corrupt = |reason: String| StorageError::Corrupt { location: path.to_string(), reason };
-    if buf.len() < 12 || &buf[buf.len() - 4..] != b"PAR1" {
+    let encrypted = buf.len() >= 12 && &buf[buf.len() - 4..] == b"PARE";
+    if buf.len() < 12 || (&buf[buf.len() - 4..] != b"PAR1" && !encrypted) {
         return Err(corrupt("not a Parquet file".into()));
     }
     let footer_len = u32::from_le_bytes(buf[buf.len() - 8..buf.len() - 4].try_into().expect("4 bytes")) as usize;
     let footer_start = buf.len().checked_sub(8 + footer_len).ok_or_else(|| corrupt("footer longer than file".into()))?;
     let footer = &buf[footer_start..buf.len() - 8];
-    let meta = parquet::file::metadata::ParquetMetaDataReader::decode_metadata(footer)
-        .map_err(|e| StorageError::Parquet { location: path.to_string(), source: e })?;
+    let described = DataObject {
+        path: path.to_string(),
+        key,
+        size: buf.len() as u64,
+        rows: 0,
+        footer: String::new(),
+        page_index: None,
+        page_index_at: None,
+        row_groups: Vec::new(),
+        checksum: None,
+        footer_checksum: None,
+        encrypted,
+    };
+    let meta = described.decode_footer(footer, decryption).map_err(|e| StorageError::Parquet { location: path.to_string(), source: e })?;
     let mut row_groups = zone_maps(schema, &meta).map_err(|e| StorageError::Parquet { location: path.to_string(), source: e })?;
     for chunk in row_groups.iter_mut().flat_map(|rg| rg.columns.iter_mut()) {
         let bytes = buf.get(chunk.offset as usize..(chunk.offset + chunk.length) as usize).ok_or_else(|| corrupt(format!("column chunk {}..{} lies outside the object", chunk.offset, chunk.offset + chunk.length)))?;
@@ -306,16 +334,13 @@ pub fn describe_object(schema: &SchemaRef, key: u64, path: &str, buf: &[u8]) -> 
         None => None,
     };
     Ok(DataObject {
-        path: path.to_string(),
-        key,
-        size: buf.len() as u64,
         rows,
         footer: base64::engine::general_purpose::STANDARD.encode(footer),
-        page_index: None,
         page_index_at,
         row_groups,
         checksum: Some(crate::format::chunk_checksum(buf)),
         footer_checksum: Some(crate::format::chunk_checksum(footer)),
+        ..described
     })
 }
 
@@ -413,7 +438,7 @@ mod tests {
     #[test]
     fn the_manifest_records_where_a_page_index_lies_and_only_when_it_says_more_than_the_zone_maps() {
         let (schema, buf) = object(3 * PAGE_ROWS as i64);
-        let o = describe_object(&schema, 1, "o.parquet", &buf).unwrap();
+        let o = describe_object(&schema, 1, "o.parquet", &buf, None).unwrap();
         let at = o.page_index_at.expect("three pages: the index is worth reading");
         assert!(o.page_index.is_none(), "no page-index bytes in the manifest");
         let footer_len = base64::engine::general_purpose::STANDARD.decode(&o.footer).unwrap().len() as u64;
@@ -432,7 +457,7 @@ mod tests {
         assert_eq!(crate::page_sums::check(&spans, &pages, &crate::page_sums::decode(chunk.pages.as_deref().unwrap()).unwrap()), Ok(()));
 
         let (schema, buf) = object(100);
-        let o = describe_object(&schema, 2, "p.parquet", &buf).unwrap();
+        let o = describe_object(&schema, 2, "p.parquet", &buf, None).unwrap();
         assert_eq!((o.page_index_at, o.page_index.is_none()), (None, true), "one page per chunk: the zone maps say it all");
         assert!(o.row_groups[0].columns.iter().all(|c| c.pages.is_none()), "one page: the chunk checksum covers it");
     }

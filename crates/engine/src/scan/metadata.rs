@@ -9,7 +9,7 @@ use base64::Engine as _;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
 use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
-use parquet::file::metadata::{ParquetMetaData, ParquetMetaDataReader};
+use parquet::file::metadata::ParquetMetaData;
 
 use blobhouse_storage::chunks::with_page_index;
 use blobhouse_storage::format::DataObject;
@@ -53,7 +53,7 @@ impl MetadataCache {
         let footer = base64::engine::general_purpose::STANDARD
             .decode(&object.footer)
             .map_err(|e| corrupt(&location, format!("footer is not base64: {e}")))?;
-        let mut meta = ParquetMetaDataReader::decode_metadata(&footer).map_err(|e| corrupt(&location, format!("footer does not decode: {e}")))?;
+        let mut meta = object.decode_footer(&footer, db.decryption()).map_err(|e| corrupt(&location, format!("footer does not decode: {e}")))?;
         if meta.num_row_groups() != object.row_groups.len() {
             return Err(corrupt(&location, "footer and manifest disagree on the row groups".into()));
         }

@@ -2,6 +2,7 @@
 //! zone-map and page-index pruning of row groups, the LIMIT cut, column
 //! statistics, and the range requests of every unit.
 
+use base64::Engine as _;
 use std::collections::HashMap;
 use std::ops::Range;
 use std::sync::Arc;
@@ -54,6 +55,10 @@ pub(crate) struct ScanObject {
     /// recorded them (for a storage node, which reads both from the object).
     pub footer_checksum: Option<u64>,
     pub page_index_checksum: Option<u64>,
+    /// An encrypted object's footer as stored (crypto metadata and the
+    /// encrypted footer): what is sent to a worker, which decrypts it with
+    /// its own keys — never the decrypted footer.
+    pub encrypted_footer: Option<bytes::Bytes>,
 }
 
 /// One row group to read: the unit of retrieval of this scan, decoded in
@@ -353,6 +358,10 @@ impl BlobScanExec {
                         deleted: live.deleted.clone(),
                         footer_checksum: object.footer_checksum,
                         page_index_checksum: object.page_index_at.and_then(|at| at.checksum),
+                        encrypted_footer: match object.encrypted {
+                            true => Some(base64::engine::general_purpose::STANDARD.decode(&object.footer).map_err(|e| datafusion::error::DataFusionError::External(Box::new(blobhouse_storage::StorageError::Corrupt { location: db.location().display(&db.location().child(&object.path)), reason: format!("footer is not base64: {e}") })))?.into()),
+                            false => None,
+                        },
                     });
                     objects.insert(object.path.as_str(), o.clone());
                     o

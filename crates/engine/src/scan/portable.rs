@@ -185,15 +185,24 @@ struct Reader {
     metadata: Arc<MetadataCache>,
     scheduler: SchedulerOptions,
     tally: Option<Arc<ScanTally>>,
+    /// The database's data-object decryption, when it is encrypted.
+    decryption: Option<Arc<parquet::encryption::decrypt::FileDecryptionProperties>>,
 }
 
 impl ScanCodec {
     /// A codec that decodes scans reading through `source` (an engine's
     /// download manager and caching tiers) and `metadata` (its footer
     /// cache), under the database at `location`, paced by `scheduler`
-    /// (`Engine::scan_codec` gives an engine's).
-    pub fn reading(source: DataSource, location: Location, metadata: Arc<MetadataCache>, scheduler: SchedulerOptions) -> Self {
-        ScanCodec { reader: Some(Reader { source, location, metadata, scheduler, tally: None }) }
+    /// (`Engine::scan_codec` gives an engine's), decrypting with
+    /// `decryption` in an encrypted database.
+    pub fn reading(
+        source: DataSource,
+        location: Location,
+        metadata: Arc<MetadataCache>,
+        scheduler: SchedulerOptions,
+        decryption: Option<Arc<parquet::encryption::decrypt::FileDecryptionProperties>>,
+    ) -> Self {
+        ScanCodec { reader: Some(Reader { source, location, metadata, scheduler, tally: None, decryption }) }
     }
 
     /// Also adds every decoded scan to `tally`.
@@ -326,7 +335,15 @@ impl PhysicalExtensionCodec for ScanCodec {
                 Some(i) => *i,
                 None => {
                     let mut footer = Vec::new();
-                    ParquetMetaDataWriter::new(&mut footer, u.object.reader.metadata()).finish().map_err(external)?;
+                    match &u.object.encrypted_footer {
+                        // Encrypted: the stored footer as a file tail.
+                        Some(stored) => {
+                            footer.extend_from_slice(stored);
+                            footer.extend_from_slice(&(stored.len() as u32).to_le_bytes());
+                            footer.extend_from_slice(b"PARE");
+                        }
+                        None => ParquetMetaDataWriter::new(&mut footer, u.object.reader.metadata()).finish().map_err(external)?,
+                    }
                     let mut deleted = Vec::new();
                     if let Some(d) = &u.object.deleted {
                         d.serialize_into(&mut deleted).map_err(external)?;
@@ -502,13 +519,13 @@ impl Reader {
             // Without the page index: the coordinator already turned it into
             // row selections, and the index's offsets in the footer point
             // into the object, not into this tail.
-            ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Skip).parse_and_finish(&footer)
+            ParquetMetaDataReader::new().with_page_index_policy(PageIndexPolicy::Skip).with_decryption_properties(self.decryption.clone()).parse_and_finish(&footer)
         })?;
         let deleted = if o.deleted.is_empty() {
             None
         } else {
             Some(Arc::new(RoaringBitmap::deserialize_from(&o.deleted[..]).map_err(|e| invalid(format!("the deleted rows of {display} do not decode: {e}")))?))
         };
-        Ok(Arc::new(ScanObject { path, name: o.name, display, size: o.size, reader, ordinal: o.ordinal, deleted, footer_checksum: None, page_index_checksum: None }))
+        Ok(Arc::new(ScanObject { path, name: o.name, display, size: o.size, reader, ordinal: o.ordinal, deleted, footer_checksum: None, page_index_checksum: None, encrypted_footer: None }))
     }
 }

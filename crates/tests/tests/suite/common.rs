@@ -119,6 +119,20 @@ impl TestDb {
         TestDb { url, store_options, audit, location, _dir: dir }
     }
 
+    /// Another handle on the same database (the same audited store; the
+    /// directory stays with `self`).
+    pub fn handle(&self) -> TestDb {
+        TestDb { url: self.url.clone(), store_options: self.store_options.clone(), audit: self.audit.clone(), location: self.location.clone(), _dir: None }
+    }
+
+    /// The same database opened (and created) with master key `spec`:
+    /// an encrypted database.
+    pub fn with_key(mut self, spec: Option<blobhouse_storage::encryption::KeySpec>) -> TestDb {
+        self.store_options.encryption = spec.clone();
+        self.location = self.location.clone().with_encryption(spec);
+        self
+    }
+
     /// A new engine handle on the database (its own key leases and caches);
     /// its download manager (on S3) keeps a request log for [`data_reads`].
     pub async fn engine(&self, mut options: EngineOptions) -> Session {

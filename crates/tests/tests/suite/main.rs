@@ -11,6 +11,7 @@ mod corruption;
 mod cache;
 mod concurrency;
 mod dml;
+mod encryption;
 mod flight;
 mod format;
 mod history;

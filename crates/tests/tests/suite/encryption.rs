@@ -1,0 +1,315 @@
+//! Encrypted databases (issue 45): what reaches the store is ciphertext,
+//! what comes back is authenticated, the 22 TPC-H answers hold, rotation
+//! rewrites nothing, and a standard Parquet Modular Encryption reader
+//! (pyarrow) given the keys reads the data objects.
+
+use std::sync::Arc;
+
+use blobhouse_bench::tpch;
+use blobhouse_engine::EngineOptions;
+use blobhouse_storage::encryption::{KeySpec, LocalKey};
+use blobhouse_storage::open_location;
+use futures::TryStreamExt;
+use object_store::{ObjectStoreExt, PutPayload};
+
+use crate::common::*;
+use crate::{on_both_backends, on_every_store};
+
+on_every_store!(an_encrypted_database_answers_and_leaves_no_plaintext_in_the_store);
+on_both_backends!(tpch_answers_hold_on_an_encrypted_database);
+
+const CANARY: &str = "plaintext-canary";
+
+/// A fresh random master key in a file of `dir`.
+fn key_file(dir: &std::path::Path, name: &str) -> KeySpec {
+    let key: [u8; 32] = rand::random();
+    let path = dir.join(name);
+    std::fs::write(&path, blobhouse_storage::encryption::hex(&key)).unwrap();
+    KeySpec::File { path }
+}
+
+/// Every object of the database: its path relative to the root and bytes.
+async fn objects(db: &TestDb) -> Vec<(String, Vec<u8>)> {
+    let raw = open_location(&db.url, &db.store_options).unwrap();
+    let listed: Vec<_> = raw.store.list(Some(&raw.prefix)).try_collect().await.unwrap();
+    let mut out = Vec::new();
+    for m in listed {
+        let bytes = raw.store.get(&m.location).await.unwrap().bytes().await.unwrap().to_vec();
+        let rel = m.location.as_ref().strip_prefix(raw.prefix.as_ref()).unwrap_or(m.location.as_ref()).trim_start_matches('/').to_string();
+        out.push((rel, bytes));
+    }
+    out
+}
+
+async fn an_encrypted_database_answers_and_leaves_no_plaintext_in_the_store(b: Backend) {
+    let keys = tempfile::tempdir().unwrap();
+    let spec = key_file(keys.path(), "master.key");
+    let db = TestDb::new(b, "encrypted").with_key(Some(spec.clone()));
+    let e = db.engine(EngineOptions::default()).await;
+    run(&e, &format!("CREATE TABLE secrets AS SELECT value AS k, '{CANARY}-' || value AS s FROM generate_series(1, 20000)")).await;
+    run(&e, "DELETE FROM secrets WHERE k % 7 = 0").await;
+    run(&e, "CREATE SNAPSHOT before_update").await;
+    run(&e, &format!("UPDATE secrets SET s = '{CANARY}-updated' WHERE k < 100")).await;
+    let expected = ["17143|171431429|85"];
+    let query = "SELECT count(*), sum(k), count(*) FILTER (WHERE s LIKE '%updated') FROM secrets";
+    assert_eq!(lines(&run(&e, query).await), expected);
+    drop(e);
+
+    // Nothing in the store says what the rows, the table or its zone maps
+    // hold: every object is the marker, a keyring, sealed metadata or an
+    // encrypted Parquet object — and the marker and keyring hold no key.
+    let key_text = match &spec {
+        KeySpec::File { path } => std::fs::read_to_string(path).unwrap(),
+        _ => unreachable!(),
+    };
+    let stored = objects(&db).await;
+    assert!(stored.len() > 8, "{} objects", stored.len());
+    let contains = |hay: &[u8], needle: &str| hay.windows(needle.len()).any(|w| w == needle.as_bytes());
+    for (rel, bytes) in &stored {
+        for needle in [CANARY, "secrets", "before_update", "171431429", key_text.trim()] {
+            assert!(!contains(bytes, needle), "{rel} holds {needle:?} in plaintext");
+        }
+        let kind_ok = rel == "blobhouse.json"
+            || rel.starts_with("encryption/")
+            || bytes.starts_with(blobhouse_storage::encryption::MAGIC)
+            || (rel.ends_with(".parquet") && bytes.ends_with(b"PARE"));
+        assert!(kind_ok, "{rel} is neither sealed metadata nor encrypted Parquet: {:?}", String::from_utf8_lossy(&bytes[..bytes.len().min(60)]));
+    }
+
+    // Opened again with the key: the same answers, time travel included.
+    let e = db.engine(EngineOptions::default()).await;
+    assert_eq!(lines(&run(&e, query).await), expected);
+    assert_eq!(lines(&run(&e, "SELECT count(*) FROM secrets AT(SNAPSHOT => 'before_update') WHERE s LIKE '%updated'").await), ["0"]);
+    let report = blobhouse_storage::verify::verify(e.engine().database(), &|_| {}).await.unwrap();
+    assert!(report.damaged.is_empty() && report.data_objects > 0, "{report:?}");
+    drop(e);
+
+    // Without the key, and with another key: one error saying which key.
+    let master = LocalKey::from_bytes("k", key_text.as_bytes()).unwrap();
+    use blobhouse_storage::encryption::KeyProvider as _;
+    let err = open_error(db.location.clone().with_encryption(None), Default::default(), EngineOptions::default()).await;
+    assert!(err.contains("is encrypted") && err.contains(&master.key_id()) && err.contains("--encryption-key-file"), "{err}");
+    let other = key_file(keys.path(), "other.key");
+    let err = open_error(db.location.clone().with_encryption(Some(other)), Default::default(), EngineOptions::default()).await;
+    assert!(err.contains(&format!("wrapped by the master key {}", master.key_id())) && err.contains("the key given is local:"), "{err}");
+}
+
+async fn tpch_answers_hold_on_an_encrypted_database(b: Backend) {
+    let keys = tempfile::tempdir().unwrap();
+    let db = TestDb::new(b, "tpch-encrypted").with_key(Some(key_file(keys.path(), "k")));
+    let e = db.engine(EngineOptions::default()).await;
+    tpch::load(&e, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
+    drop(e);
+    // A fresh handle: every footer and page decrypted from the store.
+    let e = db.engine(EngineOptions::default()).await;
+    crate::tpch::assert_22_answers(&e, " on an encrypted database").await;
+}
+
+/// Why the database at `loc` does not open.
+async fn open_error(loc: blobhouse_storage::Location, store: blobhouse_storage::StoreOptions, options: EngineOptions) -> String {
+    match blobhouse_engine::Session::open_location(loc, store, options).await {
+        Ok(_) => panic!("the database opened"),
+        Err(e) => e.to_string(),
+    }
+}
+
+/// Replaces `rel` with `change(bytes)` behind blobhouse's back.
+async fn rewrite(db: &TestDb, rel: &str, change: impl FnOnce(Vec<u8>) -> Vec<u8>) {
+    let raw = open_location(&db.url, &db.store_options).unwrap();
+    let path = raw.child(rel);
+    let bytes = raw.store.get(&path).await.unwrap().bytes().await.unwrap().to_vec();
+    raw.store.delete(&path).await.unwrap();
+    raw.store.put(&path, PutPayload::from(change(bytes))).await.unwrap();
+}
+
+/// Flipped, cut, swapped and replayed metadata objects of an encrypted
+/// database do not open (AES-GCM over the object, its path and the
+/// database), and the error names the object.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn tampered_swapped_and_replayed_metadata_of_an_encrypted_database_is_refused_naming_it() {
+    let keys = tempfile::tempdir().unwrap();
+    let spec = key_file(keys.path(), "k");
+    let db = TestDb::new(Backend::Local, "tamper").with_key(Some(spec.clone()));
+    let e = db.engine(EngineOptions::default()).await;
+    run(&e, "CREATE TABLE a AS SELECT value AS x FROM generate_series(1, 1000)").await;
+    run(&e, "CREATE TABLE b AS SELECT value AS x FROM generate_series(1, 10)").await;
+    run(&e, "DELETE FROM a WHERE x <= 10").await;
+    let current = e.engine().database().current();
+    let manifest_a = blobhouse_storage::versions::manifest_path(&current.tables["a"].manifests[0]);
+    let manifest_b = blobhouse_storage::versions::manifest_path(&current.tables["b"].manifests[0]);
+    let vector = blobhouse_storage::keys::object_name(current.tables["a"].deletes.values().next().unwrap().key, "dv");
+    let version = blobhouse_storage::versions::log_path(current.version);
+    drop(e);
+    let sum = "SELECT sum(x) FROM a";
+    let fresh = || async { db.engine(EngineOptions::default()).await };
+    assert_eq!(scalar(&run(&fresh().await, sum).await), "500445");
+
+    let stored = objects(&db).await;
+    let bytes_of = |rel: &str| stored.iter().find(|(r, _)| r == rel).unwrap().1.clone();
+    let check = |err: String, rel: &str| assert!(err.contains(rel) && (err.contains("fail authentication") || err.contains("not encrypted")), "{err}");
+
+    // A manifest: one flipped bit, then cut, then another table's in its place.
+    for change in [
+        Box::new(|mut b: Vec<u8>| {
+            let at = b.len() / 2;
+            b[at] ^= 1;
+            b
+        }) as Box<dyn FnOnce(Vec<u8>) -> Vec<u8>>,
+        Box::new(|b: Vec<u8>| b[..b.len() - 5].to_vec()),
+        Box::new(|_| bytes_of(&manifest_b)),
+    ] {
+        rewrite(&db, &manifest_a, change).await;
+        check(fail(&fresh().await, sum).await, &manifest_a);
+        rewrite(&db, &manifest_a, |_| bytes_of(&manifest_a)).await;
+    }
+    assert_eq!(scalar(&run(&fresh().await, sum).await), "500445");
+
+    // A deletion vector: a flipped byte would bring rows back.
+    rewrite(&db, &vector, |mut b| {
+        b[20] ^= 0x40;
+        b
+    })
+    .await;
+    let err = fail(&fresh().await, sum).await;
+    assert!(err.contains(&vector), "{err}");
+    rewrite(&db, &vector, |_| bytes_of(&vector)).await;
+
+    // The newest version, replaced by the previous one (a replay under
+    // the newest name): refused, the database does not open.
+    let previous = blobhouse_storage::versions::log_path(current.version - 1);
+    rewrite(&db, &version, |_| bytes_of(&previous)).await;
+    let err = open_error(db.location.clone(), db.store_options.clone(), EngineOptions::default()).await;
+    check(err, &version);
+    rewrite(&db, &version, |_| bytes_of(&version)).await;
+
+    // A version object of another database under the same master key,
+    // replayed here: refused (the database's identity is authenticated too).
+    let other = TestDb::new(Backend::Local, "tamper-other").with_key(Some(spec.clone()));
+    let o = other.engine(EngineOptions::default()).await;
+    for _ in 0..current.version {
+        run(&o, "CREATE TABLE IF NOT EXISTS z (x INT)").await;
+        run(&o, "INSERT INTO z VALUES (1)").await;
+    }
+    drop(o);
+    let theirs = objects(&other).await.into_iter().find(|(r, _)| *r == version).expect("the other database has that version").1;
+    rewrite(&db, &version, |_| theirs).await;
+    let err = open_error(db.location.clone(), db.store_options.clone(), EngineOptions::default()).await;
+    check(err, &version);
+    rewrite(&db, &version, |_| bytes_of(&version)).await;
+    assert_eq!(scalar(&run(&fresh().await, sum).await), "500445");
+}
+
+/// Rotating the master key writes one keyring object and rewrites
+/// nothing (the audit store checks no object was overwritten); the old
+/// key stops opening the database, the new one opens it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn rotating_the_master_key_rewrites_nothing_and_the_new_key_opens_the_database() {
+    let keys = tempfile::tempdir().unwrap();
+    let old = key_file(keys.path(), "old");
+    let new = key_file(keys.path(), "new");
+    let db = TestDb::new(Backend::Local, "rotate").with_key(Some(old.clone()));
+    let e = db.engine(EngineOptions::default()).await;
+    run(&e, "CREATE TABLE t AS SELECT value AS x FROM generate_series(1, 5000)").await;
+    let before: Vec<String> = objects(&db).await.into_iter().map(|(r, _)| r).collect();
+    let keyring = e.engine().database().keyring().unwrap().clone();
+    let number = keyring.rotate(e.engine().database().location(), new.provider().unwrap().as_ref()).await.unwrap();
+    assert_eq!(number, 2);
+    // A second rotation from the stale handle is refused, naming why.
+    let err = keyring.rotate(e.engine().database().location(), new.provider().unwrap().as_ref()).await.unwrap_err().to_string();
+    assert!(err.contains("keyring 2 was written after"), "{err}");
+    drop(e);
+    let after: Vec<String> = objects(&db).await.into_iter().map(|(r, _)| r).collect();
+    let added: Vec<&String> = after.iter().filter(|r| !before.contains(r)).collect();
+    assert_eq!(added, [&"encryption/00000000000000000002.json".to_string()]);
+
+    let err = open_error(db.location.clone(), db.store_options.clone(), EngineOptions::default()).await;
+    assert!(err.contains("a rotated database needs its newest master key"), "{err}");
+    let rotated = db.handle().with_key(Some(new));
+    let e = rotated.engine(EngineOptions::default()).await;
+    assert_eq!(scalar(&run(&e, "SELECT sum(x) FROM t").await), "12502500");
+    run(&e, "INSERT INTO t VALUES (1)").await;
+    assert_eq!(scalar(&run(&e, "SELECT count(*) FROM t").await), "5001");
+}
+
+/// A plaintext database refuses a key (encryption is chosen at creation),
+/// and an encrypted database does not spill rows to disk unless allowed.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_key_for_a_plaintext_database_is_refused_and_encrypted_ones_do_not_spill() {
+    let keys = tempfile::tempdir().unwrap();
+    let db = TestDb::new(Backend::Local, "plain");
+    let e = db.engine(EngineOptions::default()).await;
+    run(&e, "CREATE TABLE t AS SELECT value AS x FROM generate_series(1, 10)").await;
+    drop(e);
+    let err = open_error(db.location.clone().with_encryption(Some(key_file(keys.path(), "k"))), db.store_options.clone(), EngineOptions::default())
+        .await;
+    assert!(err.contains("is not encrypted, and an encryption key was given"), "{err}");
+
+    let enc = TestDb::new(Backend::Local, "nospill").with_key(Some(key_file(keys.path(), "k2")));
+    let e = enc.engine(EngineOptions::default()).await;
+    run(&e, "CREATE TABLE t AS SELECT value AS x, repeat('y', 100) AS pad FROM generate_series(1, 400000)").await;
+    drop(e);
+    let sort = "SELECT x FROM (SELECT x, row_number() OVER (ORDER BY pad, x DESC) AS r FROM t) WHERE r = 400000";
+    let spill_dir = tempfile::tempdir().unwrap();
+    let tight = |allow: bool| EngineOptions {
+        memory_limit: Some(32 << 20),
+        target_partitions: 1,
+        spill: blobhouse_engine::SpillOptions { dir: Some(spill_dir.path().to_path_buf()), allow_plaintext: allow, ..Default::default() },
+        ..EngineOptions::default()
+    };
+    let err = fail(&enc.engine(tight(false)).await, sort).await;
+    assert!(err.contains("memory limit"), "{err}");
+    assert_eq!(std::fs::read_dir(spill_dir.path()).unwrap().count(), 0, "nothing was written to the spill directory");
+    assert_eq!(lines(&run(&enc.engine(tight(true)).await, sort).await), ["1"]);
+}
+
+/// pyarrow's Parquet Modular Encryption (its `CryptoFactory` and a
+/// `KmsClient` given the database key) reads an encrypted data object,
+/// and without the keys it cannot.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn pyarrow_reads_an_encrypted_data_object_given_the_database_key() {
+    let keys = tempfile::tempdir().unwrap();
+    let spec = key_file(keys.path(), "k");
+    let db = TestDb::new(Backend::Local, "pyarrow").with_key(Some(spec.clone()));
+    let e = db.engine(EngineOptions::default()).await;
+    run(&e, "CREATE TABLE t AS SELECT value AS k, 'row ' || value AS s, CAST(value AS DOUBLE) / 4 AS d FROM generate_series(1, 3000)").await;
+    let entry = e.engine().database().current().tables["t"].clone();
+    let object = e.engine().database().manifest(&entry).await.unwrap().objects[0].clone();
+    drop(e);
+    let KeySpec::File { path: key_path } = &spec else { unreachable!() };
+    let object_path = std::path::Path::new(&db.url).join(&object.path);
+    let script = r#"
+import base64, hmac, hashlib, json, sys, datetime
+import pyarrow.parquet as pq, pyarrow.parquet.encryption as pe
+from cryptography.hazmat.primitives.ciphers.aead import AESGCM
+root, key_file, obj = sys.argv[1:4]
+master = bytes.fromhex(open(key_file).read().strip())
+marker = json.load(open(f"{root}/blobhouse.json"))
+identity = f"{marker['created_at_ms']:016x}{marker['id']:016x}"
+ring = json.load(open(f"{root}/encryption/00000000000000000001.json"))
+wrapped = base64.b64decode(ring["wrapped"])
+database_key = AESGCM(master).decrypt(wrapped[:12], wrapped[12:], identity.encode())
+wrap = hmac.new(database_key, b"blobhouse data keys v1", hashlib.sha256).digest()
+class Keys(pe.KmsClient):
+    def __init__(self, config):
+        pe.KmsClient.__init__(self)
+    def wrap_key(self, key, master_key_id):
+        raise NotImplementedError
+    def unwrap_key(self, wrapped_key, master_key_id):
+        w = base64.b64decode(wrapped_key)
+        return AESGCM(wrap).decrypt(w[:12], w[12:], master_key_id.encode())
+props = pe.CryptoFactory(lambda config: Keys(config)).file_decryption_properties(pe.KmsConnectionConfig(), pe.DecryptionConfiguration(cache_lifetime=datetime.timedelta(minutes=1)))
+t = pq.read_table(obj, decryption_properties=props)
+print(t.num_rows, sum(t.column("k").to_pylist()), t.column("s")[2], sum(t.column("d").to_pylist()))
+try:
+    pq.read_table(obj)
+    print("read without keys")
+except Exception as e:
+    print("without keys:", type(e).__name__)
+"#;
+    let out = std::process::Command::new("python3").arg("-c").arg(script).arg(&db.url).arg(key_path).arg(&object_path).output().expect("python3 runs");
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success(), "pyarrow failed: {stdout}{}", String::from_utf8_lossy(&out.stderr));
+    let lines: Vec<&str> = stdout.lines().collect();
+    assert_eq!(lines[0], format!("3000 {} row 3 1125375.0", 3000 * 3001 / 2), "{stdout}");
+    assert!(lines[1].starts_with("without keys:"), "{stdout}");
+}
