@@ -4,6 +4,8 @@
 #   - Azurite (Azure Blob Storage's emulator, npm) and Azure's Python client;
 #   - fake-gcs-server (GCS emulator), built with `go install`;
 #   - boto3 (MinIO STS credentials for the credential-chain fakes);
+#   - moto's server (AWS KMS on loopback for encrypted databases) and
+#     cryptography (the pyarrow test unwraps the database key with it);
 #   - nginx (plain HTTP range server), a TrueType font for the benchmark
 #     plots and iproute2 (network namespace and tbf of the bottleneck
 #     profile), from Debian;
@@ -52,6 +54,11 @@ BOTO3_VERSION="1.43.11"         # STS for the fake container-credentials endpoin
 if ! python3 -c "import boto3; assert boto3.__version__ == '$BOTO3_VERSION'" 2>/dev/null; then
   echo "install-test-deps: installing boto3==$BOTO3_VERSION (gets temporary credentials from MinIO's STS in the credential tests)" >&2
   python3 -m pip install --quiet --disable-pip-version-check "boto3==$BOTO3_VERSION"
+fi
+MOTO_VERSION="5.2.1"            # AWS KMS fake (moto_server) for the KMS key provider's tests
+if ! python3 -c "import moto, flask, cryptography; assert moto.__version__ == '$MOTO_VERSION'" 2>/dev/null || ! command -v moto_server >/dev/null; then
+  echo "install-test-deps: installing moto[server]==$MOTO_VERSION (AWS KMS on loopback for the encryption tests)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check "moto[server]==$MOTO_VERSION"
 fi
 AZURITE_VERSION="3.35.0"        # the newest that runs on Node.js 20 (3.36+ need 22)
 AZURE_BLOB_PY_VERSION="12.31.1" # creates the test container (object_store has no container API)

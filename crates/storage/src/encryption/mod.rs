@@ -173,14 +173,16 @@ impl Keyring {
                 format!("its database key (keyring {path}) is wrapped by the master key {}, and the key given is {given}; give that key (a rotated database needs its newest master key)", file.master_key),
             )
         };
-        if file.provider == "local" && provider.kind() == "local" && file.master_key != given {
+        // Another kind of key, or another local key, cannot unwrap it: say
+        // so without asking (a KMS judges its own key ids: aliases, ARNs).
+        if file.provider != provider.kind() || (file.provider == "local" && file.master_key != given) {
             return Err(wrong_key());
         }
         let wrapped = base64::engine::general_purpose::STANDARD.decode(&file.wrapped).map_err(|e| StorageError::Corrupt { location: path.clone(), reason: format!("its wrapped key is not base64 ({e})") })?;
         let database_key = match provider.unwrap(&wrapped, &identity(marker)).await {
             Ok(k) => k,
             Err(KeyError::WrongKey { .. }) => return Err(wrong_key()),
-            Err(e) => return Err(keys_error(loc, e.to_string())),
+            Err(e) => return Err(keys_error(loc, format!("its database key (keyring {path}) is wrapped by the master key {}, and unwrapping it failed: {e}", file.master_key))),
         };
         if database_key.len() != KEY_LEN || check(&database_key) != file.check {
             return Err(StorageError::Corrupt { location: path, reason: "the key it unwraps to fails its check: the keyring was changed".into() });

@@ -313,3 +313,35 @@ except Exception as e:
     assert_eq!(lines[0], format!("3000 {} row 3 1125375.0", 3000 * 3001 / 2), "{stdout}");
     assert!(lines[1].starts_with("without keys:"), "{stdout}");
 }
+
+/// A storage node started with the database's key decrypts what it reads
+/// and the 22 answers hold with every row group pushed to it; a node
+/// started without it fails those tasks saying so, and the engine fetches
+/// and decrypts them itself.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_storage_node_reads_an_encrypted_database_given_its_key() {
+    use blobhouse_engine::CacheOptions;
+    use blobhouse_engine::hybrid::PushdownMode;
+    use blobhouse_pushdown::NodeOptions;
+    let keys = tempfile::tempdir().unwrap();
+    let db = TestDb::new(Backend::Local, "node-encrypted").with_key(Some(key_file(keys.path(), "k")));
+    let loader = db.engine(EngineOptions { cache: CacheOptions::off(), ..small_chunks(64 << 10) }).await;
+    tpch::load(&loader, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
+    drop(loader);
+
+    let (node, endpoint, _h) = crate::pushdown::node(&db, NodeOptions::new(crate::pushdown::TOKEN)).await;
+    let e = db.engine(crate::pushdown::pushing(&endpoint, PushdownMode::On, CacheOptions::off())).await;
+    crate::tpch::assert_22_answers(&e, " (encrypted, pushed to a node with the key)").await;
+    let stats = node.stats();
+    assert!(stats.tasks_done > 0 && stats.tasks_failed == 0, "{stats:?}");
+    assert!(e.engine().pushdown().unwrap().take_warnings().is_empty());
+
+    let keyless = TestDb::handle(&db).with_key(None);
+    let (node, endpoint, _h) = crate::pushdown::node(&keyless, NodeOptions::new(crate::pushdown::TOKEN)).await;
+    let e = db.engine(crate::pushdown::pushing(&endpoint, PushdownMode::On, CacheOptions::off())).await;
+    let query = "SELECT count(*), sum(l_quantity), max(l_comment) FROM lineitem";
+    let fetched = lines(&run(&db.engine(EngineOptions { cache: CacheOptions::off(), ..EngineOptions::default() }).await, query).await);
+    assert_eq!(lines(&run(&e, query).await), fetched);
+    let warnings = e.engine().pushdown().unwrap().take_warnings().join("\n");
+    assert!(node.stats().tasks_failed > 0 && warnings.contains("encrypted") && warnings.contains("no key was given"), "{warnings}");
+}
