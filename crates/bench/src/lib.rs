@@ -15,6 +15,7 @@ pub mod calibrate;
 pub mod cluster_bench;
 pub mod crash;
 pub mod dml_bench;
+pub mod encryption_bench;
 pub mod hybrid_bench;
 pub mod io_bench;
 pub mod serve_bench;

@@ -237,7 +237,7 @@ pub(crate) fn err(what: &str) -> impl Fn(blobhouse_engine::EngineError) -> Strin
 /// Runs the benchmark on `store` (a testbed already shaped to its profile,
 /// or a local directory). Returns the figures of the queries that ran and
 /// the errors of those that failed.
-fn s3_options(endpoint: &str) -> StoreOptions {
+pub(crate) fn s3_options(endpoint: &str) -> StoreOptions {
     StoreOptions {
         endpoint: Some(endpoint.to_string()),
         access_key_id: Some(ACCESS_KEY.into()),

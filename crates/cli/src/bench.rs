@@ -387,6 +387,31 @@ Examples:
         #[arg(long)]
         dir: Option<PathBuf>,
     },
+    /// What encryption at rest costs: TPC-H loaded plaintext and encrypted in the same run; load time and CPU, CPU-s per GiB fetched per query.
+    #[command(after_help = "Examples:\n  blobhouse bench encryption --profile s3 --sf 1\n  blobhouse bench encryption --profile local --sf 0.1 --queries 1,6")]
+    Encryption {
+        /// Scale factor.
+        #[arg(long, default_value_t = 1.0)]
+        sf: f64,
+        /// Testbed profile: lan, s3, s3-scaled, throttled; or local (a local directory, no testbed).
+        #[arg(long, default_value = "s3")]
+        profile: String,
+        /// TPC-H queries run after the full lineitem scan.
+        #[arg(long, value_delimiter = ',', default_value = "1,6,12,14,19")]
+        queries: Vec<usize>,
+        /// Runs per query and database; the fastest counts.
+        #[arg(long, default_value_t = 3)]
+        repeats: usize,
+        /// Where local databases go (--profile local).
+        #[arg(long, default_value = "bench-results/data")]
+        data_dir: PathBuf,
+        /// Output directory (default bench-results/encryption-<profile>-sf<sf>).
+        #[arg(long)]
+        out: Option<PathBuf>,
+        /// Testbed directory.
+        #[arg(long)]
+        dir: Option<PathBuf>,
+    },
     /// DELETE with deletion vectors against copy-on-write, on TPC-H lineitem in a local database.
     #[command(after_help = "Loads lineitem into a fresh local database, then runs DELETEs of 1 row, ~0.1 % and\n~1 % of the rows both ways and reports bytes written, time, and a full scan afterwards.\nBuild with --profile optimised for figures worth comparing.\n\nExamples:\n  blobhouse bench dml\n  blobhouse bench dml --sf 0.1 --out /tmp/dml")]
     Dml {
@@ -865,6 +890,20 @@ pub async fn run(cmd: BenchCommand) -> Result<()> {
             println!("{text}");
             println!("wrote {}/report.txt", out.display());
             anyhow::ensure!(report.violations.is_empty() && report.broken_reads.is_empty(), "the bank's invariants were violated (see the report)");
+        }
+        BenchCommand::Encryption { sf, profile, queries, repeats, data_dir, out, dir } => {
+            use blobhouse_bench::encryption_bench::{self, EncryptionBenchOptions};
+            anyhow::ensure!(sf > 0.0 && sf.is_finite(), "--sf must be a positive number");
+            anyhow::ensure!(queries.iter().all(|q| (1..=22).contains(q)), "--queries are TPC-H query numbers, 1 to 22");
+            let TpchSetup { bench, profile_name, out, link, request_kib, chunk_kib } = TpchSetup::new("encryption", &profile, sf, out, dir)?;
+            let opts = EncryptionBenchOptions { sf, queries, repeats, request_bytes: request_kib << 10, chunk_bytes: (chunk_kib << 10) as usize, link, out: out.clone() };
+            let result = encryption_bench::run(&store_of(&bench, data_dir), &opts, &|step| eprintln!("bench encryption: {step}")).await;
+            if let Some(b) = bench {
+                b.down()?;
+            }
+            let figures = result.map_err(|e| anyhow::anyhow!("bench encryption: {e}"))?;
+            encryption_bench::write_files(&opts, &figures).map_err(|e| anyhow::anyhow!("bench encryption: {e}"))?;
+            publish(&out, &encryption_bench::describe(&opts, profile_name, &figures), "report.txt,figures.csv,cpu-per-gib.png")?;
         }
         BenchCommand::Dml { sf, dir, out } => {
             anyhow::ensure!(sf > 0.0, "--sf must be positive");
