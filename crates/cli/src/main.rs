@@ -506,7 +506,8 @@ async fn keys(cmd: KeysCommand) -> Result<ExitCode> {
     match cmd {
         KeysCommand::Show { db } => {
             let location = blobhouse_storage::open_location(&db.db, &db.store_options()).with_context(|| format!("cannot open database {}", db.db))?;
-            match blobhouse_storage::encryption::Keyring::newest(&location).await? {
+            let marker = blobhouse_storage::encryption::Keyring::marker(&location).await.with_context(|| format!("cannot open database {}", db.db))?;
+            match blobhouse_storage::encryption::Keyring::newest(&location, &marker).await? {
                 None => println!("{} is not encrypted", db.db),
                 Some(k) => println!(
                     "{} is encrypted (AES-256-GCM): keyring {} of {}, database key wrapped by the {} master key {}",

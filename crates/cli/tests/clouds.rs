@@ -162,11 +162,16 @@ fn aws_profiles_with_keys_or_a_credential_process_reach_the_store() {
 /// - `imds`: EC2's instance metadata service, version 2 — a PUT for a
 ///   session token, then the role's name and its credentials, each GET
 ///   with that token (a GET without it is refused, as IMDSv2 does);
+/// - `msi`: Azure's managed identity endpoint (IMDS's `/metadata/identity`
+///   moved to loopback): an OAuth token for storage, a JWT that Azurite's
+///   `--oauth basic` checks for issuer, audience and lifetime;
+/// - `gce`: the GCE metadata server's access token of the instance's
+///   service account (the `Metadata-Flavor: Google` header required);
 /// - `sts`: STS's AssumeRoleWithWebIdentity over TLS (EKS IRSA), the
 ///   parameters in the query string as object_store sends them, the web
 ///   identity token checked.
 const FAKE_CREDENTIALS: &str = r#"
-import datetime, http.server, json, ssl, sys, urllib.parse, boto3
+import base64, datetime, http.server, json, ssl, sys, time, urllib.parse, boto3
 mode, endpoint, key, secret, token, ttl, log = sys.argv[1:8]
 sts = boto3.client('sts', endpoint_url=endpoint, aws_access_key_id=key, aws_secret_access_key=secret, region_name='us-east-1')
 ROLE = '/latest/meta-data/iam/security-credentials/'
@@ -194,6 +199,17 @@ class Handler(http.server.BaseHTTPRequestHandler):
             return self.reply(200, token.encode())
         self.reply(403)
     def do_GET(self):
+        if mode == 'msi' and self.path.startswith('/msi/token?') and self.headers.get('Metadata') == 'true' and 'resource=https%3A%2F%2Fstorage.azure.com' in self.path:
+            open(log, 'a').write('fetch\n')
+            now = int(time.time())
+            b64 = lambda d: base64.urlsafe_b64encode(json.dumps(d).encode()).rstrip(b'=').decode()
+            jwt = b64({'typ': 'JWT', 'alg': 'RS256'}) + '.' + b64({'aud': 'https://storage.azure.com', 'iss': 'https://sts.windows.net/72f988bf-86f1-41af-91ab-2d7cd011db47/', 'nbf': now - 60, 'iat': now - 60, 'exp': now + int(ttl), 'oid': token}) + '.c2lnbmF0dXJl'
+            return self.reply(200, json.dumps({'access_token': jwt, 'expires_in': ttl, 'expires_on': str(now + int(ttl)), 'resource': 'https://storage.azure.com', 'token_type': 'Bearer'}).encode())
+        if mode == 'gce' and self.path == '/computeMetadata/v1/instance/service-accounts/default/email' and self.headers.get('Metadata-Flavor') == 'Google':
+            return self.reply(200, b'blobhouse@blobhouse-test.iam.gserviceaccount.com')
+        if mode == 'gce' and self.path.startswith('/computeMetadata/v1/instance/service-accounts/default/token') and self.headers.get('Metadata-Flavor') == 'Google':
+            open(log, 'a').write('fetch\n')
+            return self.reply(200, json.dumps({'access_token': token, 'expires_in': int(ttl), 'token_type': 'Bearer'}).encode())
         if mode == 'container' and self.path == '/creds' and self.headers.get('Authorization') == token:
             return self.reply(200, self.credentials())
         if mode == 'imds' and self.headers.get('X-aws-ec2-metadata-token') == token:
@@ -245,6 +261,88 @@ fn an_instance_role_from_imds_v2_reaches_the_store() {
     write_and_read_with_only(&minio.fresh_url("cli-imds"), dir.path(), &[("AWS_METADATA_ENDPOINT", format!("http://127.0.0.1:{port}"))]);
     let _ = fake.kill();
     assert!(fetches() >= 1);
+}
+
+/// On GCE (or GKE) with the instance's service account: the metadata
+/// server (moved to loopback with GCE_METADATA_HOST) gives the access
+/// token; no key file anywhere. Without a key nothing can presign, so reads
+/// go through the store client (the shell says so once).
+#[test]
+fn a_gce_service_account_from_the_metadata_server_reaches_gcs() {
+    let gcs = blobhouse_testkit::GcsServer::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let (mut fake, port, fetches) = fake_credentials("gce", "gce-access-token", 3600, dir.path());
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("GOOGLE_")) {
+        cmd.env_remove(k);
+    }
+    let db = gcs.fresh_url("cli-gce");
+    let out = cmd
+        .env("HOME", dir.path())
+        .env("GCE_METADATA_HOST", format!("127.0.0.1:{port}"))
+        .args(["sql", "--db", &db, "--endpoint", &gcs.endpoint, "-c", "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 1000); SELECT sum(k) FROM t"])
+        .output()
+        .unwrap();
+    let _ = fake.kill();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("500500"), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    assert!(fetches() >= 1, "no token was asked of the metadata server");
+    // signBlob (IAM) is out of reach here: reads fall back, and say so.
+    assert!(String::from_utf8_lossy(&out.stderr).contains("instead of the download manager"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// Application default credentials: `GOOGLE_APPLICATION_CREDENTIALS`
+/// naming a service account's key file, nothing else (the metadata server
+/// moved to a closed port, so a fallback to it would fail).
+#[test]
+fn application_default_credentials_reach_gcs() {
+    let gcs = blobhouse_testkit::GcsServer::shared();
+    let dir = tempfile::tempdir().unwrap();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
+    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("GOOGLE_")) {
+        cmd.env_remove(k);
+    }
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let db = gcs.fresh_url("cli-adc");
+    let out = cmd
+        .env("HOME", dir.path())
+        .env("GOOGLE_APPLICATION_CREDENTIALS", &gcs.service_account)
+        .env("GCE_METADATA_HOST", closed.to_string())
+        .args(["sql", "--db", &db, "--endpoint", &gcs.endpoint, "-c", "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 1000); SELECT sum(k) FROM t"])
+        .output()
+        .unwrap();
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    assert!(out.status.success() && stdout.contains("500500"), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+}
+
+/// On an Azure VM (or AKS, App Service) with a managed identity: the
+/// identity endpoint (moved to loopback with `azure_msi_endpoint`) gives an
+/// OAuth token, which Azurite — over HTTPS, as OAuth requires — accepts;
+/// no account key anywhere.
+#[test]
+fn an_azure_managed_identity_token_reaches_the_store() {
+    let dir = tempfile::tempdir().unwrap();
+    let certs = dir.path().join("certs");
+    blobhouse_testbed::make_certificates(&certs).expect("openssl makes Azurite's certificate");
+    let azurite = AzuriteServer::start_oauth(&certs.join("cert.pem"), &certs.join("key.pem")).expect("Azurite with HTTPS and OAuth");
+    let (mut fake, port, fetches) = fake_credentials("msi", "managed-identity-object-id", 3600, dir.path());
+    let db = azurite.fresh_url("cli-msi");
+    let account = format!("azure_storage_account_name={ACCOUNT}");
+    let msi = format!("azure_msi_endpoint=http://127.0.0.1:{port}/msi/token");
+    let out = blobhouse(
+        &[
+            "sql", "--db", &db, "--endpoint", &azurite.endpoint,
+            "--store-option", &account, "--store-option", &msi,
+            // The test CA is not in the system's store.
+            "--store-option", "azure_allow_invalid_certificates=true",
+            "-c", "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 1000); SELECT sum(k) FROM t",
+        ],
+        &[("HOME", dir.path().display().to_string())],
+    );
+    let _ = fake.kill();
+    let (stdout, stderr) = (String::from_utf8_lossy(&out.stdout), String::from_utf8_lossy(&out.stderr));
+    assert!(out.status.success() && stdout.contains("500500"), "{stderr}\n{stdout}");
+    assert!(fetches() >= 1, "no token was asked of the identity endpoint");
 }
 
 /// Writes and reads a table at `db` (on MinIO) through `blobhouse sql`

@@ -71,7 +71,10 @@ pub struct DataSource {
 /// that it failed this time).
 fn cannot_presign(e: &object_store::Error) -> bool {
     let text = e.to_string();
-    ["SAS tokens auth is not supported", "while skipping signatures is not supported", "signBlob", "skip_signature", "NotImplemented"].iter().any(|n| text.contains(n))
+    // An Azure OAuth token (managed identity, service principal) presigns
+    // with a user delegation key, which an identity without the Storage
+    // Blob Delegator role — or an emulator — is not given.
+    ["SAS tokens auth is not supported", "while skipping signatures is not supported", "signBlob", "skip_signature", "NotImplemented", "requesting user delegation key"].iter().any(|n| text.contains(n))
         || matches!(e, object_store::Error::NotImplemented { .. } | object_store::Error::NotSupported { .. })
 }
 

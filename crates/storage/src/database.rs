@@ -142,7 +142,7 @@ impl Database {
                     (None, None) => None,
                     (Some(_), Some(provider)) => Some(Arc::new(crate::encryption::Keyring::open(&loc, &marker, provider.as_ref()).await?)),
                     (Some(scheme), None) => {
-                        let needs = match crate::encryption::Keyring::newest(&loc).await {
+                        let needs = match crate::encryption::Keyring::newest(&loc, &marker).await {
                             Ok(Some(k)) => format!(" (its master key is {})", k.master_key),
                             _ => String::new(),
                         };
@@ -175,8 +175,12 @@ impl Database {
                 let keyring = match &provider {
                     Some(provider) => match crate::encryption::Keyring::create(&loc, &marker, provider.as_ref()).await {
                         Ok(k) => Some(Arc::new(k)),
+                        // Another process creating it took that keyring's
+                        // number: its marker follows, or the next try takes
+                        // the next number.
                         Err(StorageError::Store { source: object_store::Error::AlreadyExists { .. }, .. }) => {
-                            return Box::pin(Database::open_with(loc, false, block_ttl)).await;
+                            tokio::time::sleep(Duration::from_millis(50)).await;
+                            return Box::pin(Database::open_with(loc, true, block_ttl)).await;
                         }
                         Err(e) => return Err(e),
                     },

@@ -85,17 +85,33 @@ fn binary() -> Option<PathBuf> {
 }
 
 fn start() -> Result<AzuriteServer, String> {
+    launch("test", &[], "http")
+}
+
+impl AzuriteServer {
+    /// Another emulator, for this caller alone: HTTPS with the certificate
+    /// `cert` and its key `key`, and OAuth bearer tokens accepted (Azurite's
+    /// `--oauth basic`: a token's issuer, audience and lifetime are
+    /// checked, not its signature) — what a managed identity's token is
+    /// tested against. Azurite takes OAuth only over HTTPS.
+    pub fn start_oauth(cert: &std::path::Path, key: &std::path::Path) -> Result<AzuriteServer, String> {
+        let (cert, key) = (cert.display().to_string(), key.display().to_string());
+        launch(&crate::unique("oauth"), &["--oauth", "basic", "--cert", &cert, "--key", &key], "https")
+    }
+}
+
+fn launch(name: &str, extra: &[&str], scheme: &str) -> Result<AzuriteServer, String> {
     let bin = binary().ok_or("Azurite is not installed: run scripts/install-test-deps.sh (npm install azurite into ~/.cache/blobhouse-tools/azurite)")?;
-    let dir = std::env::temp_dir().join(format!("blobhouse-azurite-test-{}", std::process::id()));
+    let dir = std::env::temp_dir().join(format!("blobhouse-azurite-{name}-{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
     let port = free_port().map_err(|e| e.to_string())?;
     let log = dir.join("azurite.log");
     let mut cmd = std::process::Command::new(bin);
-    cmd.args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string(), "--location"]).arg(dir.join("data")).args(["--skipApiVersionCheck", "--silent"]);
+    cmd.args(["--blobHost", "127.0.0.1", "--blobPort", &port.to_string(), "--location"]).arg(dir.join("data")).args(["--skipApiVersionCheck", "--silent"]).args(extra);
     spawn("azurite", cmd, &log, Lifetime::TiedToThisProcess).map_err(|e| format!("cannot start Azurite: {e}"))?;
     wait_ready("azurite", &log, 60, || std::net::TcpStream::connect(("127.0.0.1", port)).is_ok()).map_err(|e| e.to_string())?;
-    let endpoint = format!("http://127.0.0.1:{port}/{ACCOUNT}");
+    let endpoint = format!("{scheme}://127.0.0.1:{port}/{ACCOUNT}");
     create_container(&endpoint)?;
     Ok(AzuriteServer { endpoint, dir })
 }
@@ -105,7 +121,7 @@ fn start() -> Result<AzuriteServer, String> {
 fn create_container(endpoint: &str) -> Result<(), String> {
     let script = format!(
         "from azure.storage.blob import BlobServiceClient\n\
-         c = BlobServiceClient.from_connection_string('DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};BlobEndpoint={endpoint};')\n\
+         c = BlobServiceClient.from_connection_string('DefaultEndpointsProtocol=http;AccountName={ACCOUNT};AccountKey={ACCOUNT_KEY};BlobEndpoint={endpoint};', connection_verify=False)\n\
          c.create_container('{CONTAINER}')\n"
     );
     let out = std::process::Command::new("python3").args(["-c", &script]).output().map_err(|e| format!("cannot run python3 to create the Azurite container: {e}"))?;

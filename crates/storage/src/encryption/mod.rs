@@ -35,7 +35,6 @@ use base64::Engine as _;
 use datafusion::arrow::datatypes::Schema;
 use futures::TryStreamExt as _;
 use object_store::ObjectStoreExt as _;
-use object_store::path::Path;
 use parquet::encryption::decrypt::{FileDecryptionProperties, KeyRetriever};
 use parquet::encryption::encrypt::FileEncryptionProperties;
 use ring::aead::LessSafeKey;
@@ -58,8 +57,12 @@ pub const MAGIC: &[u8; 4] = b"BHE1";
 /// One keyring object: the database key, wrapped by a master key.
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct KeyringFile {
-    /// The keyring's number: the newest one is used.
+    /// The keyring's number: the newest one of the database is used.
     pub number: u64,
+    /// The database it belongs to (its identity, as the marker gives it):
+    /// a keyring left by a creation that never wrote its marker is
+    /// ignored.
+    pub database: String,
     /// Which kind of provider holds the master key (`local`, `aws-kms`).
     pub provider: String,
     /// The master key's name ([`KeyProvider::key_id`]; never the key).
@@ -125,8 +128,10 @@ impl Keyring {
     /// Draws the database key of a new database and writes keyring 1,
     /// wrapped by `provider`.
     pub async fn create(loc: &Location, marker: &DatabaseMarker, provider: &dyn KeyProvider) -> Result<Keyring> {
-        let keyring = Keyring::from_key(1, provider.key_id(), marker, provider::random::<KEY_LEN>().to_vec());
-        keyring.write(loc, 1, provider).await?;
+        // After any keyring a creation that died before its marker left.
+        let number = Keyring::numbers(loc).await?.into_iter().max().unwrap_or(0) + 1;
+        let keyring = Keyring::from_key(number, provider.key_id(), marker, provider::random::<KEY_LEN>().to_vec());
+        keyring.write(loc, number, provider).await?;
         Ok(keyring)
     }
 
@@ -135,6 +140,7 @@ impl Keyring {
         let wrapped = provider.wrap(&self.database_key, &self.identity).await.map_err(|e| keys_error(loc, e.to_string()))?;
         let file = KeyringFile {
             number,
+            database: self.identity.clone(),
             provider: provider.kind().to_string(),
             master_key: provider.key_id(),
             wrapped: base64::engine::general_purpose::STANDARD.encode(wrapped),
@@ -145,26 +151,46 @@ impl Keyring {
         crate::database::put_new(loc, &loc.child(&keyring_path(number)), bytes::Bytes::from(body)).await
     }
 
-    /// The newest keyring object's number and contents.
-    pub async fn newest(loc: &Location) -> Result<Option<KeyringFile>> {
+    /// The numbers of the keyring objects there are.
+    async fn numbers(loc: &Location) -> Result<Vec<u64>> {
         let dir = loc.child(KEYRING_DIR);
         let listed: Vec<_> = loc.store.list(Some(&dir)).try_collect().await.map_err(|e| StorageError::store("LIST", loc.display(&dir), e))?;
-        let Some(number) = listed.iter().filter_map(|m| m.location.filename()?.strip_suffix(".json")?.parse::<u64>().ok()).max() else {
-            return Ok(None);
-        };
-        let path = loc.child(&keyring_path(number));
-        let bytes = loc.store.get(&path).await.map_err(|e| StorageError::store("GET", loc.display(&path), e))?.bytes().await.map_err(|e| StorageError::store("GET", loc.display(&path), e))?;
-        let file: KeyringFile = serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt { location: loc.display(&path), reason: format!("not a keyring ({e})") })?;
-        if file.number != number {
-            return Err(StorageError::Corrupt { location: loc.display(&path), reason: format!("it claims to be keyring {}", file.number) });
+        Ok(listed.iter().filter_map(|m| m.location.filename()?.strip_suffix(".json")?.parse::<u64>().ok()).collect())
+    }
+
+    /// The newest keyring object of the database `marker` describes.
+    pub async fn newest(loc: &Location, marker: &DatabaseMarker) -> Result<Option<KeyringFile>> {
+        Keyring::newest_of(loc, &identity(marker)).await
+    }
+
+    async fn newest_of(loc: &Location, identity: &str) -> Result<Option<KeyringFile>> {
+        let mut numbers = Keyring::numbers(loc).await?;
+        numbers.sort_unstable_by(|a, b| b.cmp(a));
+        for number in numbers {
+            let path = loc.child(&keyring_path(number));
+            let bytes = loc.store.get(&path).await.map_err(|e| StorageError::store("GET", loc.display(&path), e))?.bytes().await.map_err(|e| StorageError::store("GET", loc.display(&path), e))?;
+            let file: KeyringFile = serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt { location: loc.display(&path), reason: format!("not a keyring ({e})") })?;
+            if file.number != number {
+                return Err(StorageError::Corrupt { location: loc.display(&path), reason: format!("it claims to be keyring {}", file.number) });
+            }
+            if file.database == identity {
+                return Ok(Some(file));
+            }
         }
-        Ok(Some(file))
+        Ok(None)
+    }
+
+    /// The marker of the database at `loc`.
+    pub async fn marker(loc: &Location) -> Result<DatabaseMarker> {
+        let path = loc.child(crate::format::MARKER);
+        let bytes = loc.store.get(&path).await.map_err(|e| StorageError::store("GET", loc.display(&path), e))?.bytes().await.map_err(|e| StorageError::store("GET", loc.display(&path), e))?;
+        serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt { location: loc.display(&path), reason: format!("invalid JSON ({e})") })
     }
 
     /// Opens the keys of the encrypted database `marker` describes, with
     /// the master key `provider` holds.
     pub async fn open(loc: &Location, marker: &DatabaseMarker, provider: &dyn KeyProvider) -> Result<Keyring> {
-        let file = Keyring::newest(loc).await?.ok_or_else(|| keys_error(loc, format!("its marker says it is encrypted, and {KEYRING_DIR}/ holds no keyring: the database key is lost")))?;
+        let file = Keyring::newest(loc, marker).await?.ok_or_else(|| keys_error(loc, format!("its marker says it is encrypted, and {KEYRING_DIR}/ holds no keyring: the database key is lost")))?;
         let path = loc.display(&loc.child(&keyring_path(file.number)));
         let given = provider.key_id();
         let wrong_key = || {
@@ -195,9 +221,7 @@ impl Keyring {
     /// not encrypted; an error naming what to pass when it is and no key
     /// was given.
     pub async fn for_location(loc: &Location) -> Result<Option<Keyring>> {
-        let path = loc.child(crate::format::MARKER);
-        let bytes = loc.store.get(&path).await.map_err(|e| StorageError::store("GET", loc.display(&path), e))?.bytes().await.map_err(|e| StorageError::store("GET", loc.display(&path), e))?;
-        let marker: DatabaseMarker = serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt { location: loc.display(&path), reason: format!("invalid JSON ({e})") })?;
+        let marker = Keyring::marker(loc).await?;
         if marker.encryption.is_none() {
             return Ok(None);
         }
@@ -210,12 +234,13 @@ impl Keyring {
     /// then on the database opens with `new`'s master key. Nothing else is
     /// rewritten. Returns the new keyring's number.
     pub async fn rotate(&self, loc: &Location, new: &dyn KeyProvider) -> Result<u64> {
-        let newest = Keyring::newest(loc).await?.map_or(0, |f| f.number);
+        let newest = Keyring::newest_of(loc, &self.identity).await?.map_or(0, |f| f.number);
         if newest != self.number {
             return Err(keys_error(loc, format!("keyring {newest} was written after this handle opened keyring {}: open the database again and retry", self.number)));
         }
-        self.write(loc, newest + 1, new).await?;
-        Ok(newest + 1)
+        let next = Keyring::numbers(loc).await?.into_iter().max().unwrap_or(0) + 1;
+        self.write(loc, next, new).await?;
+        Ok(next)
     }
 
     /// The number of the keyring object in use.
@@ -291,12 +316,6 @@ impl Keyring {
     pub fn decryption(&self) -> &Arc<FileDecryptionProperties> {
         &self.decryption
     }
-
-    /// The key that wraps data keys, for a standard PME reader given this
-    /// database's keys (tests, `blobhouse keys export`).
-    pub fn data_wrapping_key(&self) -> Vec<u8> {
-        derive(&self.database_key, "blobhouse data keys v1")
-    }
 }
 
 /// The name data keys are wrapped under (Parquet key material's
@@ -334,15 +353,4 @@ impl KeyRetriever for DataKeys {
 /// Lower-case hex of `bytes`.
 pub fn hex(bytes: &[u8]) -> String {
     bytes.iter().map(|b| format!("{b:02x}")).collect()
-}
-
-/// Whether `bytes` look like an encrypted metadata object (for tools that
-/// meet one without the keys).
-pub fn is_sealed(bytes: &[u8]) -> bool {
-    bytes.starts_with(MAGIC)
-}
-
-/// `Path` of keyring object `number` (tests and `blobhouse verify`).
-pub fn keyring_object(loc: &Location, number: u64) -> Path {
-    loc.child(&keyring_path(number))
 }
