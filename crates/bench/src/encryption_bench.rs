@@ -151,6 +151,11 @@ pub fn describe(opts: &EncryptionBenchOptions, profile: &str, figures: &[ModeFig
         (cp, ce, bp, be) = (cp + cpu_p, ce + cpu_e, bp + bytes_p, be + bytes_e);
     }
     let _ = writeln!(t, "{:<14} {:>9} {:>9} {:>12.2} {:>12.2} {:>7.2}x", "all", "", "", per_gib(cp, bp), per_gib(ce, be), per_gib(ce, be) / per_gib(cp, bp));
+    let ratios: Vec<f64> = plain.queries.iter().zip(&enc.queries).map(|(p, e)| per_gib(e.2, e.3) / per_gib(p.2, p.3)).filter(|r| r.is_finite() && *r > 0.0).collect();
+    if !ratios.is_empty() {
+        let geomean = (ratios.iter().map(|r| r.ln()).sum::<f64>() / ratios.len() as f64).exp();
+        let _ = writeln!(t, "{:<14} {:>9} {:>9} {:>12} {:>12} {:>7.2}x", "geomean", "", "", "", "", geomean);
+    }
     t
 }
 

@@ -38,6 +38,11 @@ pub enum Backend {
     Azurite,
     /// fake-gcs-server behind its proxy (`gs://` URLs, a service account).
     Gcs,
+    /// A local directory holding an encrypted database (a fresh master
+    /// key in a file beside it).
+    LocalEncrypted,
+    /// MinIO holding an encrypted database.
+    MinioEncrypted,
 }
 
 /// Generates, for each `async fn(Backend)` named, a module with one
@@ -67,6 +72,16 @@ macro_rules! on_both_backends {
     };
 }
 
+/// [`on_every_store!`] and one test per encrypted database too (on a
+/// local directory and on MinIO), for each `async fn(Backend)` named: the
+/// suite that must hold whether or not a database is encrypted.
+#[macro_export]
+macro_rules! on_every_store_encrypted_too {
+    ($($name:ident),* $(,)?) => {
+        $crate::on_backends!([local => Local, minio => Minio, azurite => Azurite, gcs => Gcs, local_encrypted => LocalEncrypted, minio_encrypted => MinioEncrypted]; $($name),*);
+    };
+}
+
 /// One test per store — a local directory, MinIO (S3), Azurite (Azure Blob
 /// Storage) and fake-gcs-server (GCS) — for each `async fn(Backend)` named: the storage and SQL
 /// suite that must hold on every cloud.
@@ -89,6 +104,26 @@ pub struct TestDb {
 
 impl TestDb {
     pub fn new(backend: Backend, name: &str) -> TestDb {
+        if let Backend::LocalEncrypted | Backend::MinioEncrypted = backend {
+            // The key lives outside the database, in a directory the
+            // handle keeps (a local database goes inside it, beside the key).
+            let keys = tempfile::tempdir().expect("tempdir");
+            let key: [u8; 32] = rand::random();
+            let path = keys.path().join("master.key");
+            std::fs::write(&path, blobhouse_storage::encryption::hex(&key)).expect("write the key");
+            let spec = Some(blobhouse_storage::encryption::KeySpec::File { path });
+            let mut db = match backend {
+                Backend::LocalEncrypted => {
+                    let dir = keys.path().join("db");
+                    let store_options = StoreOptions { encryption: spec.clone(), ..StoreOptions::default() };
+                    TestDb::at(dir.to_string_lossy().to_string(), store_options, None)
+                }
+                _ => TestDb::new(Backend::Minio, name).with_key(spec.clone()),
+            };
+            db.location = db.location.clone().with_encryption(spec);
+            db._dir = Some(keys);
+            return db;
+        }
         let (url, store_options, dir) = match backend {
             Backend::Local => {
                 let dir = tempfile::tempdir().expect("tempdir");
@@ -112,7 +147,13 @@ impl TestDb {
                 };
                 (gcs.fresh_url(name), options, None)
             }
+            Backend::LocalEncrypted | Backend::MinioEncrypted => unreachable!("handled above"),
         };
+        TestDb::at(url, store_options, dir)
+    }
+
+    /// The database at `url`, audited.
+    fn at(url: String, store_options: StoreOptions, dir: Option<tempfile::TempDir>) -> TestDb {
         let raw = open_location(&url, &store_options).expect("open location");
         let audit = AuditStore::new(raw.store.clone());
         let location = Location::from_store(Arc::new(audit.clone()), raw.prefix.clone(), raw.url.clone()).with_signer(raw.signer.clone());

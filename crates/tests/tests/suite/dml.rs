@@ -4,9 +4,9 @@
 use blobhouse_engine::EngineOptions;
 
 use crate::common::*;
-use crate::on_every_store;
+use crate::on_every_store_encrypted_too;
 
-on_every_store!(delete_and_update_change_exactly_the_rows_they_select, copy_to_exports_exactly_the_current_rows);
+on_every_store_encrypted_too!(delete_and_update_change_exactly_the_rows_they_select, copy_to_exports_exactly_the_current_rows);
 
 async fn delete_and_update_change_exactly_the_rows_they_select(b: Backend) {
     let db = TestDb::new(b, "dml");
@@ -209,9 +209,9 @@ async fn copy_to_exports_exactly_the_current_rows(b: Backend) {
 
     // To the store the database is on, as CSV, then read back.
     let (target, fetch_to) = match b {
-        Backend::Local => (dir.path().join("export.csv").display().to_string(), None),
+        Backend::Local | Backend::LocalEncrypted => (dir.path().join("export.csv").display().to_string(), None),
         // Beside the database, in its bucket or container.
-        Backend::Minio | Backend::Azurite | Backend::Gcs => (format!("{}-export/t.csv", db.url), Some(dir.path().join("fetched.csv"))),
+        Backend::Minio | Backend::MinioEncrypted | Backend::Azurite | Backend::Gcs => (format!("{}-export/t.csv", db.url), Some(dir.path().join("fetched.csv"))),
     };
     run(&e, &format!("COPY t TO '{target}' WITH (FORMAT csv, HEADER true)")).await;
     let csv = match fetch_to {

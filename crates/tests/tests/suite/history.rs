@@ -9,9 +9,9 @@ use blobhouse_engine::{EngineOptions, Session};
 use blobhouse_testkit::Request;
 
 use crate::common::*;
-use crate::on_every_store;
+use crate::on_every_store_encrypted_too;
 
-on_every_store!(past_versions_read_restore_and_snapshot_without_copying);
+on_every_store_encrypted_too!(past_versions_read_restore_and_snapshot_without_copying);
 
 async fn version(e: &Session) -> u64 {
     e.engine().database().refresh().await.unwrap().version
@@ -79,7 +79,7 @@ async fn past_versions_read_restore_and_snapshot_without_copying(b: Backend) {
     let before = db.audit.requests().len();
     run(&e, "CREATE SNAPSHOT later").await;
     let requests = db.audit.requests()[before..].to_vec();
-    let refresh = if matches!(b, Backend::Minio | Backend::Gcs) { 1 } else { 2 };
+    let refresh = if matches!(b, Backend::Minio | Backend::MinioEncrypted | Backend::Gcs) { 1 } else { 2 };
     assert_eq!((lists(&requests), puts(&requests), requests.len()), (refresh, 1, refresh + 1), "{requests:#?}");
     run(&e, "DROP SNAPSHOT later").await;
     assert!(fail(&e, "CREATE SNAPSHOT before_wipe").await.contains("already exists"));

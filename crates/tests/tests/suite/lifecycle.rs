@@ -8,9 +8,9 @@ use blobhouse_engine::{EngineOptions, Session};
 use blobhouse_testkit::Request;
 
 use crate::common::*;
-use crate::on_every_store;
+use crate::on_every_store_encrypted_too;
 
-on_every_store!(
+on_every_store_encrypted_too!(
     vacuum_deletes_exactly_what_nothing_retained_references,
     concurrent_vacuums_writers_and_snapshot_readers,
     crash_harness_short_mode,
@@ -143,8 +143,11 @@ async fn expired_versions_outlive_the_grace_period(b: Backend) {
     tokio::time::sleep(std::time::Duration::from_millis(5)).await;
     let second = horizon(&run(&e, "VACUUM RETAIN '0 seconds' GRACE '0 seconds'").await);
     assert!(second > first);
-    let object = db.location.child(&blobhouse_storage::versions::log_path(second));
+    let relative = blobhouse_storage::versions::log_path(second);
+    let object = db.location.child(&relative);
     let body = object_store::ObjectStoreExt::get(&db.location.store, &object).await.unwrap().bytes().await.unwrap();
+    // As the database reads it (decrypted, when it is encrypted).
+    let body = e.engine().database().decrypt(&relative, body).unwrap();
     let checkpoint = serde_json::from_slice::<serde_json::Value>(&body).unwrap()["checkpoint"].as_u64();
     let older: BTreeSet<u64> = logged_versions(&db).await.into_iter().filter(|v| *v < second).collect();
     assert_eq!(older, checkpoint.into_iter().collect(), "versions before the horizon {second} left behind");

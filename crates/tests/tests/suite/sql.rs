@@ -54,8 +54,8 @@ async fn copy_from_csv_and_parquet(b: Backend) {
     let csv = dir.path().join("people.csv");
     std::fs::write(&csv, "id|name|born\n1|ada|1815-12-10\n2|alan|1912-06-23\n3|grace|1906-12-09\n").unwrap();
     let source = match b {
-        Backend::Local => csv.to_string_lossy().to_string(),
-        Backend::Minio | Backend::Azurite | Backend::Gcs => {
+        Backend::Local | Backend::LocalEncrypted => csv.to_string_lossy().to_string(),
+        Backend::Minio | Backend::MinioEncrypted | Backend::Azurite | Backend::Gcs => {
             // Load straight from the object store.
             let url = format!("{}/people.csv", db.url);
             let loc = blobhouse_storage::open_location(&db.url, &db.store_options).unwrap();

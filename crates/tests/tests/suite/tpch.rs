@@ -8,9 +8,9 @@ use blobhouse_bench::tpch;
 use blobhouse_engine::EngineOptions;
 
 use crate::common::*;
-use crate::on_every_store;
+use crate::on_every_store_encrypted_too;
 
-on_every_store!(tpch_answers_match_the_official_answers);
+on_every_store_encrypted_too!(tpch_answers_match_the_official_answers);
 
 async fn tpch_answers_match_the_official_answers(b: Backend) {
     let db = TestDb::new(b, "tpch");
