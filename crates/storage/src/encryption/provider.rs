@@ -138,18 +138,18 @@ impl LocalKey {
             reason: format!("{reason}; a key is 32 random bytes, written as 64 hex digits (`openssl rand -hex 32`) or in base64"),
         };
         let text = std::str::from_utf8(bytes).ok().map(str::trim);
-        let key = match text {
+        let (key, read_as) = match text {
             Some(t) if t.len() == 2 * KEY_LEN && t.bytes().all(|b| b.is_ascii_hexdigit()) => {
-                (0..KEY_LEN).map(|i| u8::from_str_radix(&t[2 * i..2 * i + 2], 16).expect("hex digits")).collect::<Vec<_>>()
+                ((0..KEY_LEN).map(|i| u8::from_str_radix(&t[2 * i..2 * i + 2], 16).expect("hex digits")).collect::<Vec<_>>(), "hex")
             }
             Some(t) if !t.is_empty() && bytes.len() != KEY_LEN => {
                 use base64::Engine as _;
-                base64::engine::general_purpose::STANDARD.decode(t).map_err(|_| invalid("it is neither hex nor base64"))?
+                (base64::engine::general_purpose::STANDARD.decode(t).map_err(|_| invalid("it is neither 64 hex digits nor base64"))?, "base64")
             }
-            _ => bytes.to_vec(),
+            _ => (bytes.to_vec(), "raw bytes"),
         };
         if key.len() != KEY_LEN {
-            return Err(invalid(&format!("it holds {} bytes, not {KEY_LEN}", key.len())));
+            return Err(invalid(&format!("read as {read_as}, it holds {} bytes, not {KEY_LEN}", key.len())));
         }
         if key.iter().all(|b| *b == key[0]) {
             return Err(invalid("it is one byte repeated, not a random key"));
