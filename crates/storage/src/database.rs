@@ -137,7 +137,10 @@ impl Database {
                         reason: format!("{MARKER} says format '{}'", marker.format),
                     });
                 }
-                check_version(&loc, marker.format_version)?;
+                let newest = if marker.encryption.is_some() { ENCRYPTED_FORMAT_VERSION } else { FORMAT_VERSION };
+                if marker.format_version > newest {
+                    return Err(StorageError::UnsupportedFormat { location: loc.url.clone(), found: marker.format_version, supported: newest });
+                }
                 let keyring = match (&marker.encryption, &provider) {
                     (None, None) => None,
                     (Some(_), Some(provider)) => Some(Arc::new(crate::encryption::Keyring::open(&loc, &marker, provider.as_ref()).await?)),
@@ -165,7 +168,7 @@ impl Database {
                 }
                 let marker = DatabaseMarker {
                     format: "blobhouse".into(),
-                    format_version: FORMAT_VERSION,
+                    format_version: if provider.is_some() { ENCRYPTED_FORMAT_VERSION } else { FORMAT_VERSION },
                     created_at_ms: now_ms(),
                     id: Some(rand::rng().random()),
                     encryption: provider.is_some().then(|| crate::encryption::SCHEME.to_string()),
@@ -187,7 +190,7 @@ impl Database {
                     None => None,
                 };
                 match put_new(&loc, &marker_path, to_json(&marker)).await {
-                    Ok(()) => (FORMAT_VERSION, Sealer::new(marker.created_at_ms, marker.id), keyring),
+                    Ok(()) => (marker.format_version, Sealer::new(marker.created_at_ms, marker.id), keyring),
                     // Created by someone else meanwhile: open it as they made it.
                     Err(StorageError::Store { source: object_store::Error::AlreadyExists { .. }, .. }) => {
                         return Box::pin(Database::open_with(loc, false, block_ttl)).await;

@@ -17,6 +17,12 @@ use serde::{Deserialize, Serialize};
 /// JSON as before, with one more member at the end.
 pub const FORMAT_VERSION: u32 = 3;
 
+/// The marker's `format_version` of an encrypted database: its metadata
+/// objects are format [`FORMAT_VERSION`] inside their encryption, but a
+/// build that knows no encryption must refuse the database ("upgrade
+/// blobhouse") rather than take its ciphertext for damaged JSON.
+pub const ENCRYPTED_FORMAT_VERSION: u32 = 4;
+
 /// Name of the marker object at the root of every database.
 pub const MARKER: &str = "blobhouse.json";
 /// Folder of the version-1 database versions (and of the version that

@@ -51,6 +51,8 @@ use crate::location::Location;
 pub const KEYRING_DIR: &str = "encryption";
 /// What the marker of an encrypted database says (`DatabaseMarker::encryption`).
 pub const SCHEME: &str = "aes-256-gcm-v1";
+// The marker of an encrypted database says format
+// `crate::format::ENCRYPTED_FORMAT_VERSION`.
 /// First bytes of every encrypted metadata object.
 pub const MAGIC: &[u8; 4] = b"BHE1";
 

@@ -119,6 +119,12 @@ async fn an_encrypted_database_answers_and_leaves_no_plaintext_in_the_store(b: B
         for needle in [CANARY, "secrets", "before_update", "171431429", key_text.trim()] {
             assert!(!contains(bytes, needle), "{rel} holds {needle:?} in plaintext");
         }
+        if rel == "blobhouse.json" {
+            // A build that knows no encryption refuses it ("upgrade
+            // blobhouse") instead of reading ciphertext as damaged JSON.
+            let marker: serde_json::Value = serde_json::from_slice(bytes).unwrap();
+            assert_eq!((marker["format_version"].as_u64(), marker["encryption"].as_str()), (Some(4), Some("aes-256-gcm-v1")), "{marker}");
+        }
         let kind_ok = rel == "blobhouse.json"
             || rel.starts_with("encryption/")
             || bytes.starts_with(blobhouse_storage::encryption::MAGIC)
