@@ -272,20 +272,8 @@ fn a_gce_service_account_from_the_metadata_server_reaches_gcs() {
     let gcs = blobhouse_testkit::GcsServer::shared();
     let dir = tempfile::tempdir().unwrap();
     let (mut fake, port, fetches) = fake_credentials("gce", "gce-access-token", 3600, dir.path());
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
-    for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("GOOGLE_")) {
-        cmd.env_remove(k);
-    }
-    let db = gcs.fresh_url("cli-gce");
-    let out = cmd
-        .env("HOME", dir.path())
-        .env("GCE_METADATA_HOST", format!("127.0.0.1:{port}"))
-        .args(["sql", "--db", &db, "--endpoint", &gcs.endpoint, "-c", "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 1000); SELECT sum(k) FROM t"])
-        .output()
-        .unwrap();
+    let out = write_and_read_on_gcs_with_only(&gcs.fresh_url("cli-gce"), dir.path(), &[("GCE_METADATA_HOST", format!("127.0.0.1:{port}"))]);
     let _ = fake.kill();
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    assert!(out.status.success() && stdout.contains("500500"), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
     assert!(fetches() >= 1, "no token was asked of the metadata server");
     // signBlob (IAM) is out of reach here: reads fall back, and say so.
     assert!(String::from_utf8_lossy(&out.stderr).contains("instead of the download manager"), "{}", String::from_utf8_lossy(&out.stderr));
@@ -298,21 +286,29 @@ fn a_gce_service_account_from_the_metadata_server_reaches_gcs() {
 fn application_default_credentials_reach_gcs() {
     let gcs = blobhouse_testkit::GcsServer::shared();
     let dir = tempfile::tempdir().unwrap();
+    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
+    let env = [("GOOGLE_APPLICATION_CREDENTIALS", gcs.service_account.display().to_string()), ("GCE_METADATA_HOST", closed.to_string())];
+    write_and_read_on_gcs_with_only(&gcs.fresh_url("cli-adc"), dir.path(), &env);
+}
+
+/// Writes and reads a table at `db` (on the harness's GCS) through
+/// `blobhouse sql` given no Google setting but the endpoint and `env`: the
+/// credentials come from the source `env` names. Returns the run.
+fn write_and_read_on_gcs_with_only(db: &str, home: &std::path::Path, env: &[(&str, String)]) -> Output {
+    let gcs = blobhouse_testkit::GcsServer::shared();
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_blobhouse"));
     for (k, _) in std::env::vars().filter(|(k, _)| k.starts_with("GOOGLE_")) {
         cmd.env_remove(k);
     }
-    let closed = std::net::TcpListener::bind("127.0.0.1:0").unwrap().local_addr().unwrap();
-    let db = gcs.fresh_url("cli-adc");
     let out = cmd
-        .env("HOME", dir.path())
-        .env("GOOGLE_APPLICATION_CREDENTIALS", &gcs.service_account)
-        .env("GCE_METADATA_HOST", closed.to_string())
-        .args(["sql", "--db", &db, "--endpoint", &gcs.endpoint, "-c", "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 1000); SELECT sum(k) FROM t"])
+        .env("HOME", home)
+        .envs(env.iter().map(|(k, v)| (*k, v.as_str())))
+        .args(["sql", "--db", db, "--endpoint", &gcs.endpoint, "-c", "CREATE TABLE t AS SELECT value AS k FROM generate_series(1, 1000); SELECT sum(k) FROM t"])
         .output()
         .unwrap();
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert!(out.status.success() && stdout.contains("500500"), "{}\n{stdout}", String::from_utf8_lossy(&out.stderr));
+    out
 }
 
 /// On an Azure VM (or AKS, App Service) with a managed identity: the

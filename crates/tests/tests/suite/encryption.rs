@@ -172,9 +172,8 @@ async fn rewrite(db: &TestDb, rel: &str, change: impl FnOnce(Vec<u8>) -> Vec<u8>
 /// database), and the error names the object.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn tampered_swapped_and_replayed_metadata_of_an_encrypted_database_is_refused_naming_it() {
-    let keys = tempfile::tempdir().unwrap();
-    let spec = key_file(keys.path(), "k");
-    let db = TestDb::new(Backend::Local, "tamper").with_key(Some(spec.clone()));
+    let db = TestDb::new(Backend::LocalEncrypted, "tamper");
+    let spec = db.store_options.encryption.clone();
     let e = db.engine(EngineOptions::default()).await;
     run(&e, "CREATE TABLE a AS SELECT value AS x FROM generate_series(1, 1000)").await;
     run(&e, "CREATE TABLE b AS SELECT value AS x FROM generate_series(1, 10)").await;
@@ -229,7 +228,7 @@ async fn tampered_swapped_and_replayed_metadata_of_an_encrypted_database_is_refu
 
     // A version object of another database under the same master key,
     // replayed here: refused (the database's identity is authenticated too).
-    let other = TestDb::new(Backend::Local, "tamper-other").with_key(Some(spec.clone()));
+    let other = TestDb::new(Backend::Local, "tamper-other").with_key(spec);
     let o = other.engine(EngineOptions::default()).await;
     for _ in 0..current.version {
         run(&o, "CREATE TABLE IF NOT EXISTS z (x INT)").await;
@@ -289,7 +288,7 @@ async fn a_key_for_a_plaintext_database_is_refused_and_encrypted_ones_do_not_spi
         .await;
     assert!(err.contains("is not encrypted, and an encryption key was given"), "{err}");
 
-    let enc = TestDb::new(Backend::Local, "nospill").with_key(Some(key_file(keys.path(), "k2")));
+    let enc = TestDb::new(Backend::LocalEncrypted, "nospill");
     let e = enc.engine(EngineOptions::default()).await;
     run(&e, "CREATE TABLE t AS SELECT value AS x, repeat('y', 100) AS pad FROM generate_series(1, 400000)").await;
     drop(e);
@@ -312,9 +311,8 @@ async fn a_key_for_a_plaintext_database_is_refused_and_encrypted_ones_do_not_spi
 /// without the keys, or with another database key, it cannot.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn pyarrow_reads_an_encrypted_data_object_given_the_database_key() {
-    let keys = tempfile::tempdir().unwrap();
-    let spec = key_file(keys.path(), "k");
-    let db = TestDb::new(Backend::Local, "pyarrow").with_key(Some(spec.clone()));
+    let db = TestDb::new(Backend::LocalEncrypted, "pyarrow");
+    let spec = db.store_options.encryption.clone().unwrap();
     let e = db.engine(EngineOptions::default()).await;
     run(&e, "CREATE TABLE t AS SELECT value AS k, 'row ' || value AS s, CAST(value AS DOUBLE) / 4 AS d FROM generate_series(1, 3000)").await;
     let entry = e.engine().database().current().tables["t"].clone();
@@ -370,8 +368,7 @@ async fn a_storage_node_reads_an_encrypted_database_given_its_key() {
     use blobhouse_engine::CacheOptions;
     use blobhouse_engine::hybrid::PushdownMode;
     use blobhouse_pushdown::NodeOptions;
-    let keys = tempfile::tempdir().unwrap();
-    let db = TestDb::new(Backend::Local, "node-encrypted").with_key(Some(key_file(keys.path(), "k")));
+    let db = TestDb::new(Backend::LocalEncrypted, "node-encrypted");
     let loader = db.engine(EngineOptions { cache: CacheOptions::off(), ..small_chunks(64 << 10) }).await;
     tpch::load(&loader, 0.01, Arc::new(|_, _, _| {})).await.expect("load TPC-H");
     drop(loader);
@@ -398,9 +395,7 @@ async fn a_storage_node_reads_an_encrypted_database_given_its_key() {
 /// next keyring and ignores that one, and the database opens.
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn a_keyring_left_by_a_failed_creation_is_ignored() {
-    let keys = tempfile::tempdir().unwrap();
-    let spec = key_file(keys.path(), "k");
-    let db = TestDb::new(Backend::Local, "leftover").with_key(Some(spec.clone()));
+    let db = TestDb::new(Backend::LocalEncrypted, "leftover");
     let raw = open_location(&db.url, &db.store_options).unwrap();
     let leftover = r#"{"number":1,"database":"00000000000000010000000000000002","provider":"local","master_key":"local:0000000000000000","wrapped":"AAAA","check":"0000000000000000","created_at_ms":1}"#;
     raw.store.put(&raw.child("encryption/00000000000000000001.json"), PutPayload::from(leftover.as_bytes().to_vec())).await.unwrap();
@@ -421,8 +416,7 @@ async fn a_keyring_left_by_a_failed_creation_is_ignored() {
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn random_flips_in_an_encrypted_database_never_give_a_wrong_answer() {
     use rand::{Rng, SeedableRng};
-    let keys = tempfile::tempdir().unwrap();
-    let db = TestDb::new(Backend::Local, "flips").with_key(Some(key_file(keys.path(), "k")));
+    let db = TestDb::new(Backend::LocalEncrypted, "flips");
     let e = db.engine(EngineOptions::default()).await;
     run(&e, "CREATE TABLE t AS SELECT value AS id, value % 17 AS q, 'name ' || value AS s FROM generate_series(1, 30000)").await;
     run(&e, "DELETE FROM t WHERE id % 11 = 0").await;
