@@ -175,35 +175,25 @@ pub struct EngineArgs {
 }
 
 impl EngineArgs {
-    /// Applies the flags to `options`.
+    /// Applies the flags to `options` (parsed by [`EngineOptions::set`],
+    /// as the Python package's keyword arguments are).
     pub fn apply(&self, options: &mut EngineOptions) -> Result<()> {
-        if let Some(threads) = self.threads {
-            options.target_partitions = threads.into();
-        }
-        if let Some(limit) = &self.memory_limit {
-            options.memory_limit = blobhouse_engine::memory::parse_limit(limit).map_err(|e| anyhow::anyhow!("--memory-limit: {e}"))?;
-        }
-        if let Some(dir) = &self.spill_dir {
-            options.spill.dir = Some(dir.clone());
-        }
-        options.spill.allow_plaintext = self.allow_plaintext_spill;
-        if let Some(limit) = &self.spill_limit {
-            options.spill.max_bytes = blobhouse_engine::memory::parse_size(limit).map_err(|e| anyhow::anyhow!("--spill-limit: {e}"))?;
-        }
-        if let Some(size) = &self.cache_memory {
-            options.cache.memory = Some(blobhouse_engine::parse_cache_size(size).map_err(|e| anyhow::anyhow!("--cache-memory: {e}"))?);
-        }
-        if let Some(ratio) = self.cache_decoded_ratio {
-            if !(ratio.is_finite() && ratio >= 0.0) {
-                anyhow::bail!("--cache-decoded-ratio {ratio}: give a ratio of sizes, 0 or more (0: always compressed)");
+        let path = |p: &Option<std::path::PathBuf>| p.as_ref().map(|p| p.to_string_lossy().into_owned());
+        let flags = [
+            ("threads", self.threads.map(|n| n.to_string())),
+            ("memory-limit", self.memory_limit.clone()),
+            ("spill-dir", path(&self.spill_dir)),
+            ("spill-limit", self.spill_limit.clone()),
+            ("allow-plaintext-spill", Some(self.allow_plaintext_spill.to_string())),
+            ("cache-memory", self.cache_memory.clone()),
+            ("cache-decoded-ratio", self.cache_decoded_ratio.map(|r| r.to_string())),
+            ("cache-dir", path(&self.cache_dir)),
+            ("cache-ssd-size", self.cache_ssd_size.clone()),
+        ];
+        for (flag, value) in flags {
+            if let Some(value) = value {
+                options.set(flag, &value).map_err(|e| anyhow::anyhow!("--{flag}: {}", e.split_once(": ").map_or(e.as_str(), |(_, why)| why)))?;
             }
-            options.cache.decoded_max_ratio = ratio;
-        }
-        if let Some(dir) = &self.cache_dir {
-            options.cache.ssd_dir = Some(dir.clone());
-        }
-        if let Some(size) = &self.cache_ssd_size {
-            options.cache.ssd_capacity = blobhouse_engine::memory::parse_size(size).map_err(|e| anyhow::anyhow!("--cache-ssd-size: {e}"))?;
         }
         let mode = PushdownMode::parse(&self.pushdown).ok_or_else(|| anyhow::anyhow!("--pushdown {}: use off, on or auto", self.pushdown))?;
         if let Some(endpoint) = &self.storage_node {
@@ -492,8 +482,7 @@ async fn open(db: &DbArgs) -> Result<Engine> {
 /// [`open`] starting from `options` (a worker's: never creates a database).
 async fn open_with(db: &DbArgs, mut options: EngineOptions) -> Result<Engine> {
     if let Some(mib) = db.chunk_mib {
-        anyhow::ensure!(mib > 0, "--chunk-mib must be at least 1");
-        options.write.target_chunk_bytes = mib << 20;
+        options.set("chunk-mib", &mib.to_string()).map_err(|e| anyhow::anyhow!("--{e}"))?;
     }
     db.engine.apply(&mut options)?;
     Engine::open(&db.db, &db.store.options(), options).await.with_context(|| format!("cannot open database {}", db.db))

@@ -38,6 +38,8 @@ pub(crate) struct Conn<'a> {
     pub ctx: &'a SessionContext,
     pub txn: &'a TxnState,
     pub values: &'a Mutex<Values>,
+    /// The tables the session registered (seen beside the stored ones).
+    pub registered: &'a crate::registered::Registered,
 }
 
 /// Runs a parsed statement; `sql` names it in messages. A query's rows
@@ -178,7 +180,7 @@ async fn plan_while_refreshing(conn: &Conn<'_>, parsed: &Parsed, started: Instan
 
 /// Plans a plain query in `scope`.
 async fn plan(conn: &Conn<'_>, statement: DFStatement, scope: &Scope) -> Result<Option<Planned>, EngineError> {
-    let ctx = conn.engine.statement_context(&conn.ctx.state(), scope).await?;
+    let ctx = conn.engine.statement_context(&conn.ctx.state(), scope, conn.registered).await?;
     let in_transaction = conn.txn.in_transaction();
     let keep = conn.engine.statement_extension().is_some();
     Ok(query::plan_query(&ctx, statement, keep).await?.map(|p| p.with_cluster(conn.engine, !in_transaction)))
@@ -198,7 +200,7 @@ async fn run_streaming(conn: &Conn<'_>, parsed: Parsed, scope: Scope, started: I
 
 /// Runs a statement in `scope`: the family's entry point.
 async fn in_scope(conn: &Conn<'_>, statement: Statement, scope: Scope, started: Instant) -> Result<QueryResult, EngineError> {
-    let ctx = conn.engine.statement_context(&conn.ctx.state(), &scope).await?;
+    let ctx = conn.engine.statement_context(&conn.ctx.state(), &scope, conn.registered).await?;
     let env = Env { engine: conn.engine, ctx, scope, started, in_transaction: conn.txn.in_transaction() };
     let count = |rows: u64| count_result(rows, started);
     match statement {

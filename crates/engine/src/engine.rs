@@ -254,12 +254,13 @@ impl Engine {
     }
 
     /// A DataFusion context for one statement: `session`'s settings and
-    /// functions, the tables seen through `scope`, the past versions the
+    /// functions, the tables seen through `scope` and the session's
+    /// `registered` ones, the past versions the
     /// statement reads, and a memory pool of its own within the budget.
-    pub(crate) async fn statement_context(&self, session: &SessionState, scope: &Scope) -> Result<SessionContext, EngineError> {
+    pub(crate) async fn statement_context(&self, session: &SessionState, scope: &Scope, registered: &crate::registered::Registered) -> Result<SessionContext, EngineError> {
         let catalog = MemoryCatalogProvider::new();
         let tables = &self.shared.tables;
-        catalog.register_schema("public", Arc::new(tables.scoped(scope.clone(), false))).expect("memory catalog registers");
+        catalog.register_schema("public", registered.over(Arc::new(tables.scoped(scope.clone(), false)))).expect("memory catalog registers");
         catalog.register_schema(DML_SCHEMA, Arc::new(tables.scoped(scope.clone(), true))).expect("memory catalog registers");
         // Schemas an embedder registered beside the tables (a server's
         // pg_catalog) are seen by every statement.

@@ -28,7 +28,10 @@
 //! - `history`: snapshots, versions, RESTORE, VACUUM, SHOW STORAGE.
 //! - `optimize`: OPTIMIZE (compaction).
 //! - [`settings`]: the registry of settings, SET / SHOW / RESET.
+//! - [`registered`]: tables a session registers from its embedder's
+//!   memory (a Python DataFrame), seen beside the stored ones.
 //! - `names`: repeated output column names, as PostgreSQL allows them.
+//! - [`placeholders`]: parameters (`$n`, `?`) bound as typed SQL literals.
 //! - `script`: scripts cut into statements ([`split_statements`]).
 //! - [`result`]: what a statement answers.
 //! - [`error`] and [`sqlstate`]: the engine's errors and their SQLSTATEs.
@@ -101,8 +104,10 @@ mod names;
 mod optimize;
 pub mod options;
 pub mod parser;
+pub mod placeholders;
 pub mod provider;
 mod query;
+pub mod registered;
 pub mod result;
 pub mod runtime_filter;
 pub mod scan;

@@ -102,6 +102,66 @@ impl Default for EngineOptions {
     }
 }
 
+impl EngineOptions {
+    /// The names [`EngineOptions::set`] takes: the CLI's flags without the
+    /// dashes, the Python package's keyword arguments.
+    pub const SETTABLE: [&'static str; 10] = [
+        "threads", "memory_limit", "spill_dir", "spill_limit", "allow_plaintext_spill",
+        "cache_memory", "cache_decoded_ratio", "cache_dir", "cache_ssd_size", "chunk_mib",
+    ];
+
+    /// Sets the option `name` (one of [`EngineOptions::SETTABLE`]; `-` may
+    /// stand for `_`) from its text, as the CLI's flag of that name and
+    /// the Python package's `connect(…, name=value)` give it — one parser,
+    /// so both accept and refuse the same values. The error names the
+    /// option and says what it takes.
+    pub fn set(&mut self, name: &str, value: &str) -> Result<(), String> {
+        let key = name.replace('-', "_");
+        let bad = |why: String| format!("{key}: {why}");
+        match key.as_str() {
+            "threads" => {
+                let n: usize = value.trim().parse().map_err(|_| bad(format!("'{value}' is not a number of threads")))?;
+                if !(1..=1024).contains(&n) {
+                    return Err(bad(format!("{n} threads: give 1 to 1024")));
+                }
+                self.target_partitions = n;
+            }
+            "memory_limit" => self.memory_limit = memory::parse_limit(value).map_err(bad)?,
+            "spill_dir" => self.spill.dir = Some(PathBuf::from(value)),
+            "spill_limit" => self.spill.max_bytes = memory::parse_size(value).map_err(bad)?,
+            "allow_plaintext_spill" => self.spill.allow_plaintext = parse_switch(value).map_err(bad)?,
+            "cache_memory" => self.cache.memory = Some(crate::tiers::parse_cache_size(value).map_err(bad)?),
+            "cache_decoded_ratio" => {
+                let ratio: f64 = value.trim().parse().map_err(|_| bad(format!("'{value}' is not a number")))?;
+                if !(ratio.is_finite() && ratio >= 0.0) {
+                    return Err(bad(format!("{ratio}: give a ratio of sizes, 0 or more (0: always compressed)")));
+                }
+                self.cache.decoded_max_ratio = ratio;
+            }
+            "cache_dir" => self.cache.ssd_dir = Some(PathBuf::from(value)),
+            "cache_ssd_size" => self.cache.ssd_capacity = memory::parse_size(value).map_err(bad)?,
+            "chunk_mib" => {
+                let mib: usize = value.trim().parse().map_err(|_| bad(format!("'{value}' is not a number of MiB")))?;
+                if mib == 0 {
+                    return Err(bad("give at least 1 MiB".into()));
+                }
+                self.write.target_chunk_bytes = mib << 20;
+            }
+            _ => return Err(format!("unknown option '{name}'; the engine's options are {}", Self::SETTABLE.join(", "))),
+        }
+        Ok(())
+    }
+}
+
+/// A switch's text: true/false, on/off, yes/no, 1/0.
+fn parse_switch(value: &str) -> Result<bool, String> {
+    match value.trim().to_ascii_lowercase().as_str() {
+        "true" | "on" | "yes" | "1" => Ok(true),
+        "false" | "off" | "no" | "0" => Ok(false),
+        _ => Err(format!("'{value}' is not a switch: write true or false")),
+    }
+}
+
 /// The download manager as scans use it: the object scheduler decides the
 /// bytes each scan keeps in flight from the scan's own view of retrieval
 /// and processing, so the manager does not pace on top of it with its own
@@ -158,7 +218,24 @@ pub(crate) fn sort_merge_reservation(limit: Option<usize>) -> usize {
 
 #[cfg(test)]
 mod tests {
-    use super::collect_left_bytes;
+    use super::{EngineOptions, collect_left_bytes};
+
+    #[test]
+    fn options_are_set_by_name_and_mistakes_are_named() {
+        let mut o = EngineOptions::default();
+        o.set("threads", "3").unwrap();
+        o.set("memory-limit", "2G").unwrap();
+        o.set("chunk_mib", "4").unwrap();
+        o.set("allow_plaintext_spill", "on").unwrap();
+        assert_eq!((o.target_partitions, o.memory_limit, o.write.target_chunk_bytes, o.spill.allow_plaintext), (3, Some(2 << 30), 4 << 20, true));
+        o.set("memory_limit", "none").unwrap();
+        assert_eq!(o.memory_limit, None);
+        assert!(o.set("threads", "0").unwrap_err().starts_with("threads: 0 threads"));
+        assert!(o.set("memory_limit", "lots").unwrap_err().starts_with("memory_limit: 'lots' is not a size"));
+        assert!(o.set("cache_decoded_ratio", "-1").unwrap_err().contains("0 or more"));
+        let unknown = o.set("memroy_limit", "1G").unwrap_err();
+        assert!(unknown.contains("unknown option 'memroy_limit'") && unknown.contains("memory_limit"), "{unknown}");
+    }
 
     #[test]
     fn shared_hash_tables_shrink_with_the_partitions_to_a_floor() {

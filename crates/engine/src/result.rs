@@ -142,6 +142,17 @@ impl Answer {
 }
 
 impl QueryResult {
+    /// The rows a DML statement or COPY changed, as its `count` column
+    /// says (0 for any other result).
+    pub fn changed_rows(&self) -> usize {
+        match self.batches.first() {
+            Some(b) if self.schema.fields().len() == 1 && self.schema.field(0).name() == "count" && b.num_rows() == 1 => {
+                b.column(0).as_any().downcast_ref::<UInt64Array>().map_or(0, |a| a.value(0) as usize)
+            }
+            _ => 0,
+        }
+    }
+
     /// Rows in the result.
     pub fn rows(&self) -> usize {
         self.batches.iter().map(RecordBatch::num_rows).sum()
@@ -224,4 +235,59 @@ pub(crate) fn show_cache(rows: Vec<crate::tiers::TierRow>, started: Instant) -> 
     ];
     let batch = RecordBatch::try_new(schema.clone(), columns).expect("SHOW CACHE batch");
     QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) }
+}
+
+/// How a statement's completion is reported to a client: rows, or a
+/// command with PostgreSQL's tag (and the rows it changed, for those that
+/// count) — what the PostgreSQL server's CommandComplete and a DB-API
+/// cursor's `description` and `rowcount` say.
+#[derive(Debug, PartialEq, Eq)]
+pub enum CommandKind {
+    /// A statement that returns rows.
+    Rows,
+    /// BEGIN.
+    Begin,
+    /// COMMIT or ROLLBACK (the tag).
+    End(&'static str),
+    /// A tag with the count of rows it changed.
+    Counted(String),
+    /// A tag alone.
+    Plain(String),
+}
+
+impl CommandKind {
+    /// The kind of statement `sql` (one statement) is, by its first words.
+    pub fn of(sql: &str) -> CommandKind {
+        let words: Vec<String> = sql.split_whitespace().take(3).map(|w| w.trim_end_matches(';').to_ascii_uppercase()).collect();
+        let w = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
+        let dry_run = sql.to_ascii_uppercase().contains("DRY RUN");
+        match w(0) {
+            "BEGIN" | "START" => CommandKind::Begin,
+            "COMMIT" | "END" => CommandKind::End("COMMIT"),
+            "ROLLBACK" | "ABORT" => CommandKind::End("ROLLBACK"),
+            "INSERT" | "UPDATE" | "DELETE" | "COPY" | "OPTIMIZE" => CommandKind::Counted(w(0).to_string()),
+            "CREATE" if w(1) == "TABLE" && sql.to_ascii_uppercase().contains(" AS ") => CommandKind::Counted("SELECT".into()),
+            "CREATE" | "DROP" => CommandKind::Plain(format!("{} {}", w(0), w(1))),
+            "VACUUM" if !dry_run => CommandKind::Plain("VACUUM".into()),
+            "SET" | "RESET" | "RESTORE" | "SAVEPOINT" | "RELEASE" => CommandKind::Plain(w(0).to_string()),
+            _ => CommandKind::Rows,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn statements_complete_with_postgres_tags() {
+        assert_eq!(CommandKind::of("select 1"), CommandKind::Rows);
+        assert_eq!(CommandKind::of("  begin;"), CommandKind::Begin);
+        assert_eq!(CommandKind::of("ROLLBACK"), CommandKind::End("ROLLBACK"));
+        assert_eq!(CommandKind::of("insert into t values (1)"), CommandKind::Counted("INSERT".into()));
+        assert_eq!(CommandKind::of("create table t as select 1"), CommandKind::Counted("SELECT".into()));
+        assert_eq!(CommandKind::of("create table t (x int)"), CommandKind::Plain("CREATE TABLE".into()));
+        assert_eq!(CommandKind::of("VACUUM DRY RUN"), CommandKind::Rows);
+        assert_eq!(CommandKind::of("show tables"), CommandKind::Rows);
+    }
 }

@@ -36,6 +36,8 @@ pub struct Session {
     ctx: SessionContext,
     txn: TxnState,
     values: Mutex<Values>,
+    /// Tables registered from the embedder's memory ([`Session::register_table`]).
+    registered: crate::registered::Registered,
 }
 
 impl Engine {
@@ -45,7 +47,7 @@ impl Engine {
         // SessionState's clone copies the settings and shares the runtime
         // (memory pool, disk manager), the functions and the catalogs.
         let ctx = SessionContext::new_with_state(self.base_context().state());
-        Session { engine: self.clone(), ctx, txn: TxnState::default(), values: Mutex::new(Values::default()) }
+        Session { engine: self.clone(), ctx, txn: TxnState::default(), values: Mutex::new(Values::default()), registered: Default::default() }
     }
 }
 
@@ -77,7 +79,7 @@ impl Session {
     }
 
     fn conn(&self) -> Conn<'_> {
-        Conn { engine: &self.engine, ctx: &self.ctx, txn: &self.txn, values: &self.values }
+        Conn { engine: &self.engine, ctx: &self.ctx, txn: &self.txn, values: &self.values, registered: &self.registered }
     }
 
     /// The value of setting `name` as this session sees it (`None`: no such setting).
@@ -212,7 +214,7 @@ impl Session {
             }
         };
         let slot: TxnSlot = Arc::new(tokio::sync::Mutex::new(None));
-        let ctx = self.engine.statement_context(&self.ctx.state(), &Scope { view, snapshot, txn: slot, past: parsed.past }).await?;
+        let ctx = self.engine.statement_context(&self.ctx.state(), &Scope { view, snapshot, txn: slot, past: parsed.past }, &self.registered).await?;
         // A statement that returns rows must plan here; one that does not
         // may be one DataFusion cannot plan but blobhouse runs (DELETE and
         // UPDATE are rewritten before planning).
@@ -267,6 +269,32 @@ impl Session {
     /// only ROLLBACK or COMMIT, which rolls it back, are taken).
     pub fn in_aborted_transaction(&self) -> bool {
         self.txn.aborted_by().is_some()
+    }
+
+    /// Makes `table` (rows in the embedder's memory, e.g. a Python
+    /// DataFrame) readable as `name` in this session's statements, beside
+    /// the stored tables, until [`Session::deregister_table`]; a table
+    /// registered before under that name is replaced. A stored table's
+    /// name is refused: the two would be indistinguishable in SQL.
+    pub async fn register_table(&self, name: &str, table: Arc<dyn datafusion::datasource::TableProvider>) -> Result<(), EngineError> {
+        if name.is_empty() {
+            return Err(EngineError::Unsupported("a registered table needs a name".into()));
+        }
+        if self.engine.database().refresh().await?.tables.contains_key(name) {
+            return Err(blobhouse_storage::StorageError::TableExists(name.to_string()).into());
+        }
+        self.registered.insert(name, table);
+        Ok(())
+    }
+
+    /// Forgets a table registered as `name`; whether there was one.
+    pub fn deregister_table(&self, name: &str) -> bool {
+        self.registered.remove(name).is_some()
+    }
+
+    /// The names of the tables this session registered.
+    pub fn registered_tables(&self) -> Vec<String> {
+        self.registered.names()
     }
 
     /// Whether a transaction begun with BEGIN is open (aborted or not).

@@ -130,6 +130,8 @@ fn arrow(e: &ArrowError) -> &'static str {
         ArrowError::MemoryError(_) => "53200",
         ArrowError::IoError(..) => "58030",
         ArrowError::CsvError(_) | ArrowError::JsonError(_) => "22P04",
+        // A NULL written to a NOT NULL column (arrow's batch check).
+        ArrowError::InvalidArgumentError(m) if m.contains("non-nullable") && m.contains("null values") => "23502",
         _ => "XX000",
     }
 }
@@ -184,6 +186,8 @@ mod tests {
         assert_eq!(EngineError::Query(DataFusionError::ResourcesExhausted("x".into())).sqlstate(), "53200");
         assert_eq!(EngineError::Query(DataFusionError::Plan("table 'datafusion.public.nope' not found".into())).sqlstate(), "42P01");
         assert_eq!(EngineError::Query(DataFusionError::ArrowError(Box::new(ArrowError::DivideByZero), None)).sqlstate(), "22012");
+        let not_null = ArrowError::InvalidArgumentError("Column 'x' is declared as non-nullable but contains null values".into());
+        assert_eq!(EngineError::Query(DataFusionError::ArrowError(Box::new(not_null), None)).sqlstate(), "23502");
         assert_eq!(EngineError::Transaction { rule: TxnRule::InProgress, message: String::new() }.sqlstate(), "25001");
         assert_eq!(EngineError::TransactionAborted { cause: String::new() }.sqlstate(), "25P02");
         assert!(!EngineError::Unsupported(String::new()).is_retryable());

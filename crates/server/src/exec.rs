@@ -243,17 +243,6 @@ impl Runner {
     }
 }
 
-/// The rows a DML statement, COPY or CREATE TABLE AS reports having
-/// changed (its one `count` cell), 0 for anything else.
-pub(crate) fn changed_rows(result: &QueryResult) -> usize {
-    match result.batches.first() {
-        Some(b) if result.schema.fields().len() == 1 && result.schema.field(0).name() == "count" && b.num_rows() == 1 => {
-            b.column(0).as_any().downcast_ref::<datafusion::arrow::array::UInt64Array>().map_or(0, |a| a.value(0) as usize)
-        }
-        _ => 0,
-    }
-}
-
 /// A gauge raised for as long as the value lives.
 struct Gauge<F: Fn(i64)>(F);
 

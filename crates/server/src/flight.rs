@@ -55,7 +55,7 @@ use tonic::{Request, Response, Status, Streaming};
 use blobhouse_engine::{Described, Engine, EngineError, QueryResult, Session};
 
 use crate::auth::Users;
-use crate::exec::{Failure, Runner, changed_rows};
+use crate::exec::{Failure, Runner};
 use crate::metrics::Metrics;
 use crate::params;
 
@@ -368,7 +368,7 @@ impl FlightSql {
         let mut loaded = 0;
         for sql in statements {
             match self.run(session, sql).await {
-                Ok(result) => loaded = changed_rows(&result),
+                Ok(result) => loaded = result.changed_rows(),
                 Err(status) => {
                     if let Some(own) = own {
                         own.rollback().await;
@@ -601,7 +601,7 @@ impl FlightSqlService for FlightSql {
         let session = self.session(&request)?;
         session.check_transaction(command.transaction_id.as_deref())?;
         let result = self.run(&session, command.query).await?;
-        Ok(changed_rows(&result) as i64)
+        Ok(result.changed_rows() as i64)
     }
 
     async fn do_action_create_prepared_statement(&self, query: ActionCreatePreparedStatementRequest, request: Request<Action>) -> Result<ActionCreatePreparedStatementResult, Status> {
@@ -671,7 +671,7 @@ impl FlightSqlService for FlightSql {
             prepared.bound = sent;
         }
         let results = self.run_prepared(&session, &prepared).await?;
-        Ok(results.iter().map(changed_rows).sum::<usize>() as i64)
+        Ok(results.iter().map(QueryResult::changed_rows).sum::<usize>() as i64)
     }
 
     async fn do_put_statement_ingest(&self, command: CommandStatementIngest, request: Request<PeekableFlightDataStream>) -> Result<i64, Status> {

@@ -45,11 +45,12 @@ use crate::auth::{UserSource, Users};
 use crate::catalog::Introspection;
 use crate::copy::{self, CopyIn, Spool};
 use crate::cursors::{self, Cursor, CursorStatement};
-use crate::exec::{Output, Rows, Runner, changed_rows};
+use crate::exec::{Output, Rows, Runner};
 use crate::login::{LoggedIn, Parameters, Startup};
 use crate::metrics::Metrics;
 use crate::params;
-use crate::respond::{CommandKind, error_info, failure_info, fields, respond, rows, streamed, wire_schema};
+use blobhouse_engine::result::CommandKind;
+use crate::respond::{error_info, failure_info, fields, respond, rows, streamed, wire_schema};
 
 /// A connection's engine session, its parameters and its COPY … FROM
 /// STDIN in progress.
@@ -716,7 +717,7 @@ impl CopyHandler for Backend {
             PgWireError::UserError(Box::new(info))
         })?;
         drop(spool);
-        let rows = changed_rows(&result);
+        let rows = result.changed_rows();
         client.send(PgWireBackendMessage::CommandComplete(Tag::new("COPY").with_rows(rows).into())).await?;
         Ok(())
     }

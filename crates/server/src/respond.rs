@@ -24,7 +24,8 @@ use pgwire::types::format::FormatOptions;
 
 use blobhouse_engine::{EngineError, QueryResult};
 
-use crate::exec::{Failure, Rows, changed_rows, conform};
+use crate::exec::{Failure, Rows, conform};
+use blobhouse_engine::result::CommandKind;
 use crate::pg::user_error;
 
 /// `schema` with each column in the Arrow type that arrow-pg encodes as
@@ -73,36 +74,6 @@ pub(crate) fn fields(schema: &SchemaRef, format: &Format, options: Option<Arc<Fo
         .collect())
 }
 
-/// How a statement's completion is reported.
-#[derive(Debug, PartialEq, Eq)]
-pub(crate) enum CommandKind {
-    Rows,
-    Begin,
-    End(&'static str),
-    /// A tag with the count of rows it changed.
-    Counted(String),
-    Plain(String),
-}
-
-impl CommandKind {
-    pub(crate) fn of(sql: &str) -> CommandKind {
-        let words: Vec<String> = sql.split_whitespace().take(3).map(|w| w.trim_end_matches(';').to_ascii_uppercase()).collect();
-        let w = |i: usize| words.get(i).map(String::as_str).unwrap_or("");
-        let dry_run = sql.to_ascii_uppercase().contains("DRY RUN");
-        match w(0) {
-            "BEGIN" | "START" => CommandKind::Begin,
-            "COMMIT" | "END" => CommandKind::End("COMMIT"),
-            "ROLLBACK" | "ABORT" => CommandKind::End("ROLLBACK"),
-            "INSERT" | "UPDATE" | "DELETE" | "COPY" | "OPTIMIZE" => CommandKind::Counted(w(0).to_string()),
-            "CREATE" if w(1) == "TABLE" && sql.to_ascii_uppercase().contains(" AS ") => CommandKind::Counted("SELECT".into()),
-            "CREATE" | "DROP" => CommandKind::Plain(format!("{} {}", w(0), w(1))),
-            "VACUUM" if !dry_run => CommandKind::Plain("VACUUM".into()),
-            "SET" | "RESET" | "RESTORE" | "SAVEPOINT" | "RELEASE" => CommandKind::Plain(w(0).to_string()),
-            _ => CommandKind::Rows,
-        }
-    }
-}
-
 /// The response to one statement's result: rows (under `described`, the
 /// schema the client was told, when there was a Describe), or a command tag.
 pub(crate) fn respond(sql: &str, result: QueryResult, described: Option<&SchemaRef>, format: &Format, options: Arc<FormatOptions>) -> PgWireResult<Response> {
@@ -115,8 +86,8 @@ pub(crate) fn respond(sql: &str, result: QueryResult, described: Option<&SchemaR
         // COMMIT of an aborted transaction rolled it back: PostgreSQL's tag says so.
         CommandKind::End(_) if result.rolled_back => Response::TransactionEnd(Tag::new("ROLLBACK")),
         CommandKind::End(word) => Response::TransactionEnd(Tag::new(word)),
-        CommandKind::Counted(word) if word == "INSERT" => Response::Execution(Tag::new("INSERT").with_oid(0).with_rows(changed_rows(&result))),
-        CommandKind::Counted(word) => Response::Execution(Tag::new(&word).with_rows(changed_rows(&result))),
+        CommandKind::Counted(word) if word == "INSERT" => Response::Execution(Tag::new("INSERT").with_oid(0).with_rows(result.changed_rows())),
+        CommandKind::Counted(word) => Response::Execution(Tag::new(&word).with_rows(result.changed_rows())),
         CommandKind::Plain(word) => Response::Execution(Tag::new(&word)),
     })
 }
@@ -231,18 +202,6 @@ pub(crate) fn failure_info(f: &Failure) -> ErrorInfo {
 #[cfg(test)]
 mod tests {
     use super::*;
-
-    #[test]
-    fn statements_complete_with_postgres_tags() {
-        assert_eq!(CommandKind::of("select 1"), CommandKind::Rows);
-        assert_eq!(CommandKind::of("  begin;"), CommandKind::Begin);
-        assert_eq!(CommandKind::of("ROLLBACK"), CommandKind::End("ROLLBACK"));
-        assert_eq!(CommandKind::of("insert into t values (1)"), CommandKind::Counted("INSERT".into()));
-        assert_eq!(CommandKind::of("create table t as select 1"), CommandKind::Counted("SELECT".into()));
-        assert_eq!(CommandKind::of("create table t (x int)"), CommandKind::Plain("CREATE TABLE".into()));
-        assert_eq!(CommandKind::of("VACUUM DRY RUN"), CommandKind::Rows);
-        assert_eq!(CommandKind::of("show tables"), CommandKind::Rows);
-    }
 
     #[test]
     fn numeric_columns_carry_precision_and_scale_and_int8_goes_as_int2() {
