@@ -12,7 +12,9 @@
 #   - DuckDB and its TPC-H extension, the external correctness oracle (PyPI);
 #   - psql (Debian's postgresql-client), psycopg, asyncpg, SQLAlchemy and ADBC's
 #     Flight SQL driver with pyarrow (PyPI), pgjdbc (Maven Central): the
-#     real clients of the server tests.
+#     real clients of the server tests;
+#   - pandas, Polars, dbapi-compliance, nbclient, ipykernel and matplotlib
+#     (PyPI): the Python package's tests.
 # Idempotent: skips what is already there.
 set -euo pipefail
 
@@ -99,6 +101,24 @@ if ! python3 -c "import adbc_driver_flightsql, pyarrow, sqlalchemy; assert adbc_
   python3 -m pip install --quiet --disable-pip-version-check \
     "adbc-driver-flightsql==$ADBC_VERSION" "adbc-driver-manager==$ADBC_VERSION" "pyarrow==$PYARROW_VERSION" "sqlalchemy==$SQLALCHEMY_VERSION"
 fi
+# The Python package's tests (python/tests): DataFrames in and out (pandas,
+# Polars), the DB-API 2.0 compliance suite (dbapi-compliance's dbapi20.py),
+# and the quickstart notebook run by nbclient on an ipykernel, plotting with
+# matplotlib. The package itself is built by scripts/test.sh.
+PANDAS_VERSION="3.1.1"
+POLARS_VERSION="2.1.0"
+DBAPI_COMPLIANCE_VERSION="1.15.0"
+NBCLIENT_VERSION="0.11.0"
+NBFORMAT_VERSION="5.11.1"
+IPYKERNEL_VERSION="7.4.0"
+MATPLOTLIB_VERSION="3.11.2"
+PYTEST_VERSION="9.2.0"
+if ! python3 -c "import pandas, polars, dbapi20, nbclient, nbformat, ipykernel, matplotlib, pytest, importlib.metadata as m; assert (pandas.__version__, polars.__version__, m.version('dbapi-compliance'), nbclient.__version__, nbformat.__version__, ipykernel.__version__, matplotlib.__version__, pytest.__version__) == ('$PANDAS_VERSION', '$POLARS_VERSION', '$DBAPI_COMPLIANCE_VERSION', '$NBCLIENT_VERSION', '$NBFORMAT_VERSION', '$IPYKERNEL_VERSION', '$MATPLOTLIB_VERSION', '$PYTEST_VERSION')" 2>/dev/null; then
+  echo "install-test-deps: installing pandas, Polars, dbapi-compliance, nbclient, ipykernel and matplotlib (Python package tests)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check "pandas==$PANDAS_VERSION" "polars==$POLARS_VERSION" \
+    "dbapi-compliance==$DBAPI_COMPLIANCE_VERSION" "nbclient==$NBCLIENT_VERSION" "nbformat==$NBFORMAT_VERSION" \
+    "ipykernel==$IPYKERNEL_VERSION" "matplotlib==$MATPLOTLIB_VERSION" "pytest==$PYTEST_VERSION"
+fi
 # pgjdbc (what DBeaver, DataGrip, Metabase and every JVM program use) for
 # the JDBC conformance cases; they run it with `java` from the JDK.
 PGJDBC_VERSION="42.7.14"
@@ -113,4 +133,4 @@ if [ ! -f "$PGJDBC_JAR" ]; then
   echo "install-test-deps: fetching pgjdbc $PGJDBC_VERSION from Maven Central" >&2
   mvn -q dependency:get -Dartifact="org.postgresql:postgresql:$PGJDBC_VERSION" >/dev/null
 fi
-echo "install-test-deps: minio, toxiproxy, azurite $AZURITE_VERSION, fake-gcs-server $FAKE_GCS_VERSION, nginx, duckdb $DUCKDB_VERSION, psql, psycopg, ADBC, SQLAlchemy and pgjdbc $PGJDBC_VERSION ready" >&2
+echo "install-test-deps: minio, toxiproxy, azurite $AZURITE_VERSION, fake-gcs-server $FAKE_GCS_VERSION, nginx, duckdb $DUCKDB_VERSION, psql, psycopg, ADBC, SQLAlchemy, pgjdbc $PGJDBC_VERSION and the Python package's test tools ready" >&2
