@@ -112,7 +112,10 @@ async fn the_memory_tier_is_filled_from_the_morsels(b: Backend) {
     assert_eq!(lines(&second), lines(&first));
     assert_eq!(second.scan.cache_misses, 0, "every chunk from memory: {:?}", second.scan);
     assert!(second.scan.memory_hits >= 1, "{:?}", second.scan);
-    assert!(second.scan.partitions_busy >= 2, "{:?}", second.scan);
+    // Still cut into morsels; which partitions take them is the
+    // scheduler's (from memory one partition may drain all four before
+    // another asks: seen in a cold CI run).
+    assert_eq!(second.scan.morsels_read, 4, "{:?}", second.scan);
     let held = lines(&run(&e, "SHOW CACHE").await);
     assert!(held[0].starts_with("memory|"), "{held:?}");
     // From the third run on, rows come out of the decoded pieces, each
