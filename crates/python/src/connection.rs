@@ -189,15 +189,21 @@ impl Connection {
     }
 }
 
-/// Opens the engine, and makes it a coordinator of `options.workers`.
+/// Opens the engine, and makes it a coordinator of `options.workers` (the
+/// cluster's settings are checked first: a missing token fails before the
+/// database is opened).
 fn open_engine(py: Python<'_>, url: &str, options: ConnectOptions) -> PyResult<Engine> {
     let ConnectOptions { store, engine, workers, cluster_token_env, worker_ca } = options;
+    let cluster = if workers.is_empty() {
+        None
+    } else {
+        let token = blobhouse_cluster::ClusterToken::from_env(&cluster_token_env).map_err(|e| InterfaceError::new_err(format!("workers: {e}")))?;
+        Some(blobhouse_cluster::Cluster::new(&workers, token, worker_ca.as_deref()).map_err(|e| InterfaceError::new_err(format!("workers: {e}")))?)
+    };
     let owned = url.to_string();
     let engine = runtime::wait(py, async move { Engine::open(&owned, &store, engine).await })?
         .map_err(|e| crate::errors::with_sqlstate(py, e.sqlstate(), format!("cannot open database {url}: {e}")))?;
-    if !workers.is_empty() {
-        let token = blobhouse_cluster::ClusterToken::from_env(&cluster_token_env).map_err(|e| InterfaceError::new_err(format!("workers: {e}")))?;
-        let cluster = blobhouse_cluster::Cluster::new(&workers, token, worker_ca.as_deref()).map_err(|e| InterfaceError::new_err(format!("workers: {e}")))?;
+    if let Some(cluster) = cluster {
         let probe = cluster.clone();
         let down = runtime::wait(py, async move { probe.probe().await })?;
         if !down.is_empty() {
