@@ -47,7 +47,8 @@ def _bind(sql: str, parameters: Optional[Sequence[Any]]) -> str:
         return sql
     values = _check_sequence(parameters)
     if not values:
-        return _blobhouse.bind(sql, _pa.RecordBatch.from_pylist([{}]))[0] if "?" in sql or "$" in sql else sql
+        # No values: the engine still checks that the statement wants none.
+        return _blobhouse.bind(sql, _pa.RecordBatch.from_pylist([]))[0]
     return _blobhouse.bind(sql, _param_rows_batch([values]))[0]
 
 

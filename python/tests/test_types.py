@@ -90,6 +90,10 @@ def test_parameters_are_values_not_sql(con):
         con.execute("SELECT ?", (1, 2))
     with pytest.raises(blobhouse.ProgrammingError, match="takes 2 parameter"):
         con.execute("SELECT ?, ?", (1,))
+    # Empty parameters: a statement without placeholders runs, one with them is refused.
+    assert con.execute("SELECT '?' AS a", ()).fetchall() == [("?",)]
+    with pytest.raises(blobhouse.ProgrammingError, match="takes 1 parameter"):
+        con.execute("SELECT $1", [])
     with pytest.raises(blobhouse.ProgrammingError, match="positional"):
         con.execute("SELECT ?", {"a": 1})
 

@@ -229,7 +229,9 @@ pub fn bind(sql: &str, parameters: pyo3_arrow::PyRecordBatch) -> PyResult<Vec<St
     if wanted != batch.num_columns() {
         return Err(ProgrammingError::new_err(format!("the statement takes {wanted} parameter(s) but {} were given", batch.num_columns())));
     }
-    (0..batch.num_rows())
+    // A batch of no columns says nothing of rows: no values, one statement.
+    let rows = if batch.num_columns() == 0 { 1 } else { batch.num_rows() };
+    (0..rows)
         .map(|row| {
             let literals = batch
                 .columns()
