@@ -119,6 +119,15 @@ if ! python3 -c "import pandas, polars, dbapi20, nbclient, nbformat, ipykernel, 
     "dbapi-compliance==$DBAPI_COMPLIANCE_VERSION" "nbclient==$NBCLIENT_VERSION" "nbformat==$NBFORMAT_VERSION" \
     "ipykernel==$IPYKERNEL_VERSION" "matplotlib==$MATPLOTLIB_VERSION" "pytest==$PYTEST_VERSION"
 fi
+# Other engines reading blobhouse tables as Iceberg (issue 47): DuckDB's
+# iceberg extension (with avro, and httpfs for REST catalogs), loaded by
+# path from the PyPI wheels, and pyiceberg.
+PYICEBERG_VERSION="0.12.0"
+if ! python3 -c "import duckdb_extension_iceberg, duckdb_extension_avro, duckdb_extension_httpfs, pyiceberg; assert pyiceberg.__version__ == '$PYICEBERG_VERSION'" 2>/dev/null; then
+  echo "install-test-deps: installing duckdb-extension-iceberg/avro/httpfs==$DUCKDB_VERSION and pyiceberg==$PYICEBERG_VERSION (Iceberg readers)" >&2
+  python3 -m pip install --quiet --disable-pip-version-check "duckdb-extension-iceberg==$DUCKDB_VERSION" \
+    "duckdb-extension-avro==$DUCKDB_VERSION" "duckdb-extension-httpfs==$DUCKDB_VERSION" "pyiceberg[pyarrow]==$PYICEBERG_VERSION"
+fi
 # pgjdbc (what DBeaver, DataGrip, Metabase and every JVM program use) for
 # the JDBC conformance cases; they run it with `java` from the JDK.
 PGJDBC_VERSION="42.7.14"
@@ -133,4 +142,4 @@ if [ ! -f "$PGJDBC_JAR" ]; then
   echo "install-test-deps: fetching pgjdbc $PGJDBC_VERSION from Maven Central" >&2
   mvn -q dependency:get -Dartifact="org.postgresql:postgresql:$PGJDBC_VERSION" >/dev/null
 fi
-echo "install-test-deps: minio, toxiproxy, azurite $AZURITE_VERSION, fake-gcs-server $FAKE_GCS_VERSION, nginx, duckdb $DUCKDB_VERSION, psql, psycopg, ADBC, SQLAlchemy, pgjdbc $PGJDBC_VERSION and the Python package's test tools ready" >&2
+echo "install-test-deps: minio, toxiproxy, azurite $AZURITE_VERSION, fake-gcs-server $FAKE_GCS_VERSION, nginx, duckdb $DUCKDB_VERSION, psql, psycopg, ADBC, SQLAlchemy, pyiceberg, pgjdbc $PGJDBC_VERSION and the Python package's test tools ready" >&2

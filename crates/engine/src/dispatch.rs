@@ -206,7 +206,10 @@ async fn in_scope(conn: &Conn<'_>, statement: Statement, scope: Scope, started: 
     match statement {
         Statement::Sql(statement) => query::run(&env, *statement, conn.ctx).await,
         Statement::ShowTables => match crate::parser::parse(query::SHOW_TABLES, "generic", 50)?.statement {
-            Statement::Sql(statement) => query::run(&env, *statement, conn.ctx).await,
+            Statement::Sql(statement) => {
+                let names = query::run(&env, *statement, conn.ctx).await?;
+                crate::interop::show_tables(&env, names).await
+            }
             other => unreachable!("SHOW TABLES is a query, not {other:?}"),
         },
         Statement::Dml(statement) => match crate::dml::run(&env, &statement).await {

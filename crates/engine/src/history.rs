@@ -34,12 +34,16 @@ pub(crate) enum History {
     /// `tables`: `None` for the whole database.
     Restore { tables: Option<Vec<String>>, to: AsOf },
     Vacuum { retain: std::time::Duration, grace: std::time::Duration, dry_run: bool },
+    /// `ALTER DATABASE SET iceberg = on|off`: whether commits write Iceberg
+    /// metadata; `on` also writes it for every table that lacks it, and
+    /// answers each table with its metadata's path.
+    SetIceberg { on: bool },
 }
 
 impl History {
     /// Whether it answers rows (known once it ran: it only reads metadata).
     pub(crate) fn returns_rows(&self) -> bool {
-        matches!(self, History::ShowSnapshots | History::ShowStorage | History::ShowVersions { .. } | History::Vacuum { dry_run: true, .. })
+        matches!(self, History::ShowSnapshots | History::ShowStorage | History::ShowVersions { .. } | History::Vacuum { dry_run: true, .. } | History::SetIceberg { .. })
     }
 }
 
@@ -80,6 +84,31 @@ pub(crate) async fn run(env: &Env<'_>, h: History) -> Result<QueryResult, Engine
             }
             let report = blobhouse_storage::gc::vacuum(engine.database(), retain, grace, dry_run).await?;
             Ok(vacuum_result(&report, dry_run, started))
+        }
+        History::SetIceberg { on } => {
+            if env.in_transaction {
+                return Err(EngineError::transaction(TxnRule::InProgress, "ALTER DATABASE cannot run inside a transaction block; COMMIT or ROLLBACK first"));
+            }
+            let db = engine.database();
+            if on && db.keyring().is_some() {
+                return Err(EngineError::Unsupported(
+                    "an encrypted database cannot be shared as Iceberg: other engines cannot read its objects; COPY its tables into a plaintext database to share them".into(),
+                ));
+            }
+            db.commit(&[blobhouse_storage::Change::SetIceberg { on }]).await?;
+            let rows = if on { blobhouse_storage::iceberg::publish_all(db, db.refresh().await?.as_ref()).await } else { Vec::new() };
+            let schema = Arc::new(Schema::new(vec![
+                Field::new("table", DataType::Utf8, false),
+                Field::new("iceberg_metadata", DataType::Utf8, true),
+                Field::new("note", DataType::Utf8, true),
+            ]));
+            let columns: Vec<ArrayRef> = vec![
+                Arc::new(rows.iter().map(|r| Some(r.0.as_str())).collect::<StringArray>()),
+                Arc::new(rows.iter().map(|r| r.1.as_ref().ok().map(String::as_str)).collect::<StringArray>()),
+                Arc::new(rows.iter().map(|r| r.1.as_ref().err().map(String::as_str)).collect::<StringArray>()),
+            ];
+            let batch = RecordBatch::try_new(schema.clone(), columns).map_err(DataFusionError::from)?;
+            Ok(QueryResult { batches: vec![batch], ..empty_result(started).with_schema(schema) })
         }
         History::ShowVersions { limit } => {
             let newest = scope.view.version.max(engine.database().current().version);

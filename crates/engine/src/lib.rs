@@ -97,6 +97,7 @@ pub mod error;
 pub mod extension;
 mod history;
 pub mod hybrid;
+mod interop;
 pub mod key_bloom;
 pub mod key_transfer;
 pub mod memory;

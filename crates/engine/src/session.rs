@@ -193,10 +193,8 @@ impl Session {
             Statement::Setting(settings::SettingStatement::Show(_) | settings::SettingStatement::ShowAll) | Statement::ShowCache => return Ok(Described::RowsWhenRun),
             Statement::History(h) if h.returns_rows() => return Ok(Described::RowsWhenRun),
             Statement::Setting(_) | Statement::History(_) | Statement::CopyFrom(_) | Statement::CopyTo(_) | Statement::Optimize { .. } | Statement::Transaction(_) => return Ok(command),
-            Statement::ShowTables => match parser::parse(crate::query::SHOW_TABLES, "generic", 50)?.statement {
-                Statement::Sql(s) => *s,
-                _ => return Ok(command),
-            },
+            // Its rows gain a column computed when it runs (crate::interop).
+            Statement::ShowTables => return Ok(Described::RowsWhenRun),
             Statement::Dml(s) => DFStatement::Statement(s.clone()),
             Statement::Sql(s) => (**s).clone(),
         };

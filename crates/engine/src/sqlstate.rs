@@ -76,6 +76,8 @@ fn storage(e: &StorageError) -> &'static str {
         StorageError::UnsupportedFormat { .. } => "0A000",
         StorageError::InvalidData(_) => "22000",
         StorageError::Injected(_) => "58000",
+        // feature_not_supported: a table Iceberg cannot describe.
+        StorageError::Iceberg { .. } => "0A000",
     }
 }
 

@@ -84,6 +84,9 @@ pub enum Change {
         tables: BTreeMap<String, Option<TableEntry>>,
         expected: BTreeMap<String, Expected>,
     },
+    /// `ALTER DATABASE SET iceberg = on|off`: whether later commits write
+    /// Iceberg metadata (`crate::iceberg`).
+    SetIceberg { on: bool },
 }
 
 /// What a RESTORE expects of a table it replaces: absent, or this id at
@@ -150,6 +153,7 @@ impl Change {
                 let names: Vec<&str> = tables.keys().map(String::as_str).collect();
                 format!("RESTORE {} TO VERSION {target}", names.join(", "))
             }
+            Change::SetIceberg { on } => format!("ALTER DATABASE SET iceberg = {}", if *on { "on" } else { "off" }),
         }
     }
 }
@@ -309,6 +313,11 @@ pub fn apply(version: &mut CatalogVersion, change: &Change) -> Result<bool> {
             version.gc = gc.clone();
             version.restores.retain(|r| r.version > gc.horizon);
             Ok(true)
+        }
+        Change::SetIceberg { on } => {
+            let changed = version.iceberg != Some(*on);
+            version.iceberg = Some(*on);
+            Ok(changed)
         }
     }
 }

@@ -98,6 +98,9 @@ pub struct Database {
     /// Told of every data object a writer of this handle uploads (the
     /// engine's caches: write-through), once set.
     upload_observer: std::sync::OnceLock<Arc<dyn UploadObserver>>,
+    /// Writes the Iceberg metadata of what commits change
+    /// (`crate::iceberg`), and remembers the last it wrote per table.
+    pub(crate) iceberg: crate::iceberg::Publisher,
 }
 
 /// Hears of each data object once it is on the store, with its bytes: the
@@ -127,7 +130,7 @@ impl Database {
             Some(spec) => Some(spec.provider().map_err(|e| keys_error(e.to_string()))?),
             None => None,
         };
-        let (created_format, sealer, keyring) = match loc.store.get(&marker_path).await {
+        let (created_format, sealer, keyring, iceberg_default) = match loc.store.get(&marker_path).await {
             Ok(r) => {
                 let bytes = r.bytes().await.map_err(|e| StorageError::store("GET", loc.display(&marker_path), e))?;
                 let marker: DatabaseMarker = parse_json(&loc, &marker_path, &bytes)?;
@@ -157,7 +160,7 @@ impl Database {
                         return Err(keys_error("it is not encrypted, and an encryption key was given: a database is encrypted when it is created; copy its tables into a new, encrypted database to encrypt them".into()));
                     }
                 };
-                (marker.format_version, Sealer::new(marker.created_at_ms, marker.id), keyring)
+                (marker.format_version, Sealer::new(marker.created_at_ms, marker.id), keyring, marker.iceberg.unwrap_or(false))
             }
             Err(object_store::Error::NotFound { .. }) => {
                 if !create {
@@ -172,6 +175,9 @@ impl Database {
                     created_at_ms: now_ms(),
                     id: Some(rand::rng().random()),
                     encryption: provider.is_some().then(|| crate::encryption::SCHEME.to_string()),
+                    // Other engines can read neither an encrypted database
+                    // nor one in this process's memory.
+                    iceberg: Some(provider.is_none() && !loc.url.starts_with("memory:")),
                 };
                 // The keyring before the marker: a marker that says
                 // "encrypted" always has its keys beside it.
@@ -190,7 +196,7 @@ impl Database {
                     None => None,
                 };
                 match put_new(&loc, &marker_path, to_json(&marker)).await {
-                    Ok(()) => (marker.format_version, Sealer::new(marker.created_at_ms, marker.id), keyring),
+                    Ok(()) => (marker.format_version, Sealer::new(marker.created_at_ms, marker.id), keyring, marker.iceberg.unwrap_or(false)),
                     // Created by someone else meanwhile: open it as they made it.
                     Err(StorageError::Store { source: object_store::Error::AlreadyExists { .. }, .. }) => {
                         return Box::pin(Database::open_with(loc, false, block_ttl)).await;
@@ -214,6 +220,7 @@ impl Database {
             vectors: Mutex::new(HashMap::new()),
             manifest_bytes: std::sync::OnceLock::new(),
             upload_observer: std::sync::OnceLock::new(),
+            iceberg: crate::iceberg::Publisher::new(iceberg_default),
         });
         db.refresh().await?;
         Ok(db)
@@ -651,7 +658,7 @@ impl Database {
                 tables: base.tables.clone(),
                 snapshots: base.snapshots.clone(),
                 restored_from: None,
-                gc: base.gc.clone(), restores: base.restores.clone(), retired: Retired::default(),
+                gc: base.gc.clone(), restores: base.restores.clone(), retired: Retired::default(), iceberg: base.iceberg,
                 checkpoint: base.checkpoint.clone(),
             };
             let mut changed = false;
@@ -732,9 +739,16 @@ impl Database {
                     *self.checkpoint.lock().expect("checkpoint cache") = Some(c.clone());
                 }
                 let next = Arc::new(next);
-                let mut cur = self.current.write().expect("catalog lock");
-                if cur.version < next.version {
-                    *cur = next.clone();
+                {
+                    let mut cur = self.current.write().expect("catalog lock");
+                    if cur.version < next.version {
+                        *cur = next.clone();
+                    }
+                }
+                // A crash here leaves the version without Iceberg metadata;
+                // an injected error skips writing it.
+                if crate::failpoint::hit("commit.before_iceberg").is_ok() {
+                    crate::iceberg::publish_commit(self, &base, &next).await;
                 }
                 return Ok(CommitOutcome::Committed(next));
             }

@@ -106,6 +106,11 @@ pub enum StorageError {
     /// Data given to a writer does not fit the table.
     #[error("{0}")]
     InvalidData(String),
+
+    /// The Iceberg metadata of a table could not be written or read
+    /// (`crate::iceberg`); blobhouse's own commit is not affected.
+    #[error("Iceberg metadata of table '{table}': {reason}")]
+    Iceberg { table: String, reason: String },
 }
 
 /// A remedy appended to a store error, derived from what the store answered.

@@ -65,6 +65,12 @@ pub struct DatabaseMarker {
     /// (`encryption/`), wrapped; the marker holds no key.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub encryption: Option<String>,
+    /// Whether commits write Iceberg metadata (`crate::iceberg`) until
+    /// `ALTER DATABASE SET iceberg` says otherwise: `true` for plaintext
+    /// databases on a store other engines can reach, created by a build
+    /// that writes it; absent (off) in older databases.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iceberg: Option<bool>,
 }
 
 /// One database version as the engine sees it: every table, resolved from
@@ -94,6 +100,9 @@ pub struct CatalogVersion {
     pub restores: Vec<RestoreRecord>,
     /// What this version's commit stopped referencing.
     pub retired: Retired,
+    /// `ALTER DATABASE SET iceberg = on|off`, once said: whether commits
+    /// write Iceberg metadata (`None`: the marker's default).
+    pub iceberg: Option<bool>,
     /// The checkpoint the next commit writes its delta against; `None`
     /// makes the next commit write a checkpoint (a version-1 version, or
     /// the empty database).
@@ -162,6 +171,9 @@ pub struct VersionFile {
     /// What this version's commit stopped referencing (this version only).
     #[serde(default, skip_serializing_if = "Retired::is_empty")]
     pub retired: Retired,
+    /// `ALTER DATABASE SET iceberg` (whole, in checkpoints and deltas).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iceberg: Option<bool>,
 }
 
 /// Garbage collection's state in the catalog (see `crate::gc`).

@@ -19,6 +19,8 @@
 //! - [`seal`]: seals on metadata objects: damage, swaps and replays are
 //!   refused, naming the object.
 //! - [`page_sums`]: checksums of single pages, for reads of some pages.
+//! - [`iceberg`]: every table readable as an Iceberg table by other
+//!   engines: metadata written after each commit, over the same objects.
 //! - [`rows`]: which rows of a row group are decoded (page-index row
 //!   selections) and where each decoded row sits in its object.
 //!
@@ -35,6 +37,7 @@ pub mod failpoint;
 pub mod format;
 pub mod gc;
 pub mod histogram;
+pub mod iceberg;
 pub mod keys;
 pub mod location;
 pub mod page_sums;

@@ -71,6 +71,13 @@ impl Sealer {
         Sealer { database: XxHash3_64::oneshot(&seed) }
     }
 
+    /// The database's identity as one number (what seeds the seals): other
+    /// names derived from the database, such as its tables' Iceberg UUIDs,
+    /// use it too.
+    pub fn identity(&self) -> u64 {
+        self.database
+    }
+
     fn seed(&self, relative: &str) -> u64 {
         XxHash3_64::oneshot_with_seed(self.database, relative.as_bytes())
     }

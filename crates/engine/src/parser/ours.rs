@@ -9,6 +9,7 @@
 //! RESTORE TABLE t [, u …] TO VERSION n | TIMESTAMP '…' | SNAPSHOT name
 //! VACUUM [RETAIN '7 days'] [GRACE '1 day'] [DRY RUN]
 //! OPTIMIZE [TABLE] t
+//! ALTER DATABASE SET iceberg = on | off
 //! ```
 //!
 //! sqlparser knows none of these (its VACUUM and OPTIMIZE are other
@@ -78,6 +79,29 @@ pub(super) fn parse(p: &mut Parser) -> Result<Option<Statement>, ParserError> {
     if word_at(p, 0, "RESTORE") {
         p.next_token();
         return history(restore(p)?);
+    }
+    if word_at(p, 0, "ALTER") && word_at(p, 1, "DATABASE") {
+        p.next_token();
+        p.next_token();
+        p.expect_keyword(Keyword::SET)?;
+        let at = p.peek_token();
+        let setting = p.parse_identifier()?;
+        if !setting.value.eq_ignore_ascii_case("iceberg") {
+            return Err(error_at(format!("ALTER DATABASE SET knows one setting, iceberg (on or off), not '{}'", setting.value), at.span.start));
+        }
+        if !p.consume_token(&Token::Eq) {
+            let _ = p.parse_keyword(Keyword::TO);
+        }
+        let value = p.peek_token();
+        let on = match &value.token {
+            Token::Word(w) if w.value.eq_ignore_ascii_case("on") || w.value.eq_ignore_ascii_case("true") => true,
+            Token::Word(w) if w.value.eq_ignore_ascii_case("off") || w.value.eq_ignore_ascii_case("false") => false,
+            Token::SingleQuotedString(v) if v.eq_ignore_ascii_case("on") => true,
+            Token::SingleQuotedString(v) if v.eq_ignore_ascii_case("off") => false,
+            other => return Err(error_at(format!("Expected: on or off for iceberg, found: {other}"), value.span.start)),
+        };
+        p.next_token();
+        return history(History::SetIceberg { on });
     }
     if word_at(p, 0, "OPTIMIZE") {
         p.next_token();
