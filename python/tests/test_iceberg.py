@@ -177,3 +177,124 @@ def test_after_delete_pyiceberg_sees_no_deleted_row_now_and_every_row_before(cha
     old = table.scan(snapshot_id=snapshot, selected_fields=("l_orderkey",)).to_arrow()
     assert old.num_rows == con.execute(f"SELECT count(*) FROM lineitem AT(VERSION => {before})").fetchone()[0]
     con.close()
+
+
+def free_port() -> int:
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def served(changed):
+    """`blobhouse serve` on the changed database, its HTTP listener (and
+    so its Iceberg REST catalog) behind a bearer token."""
+    import os
+    import socket
+    import time
+
+    db, before = changed
+    http = free_port()
+    env = dict(os.environ, CATALOG_TOKEN="s3cret-token")
+    child = subprocess.Popen(
+        [str(blobhouse_binary()), "serve", "--db", db, "--pg-listen", f"127.0.0.1:{free_port()}", "--flight-listen", "off",
+         "--metrics-listen", f"127.0.0.1:{http}", "--metrics-token-env", "CATALOG_TOKEN"],
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+    )
+    started = time.monotonic()
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", http), timeout=1).close()
+            break
+        except OSError:
+            assert child.poll() is None, f"serve exited: {child.stderr.read().decode()[-2000:]}"
+            assert time.monotonic() - started < 60, "serve did not listen within 60 s"
+            time.sleep(0.05)
+    yield db, before, f"http://127.0.0.1:{http}"
+    child.kill()
+    child.wait()
+
+
+def test_the_rest_catalog_serves_duckdb_the_tables_now_and_before(served, tmp_path):
+    db, before, endpoint = served
+    con = blobhouse.connect(db, autocommit=True)
+    rest = {"endpoint": endpoint, "warehouse": "blobhouse", "token": "s3cret-token", "namespace": "public"}
+    sql = queries() + ["SELECT count(*), sum(l_quantity) FROM lineitem", "SELECT count(*) FROM orders WHERE o_comment = 'updated'"]
+    ours = [[[text(v) for v in row] for row in con.execute(q).fetchall()] for q in sql]
+    theirs = duckdb({name: {} for name in TABLES}, sql, tmp_path, rest=rest)
+    for n, (a, b) in enumerate(zip(ours, theirs), start=1):
+        assert_same_rows(n, a, b["rows"])
+    # DuckDB's AT (VERSION => …) on an attached table is blobhouse's version.
+    paths = metadata_paths(con)
+    old = {}
+    for name, path in paths.items():
+        metadata = json.loads(pathlib.Path(path.removeprefix("file://")).read_text())
+        old[name] = {"snapshot": max(s["snapshot-id"] for s in metadata["snapshots"] if s["snapshot-id"] <= before)}
+    results = duckdb(old, queries(), tmp_path, rest=rest)
+    for n, r in enumerate(results, start=1):
+        assert_same_rows(n, reference(n), r["rows"])
+    con.close()
+
+
+def test_the_rest_catalog_serves_pyiceberg_and_refuses_without_the_token(served):
+    import urllib.error
+    import urllib.request
+
+    from pyiceberg.catalog.rest import RestCatalog
+
+    db, _, endpoint = served
+    catalog = RestCatalog("blobhouse", uri=endpoint, token="s3cret-token")
+    assert catalog.list_namespaces() == [("public",)]
+    assert sorted(t[1] for t in catalog.list_tables("public")) == TABLES
+    con = blobhouse.connect(db, autocommit=True)
+    nation = catalog.load_table("public.nation").scan().to_arrow()
+    assert nation.num_rows == con.execute("SELECT count(*) FROM nation").fetchone()[0] == 25
+    orders = catalog.load_table("public.orders").scan(selected_fields=("o_orderkey", "o_totalprice")).to_arrow()
+    count, total = con.execute("SELECT count(*), sum(o_totalprice) FROM orders").fetchone()
+    assert orders.num_rows == count
+    assert float(sum(orders.column("o_totalprice").to_pylist())) == pytest.approx(float(total))
+    con.close()
+    with pytest.raises(urllib.error.HTTPError) as refused:
+        urllib.request.urlopen(f"{endpoint}/v1/namespaces")
+    assert refused.value.code == 401
+    request = urllib.request.Request(f"{endpoint}/v1/namespaces/public/tables/nope", headers={"Authorization": "Bearer s3cret-token"})
+    with pytest.raises(urllib.error.HTTPError) as missing:
+        urllib.request.urlopen(request)
+    assert missing.value.code == 404
+    assert json.loads(missing.value.read())["error"]["type"] == "NoSuchTableException"
+
+
+def test_after_vacuum_duckdb_reads_every_retained_version(tmp_path_factory, tmp_path):
+    db = load(tmp_path_factory, "iceberg-vacuum")
+    con = blobhouse.connect(db, autocommit=True)
+    con.execute("DELETE FROM lineitem WHERE l_orderkey % 5 = 0")
+    con.execute("CREATE SNAPSHOT kept")
+    kept = con.execute("SHOW VERSIONS 1").fetchone()[0]
+    con.execute("UPDATE lineitem SET l_quantity = l_quantity + 1 WHERE l_orderkey % 3 = 0")
+    con.execute("DELETE FROM orders WHERE o_orderkey % 4 = 0")
+    iceberg = pathlib.Path(db) / "iceberg"
+    before = {p for p in iceberg.rglob("*") if p.is_file()}
+    con.execute("VACUUM RETAIN '0 seconds' GRACE '0 seconds'")
+    after = {p for p in iceberg.rglob("*") if p.is_file()}
+    assert after < before, "VACUUM deleted no Iceberg metadata"
+    sql = queries() + ["SELECT count(*), sum(l_quantity) FROM lineitem", "SELECT count(*) FROM orders"]
+    paths = metadata_paths(con)
+    # The newest version.
+    ours = [[[text(v) for v in row] for row in con.execute(q).fetchall()] for q in sql]
+    theirs = duckdb({n: {"metadata": p} for n, p in paths.items()}, sql, tmp_path)
+    for n, (a, b) in enumerate(zip(ours, theirs), start=1):
+        assert_same_rows(n, a, b["rows"])
+    # The snapshot's version, which VACUUM keeps.
+    tables = {}
+    for name, path in paths.items():
+        metadata = json.loads(pathlib.Path(path.removeprefix("file://")).read_text())
+        tables[name] = {"metadata": path, "snapshot": max(s["snapshot-id"] for s in metadata["snapshots"] if s["snapshot-id"] <= kept)}
+    at_snapshot = [q.replace("lineitem", "lineitem AT(SNAPSHOT => 'kept')").replace("orders", "orders AT(SNAPSHOT => 'kept')") for q in sql[-2:]]
+    ours = [[[text(v) for v in row] for row in con.execute(q).fetchall()] for q in at_snapshot]
+    theirs = duckdb(tables, sql[-2:], tmp_path)
+    for n, (a, b) in enumerate(zip(ours, theirs), start=1):
+        assert_same_rows(n, a, b["rows"])
+    assert ours[0] != [[text(v) for v in row] for row in con.execute(sql[-2]).fetchall()], "the snapshot should differ from now"
+    con.close()

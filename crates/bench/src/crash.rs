@@ -375,5 +375,11 @@ async fn recover_and_audit(e: &Session, model: &Model, trial: i64, report: &mut 
     }
     report.missing_objects = missing.len();
     report.orphans_after_gc = orphans.len();
+    // Iceberg metadata in force names only objects that are there.
+    let dangling = blobhouse_storage::iceberg::dangling(e.engine().database()).await.map_err(|err| err.to_string())?;
+    if !dangling.is_empty() {
+        report.violations.push(format!("after trial {trial}'s recovery: Iceberg metadata names {} missing objects: {:?}", dangling.len(), &dangling[..dangling.len().min(5)]));
+    }
+    report.missing_objects += dangling.len();
     Ok(())
 }

@@ -382,11 +382,13 @@ struct ServeArgs {
     /// Statements running at once (default: twice the cores); more wait in a queue.
     #[arg(long, default_value_t = 0, hide_default_value = true)]
     max_queries: usize,
-    /// Serve Prometheus metrics (/metrics) and a health check (/healthz) over HTTP here, e.g. 127.0.0.1:9187.
-    #[arg(long, value_name = "ADDR")]
+    /// Serve HTTP here, e.g. 127.0.0.1:9187: Prometheus metrics (/metrics), a health check
+    /// (/healthz) and a read-only Iceberg REST catalog of the tables (/v1/…; DuckDB:
+    /// ATTACH 'blobhouse' AS c (TYPE iceberg, ENDPOINT 'http://ADDR', AUTHORIZATION_TYPE 'none')).
+    #[arg(long, value_name = "ADDR", alias = "http-listen")]
     metrics_listen: Option<std::net::SocketAddr>,
-    /// The environment variable holding the token /metrics and /healthz callers must send
-    /// (Authorization: Bearer <token>); required when --metrics-listen is not loopback.
+    /// The environment variable holding the token HTTP callers (/metrics, /healthz, the Iceberg
+    /// catalog) must send (Authorization: Bearer <token>); required when --metrics-listen is not loopback.
     #[arg(long, value_name = "VAR", requires = "metrics_listen")]
     metrics_token_env: Option<String>,
     /// Log statements that take at least this many milliseconds, with their text.

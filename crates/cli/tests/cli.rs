@@ -272,10 +272,13 @@ fn the_shell_prints_each_output_format_and_runs_its_commands_in_scripts() {
     let stdout = ok(out);
     assert_eq!(
         stdout,
-        "column_name,data_type,is_nullable\nid,INTEGER,YES\nname,VARCHAR,YES\nprice,\"DECIMAL(12,2)\",YES\n\
-         name\nitems\n\
-         name\nitems\nother\n\
-         [{\"id\":2}]\n[{\"answer\":42}]\n"
+        format!(
+            "column_name,data_type,is_nullable\nid,INTEGER,YES\nname,VARCHAR,YES\nprice,\"DECIMAL(12,2)\",YES\n\
+             name\nitems\n\
+             name,iceberg_metadata\nitems,file://{db}/iceberg/tables/0000000000100000/metadata/v2.metadata.json\n\
+             other,file://{db}/iceberg/tables/0000000000200000/metadata/v3.metadata.json\n\
+             [{{\"id\":2}}]\n[{{\"answer\":42}}]\n"
+        )
     );
     assert_eq!(stderr.matches(" row").count(), 1, "one summary line, before \\timing off:\n{stderr}");
 

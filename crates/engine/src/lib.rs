@@ -53,6 +53,8 @@
 //! - [`chunks`]: fetched column chunks served to the Parquet decoder.
 //! - [`tiers`]: the memory and SSD caching tiers.
 //! - [`hybrid`]: scans that push work to the storage node (FlexPushdownDB).
+//! - `interop`: what other engines see — each table's Iceberg metadata in
+//!   SHOW TABLES.
 //! - [`bloom_join`]: Bloom filters of join keys sent to the storage node.
 //! - [`runtime_filter`]: join filters applied inside scans.
 //! - `column_trace`: where a column's values come from below a plan node

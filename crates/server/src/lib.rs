@@ -25,6 +25,7 @@ mod metrics;
 mod params;
 mod pg;
 mod respond;
+mod rest_catalog;
 
 pub mod tls;
 

@@ -1,5 +1,6 @@
 //! What the server is doing, for Prometheus (`GET /metrics`) and load
-//! balancers (`GET /healthz`).
+//! balancers (`GET /healthz`); the same HTTP listener serves the read-only
+//! Iceberg REST catalog (`/v1/…`, `crate::rest_catalog`).
 //!
 //! The counters are atomics the statement path bumps; the engine's own
 //! numbers (downloads, memory pool) are read at scrape time. The HTTP side
@@ -220,10 +221,13 @@ async fn answer(mut socket: TcpStream, metrics: &Metrics, engine: &Engine, token
     {
         return respond(&mut socket, "401 Unauthorized", "text/plain", "send the server's metrics token: Authorization: Bearer <token>\n").await;
     }
+    if let Some((status, body)) = crate::rest_catalog::answer(method, path, engine).await {
+        return respond(&mut socket, status, "application/json", &body).await;
+    }
     match (method, path) {
         ("GET", "/metrics") => respond(&mut socket, "200 OK", "text/plain; version=0.0.4", &metrics.render(engine)).await,
         ("GET", "/healthz") => respond(&mut socket, "200 OK", "text/plain", "ok\n").await,
-        ("GET", _) => respond(&mut socket, "404 Not Found", "text/plain", "not found: this server has /metrics and /healthz\n").await,
+        ("GET", _) => respond(&mut socket, "404 Not Found", "text/plain", "not found: this server has /metrics, /healthz and an Iceberg REST catalog under /v1/\n").await,
         ("", _) => respond(&mut socket, "400 Bad Request", "text/plain", "bad request\n").await,
         _ => respond(&mut socket, "405 Method Not Allowed", "text/plain", "only GET\n").await,
     }

@@ -17,7 +17,7 @@ use std::sync::{Once, RwLock};
 use crate::error::{Result, StorageError};
 
 /// Every fail point, in the order a statement meets them.
-pub const POINTS: [&str; 8] = [
+pub const POINTS: [&str; 10] = [
     "upload.data",          // before a data object's PUT
     "upload.manifest",      // before a manifest file's PUT
     "upload.vector",        // before a deletion vector's PUT
@@ -26,6 +26,8 @@ pub const POINTS: [&str; 8] = [
     "rollback.delete",      // before a rollback deletes the uploads
     "gc.after_commit",      // after VACUUM committed its plan, before deleting
     "gc.between_deletes",   // after VACUUM deleted data, before the manifests
+    "commit.before_iceberg", // after the version's PUT, before its Iceberg metadata
+    "iceberg.before_metadata", // after the Iceberg manifests, before the metadata file
 ];
 
 /// What a fail point does when hit.

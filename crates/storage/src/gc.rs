@@ -282,12 +282,22 @@ async fn vacuum_once(db: &Arc<Database>, retain: Duration, grace: Duration, dry_
         }
     }
     crate::failpoint::hit("gc.after_commit")?;
+    // Iceberg's metadata and mirrors before the objects they name.
+    let dead: HashSet<u64> = unfinished
+        .iter()
+        .map(|(_, l)| l)
+        .chain([&list])
+        .flat_map(|l| l.delete.manifests.iter().chain(&l.delete.vectors).copied())
+        .collect();
+    let iceberg = crate::iceberg::collect(db, horizon, &protecting[1..], &dead).await?;
+    report.deletes += iceberg.len() as u64;
     for (_, prev_list) in unfinished.iter().rev() {
         // Finishes the earlier VACUUMs if they crashed half-way (else finds
         // its items gone).
         carry_out(db, prev_list, &mut report).await?;
     }
     report.deleted = carry_out(db, &list, &mut report).await?;
+    report.deleted.extend(iceberg);
     let swept = orphans.carry_out(db, key, &mut report).await?;
     report.deleted.extend(swept);
     Ok(report)
@@ -580,6 +590,10 @@ async fn describe(db: &Database, list: &GcList, report: &mut VacuumReport) -> Re
         }
     }
     Ok(out)
+}
+
+pub(crate) async fn delete_paths(db: &Database, paths: Vec<String>) -> Result<()> {
+    delete_all(db, paths).await
 }
 
 async fn delete_all(db: &Database, paths: Vec<String>) -> Result<()> {

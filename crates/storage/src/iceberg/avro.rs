@@ -165,13 +165,9 @@ pub fn read_file(data: &[u8], schema: &Schema) -> Result<(Vec<(String, Vec<u8>)>
     }
     let mut metadata = Vec::new();
     loop {
-        let mut n = r.long()?;
+        let n = r.block_count()?;
         if n == 0 {
             break;
-        }
-        if n < 0 {
-            n = -n;
-            r.long()?;
         }
         for _ in 0..n {
             let k = String::from_utf8(r.bytes()?.to_vec()).map_err(|_| AvroError::Damaged("a header key is not UTF-8"))?;
@@ -266,6 +262,16 @@ impl<'a> Reader<'a> {
         Err(AvroError::Damaged("a varint longer than 10 bytes"))
     }
 
+    /// The item count of a map's or array's block (0 ends it); a negative
+    /// count is followed by the block's size in bytes.
+    fn block_count(&mut self) -> Result<i64, AvroError> {
+        let n = self.long()?;
+        if n < 0 {
+            self.long()?;
+        }
+        Ok(n.checked_abs().ok_or(AvroError::Damaged("a block count out of range"))?)
+    }
+
     fn bytes(&mut self) -> Result<&'a [u8], AvroError> {
         let n = self.long()?;
         let n = usize::try_from(n).map_err(|_| AvroError::Damaged("a negative length"))?;
@@ -285,13 +291,9 @@ fn decode(r: &mut Reader<'_>, schema: &Schema) -> Result<Value, AvroError> {
         Schema::Array(items) => {
             let mut values = Vec::new();
             loop {
-                let mut n = r.long()?;
+                let n = r.block_count()?;
                 if n == 0 {
                     break;
-                }
-                if n < 0 {
-                    n = -n;
-                    r.long()?;
                 }
                 for _ in 0..n {
                     values.push(decode(r, items)?);

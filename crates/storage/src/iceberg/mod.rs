@@ -64,7 +64,7 @@ pub const DIR: &str = "iceberg";
 /// Snapshots a table's metadata lists besides those VACUUM must keep: a
 /// metadata file grows with each, and is written by every commit of the
 /// table. Older snapshots stay readable through their own metadata file.
-pub const MAX_SNAPSHOTS: usize = 100;
+pub const MAX_SNAPSHOTS: usize = 20;
 
 /// A table's Iceberg folder (its Iceberg `location`), under the database.
 pub fn table_dir(table_id: u64) -> String {
@@ -357,7 +357,7 @@ async fn publish_table(db: &Database, version: &CatalogVersion, name: &str, entr
     let mut snapshots: Vec<Json> = prev.as_ref().and_then(|p| p.metadata["snapshots"].as_array().cloned()).unwrap_or_default();
     snapshots.push(snapshot);
     let ids: Vec<u64> = snapshots.iter().filter_map(|s| s["snapshot-id"].as_u64()).collect();
-    let pins: Vec<u64> = version.snapshots.values().map(|s| s.version).collect();
+    let pins: Vec<u64> = version.snapshots.values().map(|s| s.version).chain([version.gc.horizon]).collect();
     let keep = kept(&ids, version.gc.horizon, &pins, MAX_SNAPSHOTS);
     snapshots.retain(|s| s["snapshot-id"].as_u64().is_some_and(|id| keep.contains(&id)));
     let log: Vec<Json> = snapshots.iter().map(|s| json!({"snapshot-id": s["snapshot-id"], "timestamp-ms": s["timestamp-ms"]})).collect();
@@ -389,7 +389,7 @@ async fn publish_table(db: &Database, version: &CatalogVersion, name: &str, entr
     });
     crate::failpoint::hit("iceberg.before_metadata")?;
     let path = metadata_path(entry.id, v);
-    let body = serde_json::to_vec_pretty(&metadata).expect("JSON values serialise");
+    let body = serde_json::to_vec(&metadata).expect("JSON values serialise");
     put_derived(db, &path, body).await?;
     let state = Arc::new(TableState { version: v, table_version: entry.table_version, path, metadata, list });
     let mut tables = db.iceberg.tables.lock().expect("iceberg tables");
@@ -397,6 +397,187 @@ async fn publish_table(db: &Database, version: &CatalogVersion, name: &str, entr
         tables.insert(entry.id, state.clone());
     }
     Ok(state)
+}
+
+/// VACUUM's part for Iceberg, by blobhouse's own rules: a table's
+/// metadata (and manifest list) of snapshot N is deleted when N is before
+/// the GC `horizon` and is not the table's snapshot current at a version
+/// still readable (`protecting`: the horizon, restores, snapshots);
+/// manifests and delete files mirroring a manifest or deletion vector go
+/// with it (`dead`: the keys VACUUM deletes). Metadata goes first, so that
+/// no metadata file ever names a deleted object. Returns what it deleted,
+/// with why.
+pub(crate) async fn collect(db: &Database, horizon: u64, protecting: &[Arc<CatalogVersion>], dead: &std::collections::HashSet<u64>) -> Result<Vec<(String, String)>> {
+    let loc = db.location();
+    let root = loc.prefix.to_string();
+    let relative = |m: &object_store::ObjectMeta| {
+        let p = m.location.to_string();
+        if root.is_empty() { p } else { p.strip_prefix(&format!("{root}/")).map(str::to_string).unwrap_or(p) }
+    };
+    let list = |dir: String| async move {
+        let path = loc.child(&dir);
+        loc.store.list(Some(&path)).try_collect::<Vec<_>>().await.map_err(|e| StorageError::store("LIST", loc.display(&path), e))
+    };
+    let mut out = Vec::new();
+    // Table metadata: (table id, snapshot) → its files.
+    let mut snapshots: HashMap<u64, BTreeSet<u64>> = HashMap::new();
+    for m in list(format!("{DIR}/tables")).await? {
+        let rel = relative(&m);
+        let mut parts = rel.split('/').skip(2);
+        let (Some(table), Some("metadata"), Some(file)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        let Ok(table) = u64::from_str_radix(table, 16) else { continue };
+        let snapshot = file.strip_prefix('v').and_then(|f| f.strip_suffix(".metadata.json")).or_else(|| file.strip_prefix("snap-").and_then(|f| f.strip_suffix(".avro")));
+        if let Some(Ok(n)) = snapshot.map(str::parse::<u64>) {
+            snapshots.entry(table).or_default().insert(n);
+        }
+    }
+    let (mut metadata, mut lists) = (Vec::new(), Vec::new());
+    for (table, ids) in &snapshots {
+        let keep = in_force(db, *table, ids, horizon, protecting).await?;
+        for n in ids.iter().filter(|n| **n < horizon && !keep.contains(n)) {
+            metadata.push((metadata_path(*table, *n), format!("Iceberg metadata of snapshot {n}, expired (before {horizon})")));
+            lists.push((list_path(*table, *n), format!("Iceberg manifest list of snapshot {n}, expired (before {horizon})")));
+        }
+    }
+    // Mirrors of what VACUUM deletes: `<key:016x>[-r…].<ext>`.
+    let mut mirrors = Vec::new();
+    if !dead.is_empty() {
+        for m in list(format!("{DIR}/objects")).await? {
+            let rel = relative(&m);
+            let Some(name) = rel.rsplit('/').next() else { continue };
+            let Some(key) = name.get(..16).and_then(|k| u64::from_str_radix(k, 16).ok()) else { continue };
+            if dead.contains(&key) {
+                mirrors.push((rel.clone(), format!("Iceberg mirror of {key:016x}, which VACUUM deletes")));
+            }
+        }
+    }
+    for batch in [metadata, lists, mirrors] {
+        let paths: Vec<String> = batch.iter().map(|(p, _)| p.clone()).collect();
+        crate::gc::delete_paths(db, paths).await?;
+        out.extend(batch);
+    }
+    Ok(out)
+}
+
+/// The metadata files (by snapshot) of table `table` still in force, of
+/// those there are (`ids`): every one at or after the GC `horizon`, and
+/// the one that shows the table as it is at each version of `protecting`
+/// (the horizon, RESTOREs, snapshots) that has it — the newest at or
+/// before that version, if it shows that table version: after commits
+/// whose metadata was never written (a crash between a commit and its
+/// metadata) it shows an older state, whose objects VACUUM may delete.
+async fn in_force(db: &Database, table: u64, ids: &BTreeSet<u64>, horizon: u64, protecting: &[Arc<CatalogVersion>]) -> Result<BTreeSet<u64>> {
+    let mut keep: BTreeSet<u64> = ids.range(horizon..).copied().collect();
+    for v in protecting {
+        let Some(entry) = v.tables.values().find(|t| t.id == table) else { continue };
+        let Some(n) = ids.range(..=v.version).next_back().copied() else { continue };
+        if keep.contains(&n) {
+            continue;
+        }
+        let path = db.location().child(&metadata_path(table, n));
+        let bytes = match db.get(&path).await {
+            Ok(b) => b,
+            Err(StorageError::Store { source: object_store::Error::NotFound { .. }, .. }) => continue,
+            Err(e) => return Err(e),
+        };
+        let shows: Option<u64> = serde_json::from_slice::<Json>(&bytes).ok().and_then(|m| m["properties"]["blobhouse.table-version"].as_str()?.parse().ok());
+        if shows == Some(entry.table_version) {
+            keep.insert(n);
+        }
+    }
+    Ok(keep)
+}
+
+/// Every object that Iceberg metadata still in force names and that is
+/// missing, each with the metadata naming it: of every metadata file, the
+/// snapshots at or after the GC horizon and those still in force
+/// ([`in_force`]) — the manifest list, its manifests, their data and
+/// delete files. Other snapshots are expired, as blobhouse's own versions
+/// before the horizon are. Empty when other engines can read every snapshot they
+/// may ask for.
+pub async fn dangling(db: &Database) -> Result<Vec<String>> {
+    let version = db.refresh().await?;
+    let horizon = version.gc.horizon;
+    // What VACUUM protects: the horizon, RESTOREs after it, snapshots.
+    let mut protecting = Vec::new();
+    let pinned = version.snapshots.values().map(|s| s.version).chain(version.restores.iter().map(|r| r.version).filter(|v| *v > horizon));
+    for v in [horizon].into_iter().filter(|h| *h > 0).chain(pinned) {
+        protecting.push(Arc::new(if v == version.version { (*version).clone() } else { db.read_version(v).await? }));
+    }
+    let mut in_force_by_table: HashMap<u64, BTreeSet<u64>> = HashMap::new();
+    let loc = db.location();
+    let base = db.object_uri("");
+    let dir = loc.child(&format!("{DIR}/tables"));
+    let metas: Vec<object_store::ObjectMeta> = loc.store.list(Some(&dir)).try_collect().await.map_err(|e| StorageError::store("LIST", loc.display(&dir), e))?;
+    let entry_schema = avro::parse_schema(schema::MANIFEST_ENTRY).map_err(|e| StorageError::InvalidData(e.to_string()))?;
+    let list_schema = avro::parse_schema(schema::MANIFEST_FILE).map_err(|e| StorageError::InvalidData(e.to_string()))?;
+    let mut missing = Vec::new();
+    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
+    // The bytes at `uri`, or `None` (noted as missing) when it is not there.
+    async fn fetch(db: &Database, base: &str, uri: &str, named_by: &str, missing: &mut Vec<String>) -> Result<Option<Bytes>> {
+        let relative = uri.strip_prefix(base).unwrap_or(uri);
+        match db.get(&db.location().child(relative)).await {
+            Ok(b) => Ok(Some(b)),
+            Err(StorageError::Store { source: object_store::Error::NotFound { .. }, .. }) => {
+                missing.push(format!("{uri}, named by {named_by}"));
+                Ok(None)
+            }
+            Err(e) => Err(e),
+        }
+    }
+    let mut files: HashMap<u64, BTreeSet<u64>> = HashMap::new();
+    for m in metas.iter().filter(|m| m.location.as_ref().ends_with(".metadata.json")) {
+        let mut parts = m.location.as_ref().rsplit('/');
+        let (Some(file), Some(_), Some(table)) = (parts.next(), parts.next(), parts.next()) else { continue };
+        if let (Ok(table), Some(Ok(n))) = (u64::from_str_radix(table, 16), file.strip_prefix('v').and_then(|f| f.strip_suffix(".metadata.json")).map(str::parse::<u64>)) {
+            files.entry(table).or_default().insert(n);
+        }
+    }
+    for (table, ids) in &files {
+        in_force_by_table.insert(*table, in_force(db, *table, ids, horizon, &protecting).await?);
+    }
+    for m in metas.iter().filter(|m| m.location.as_ref().ends_with(".metadata.json")) {
+        let meta_uri = loc.display(&m.location);
+        let bytes = db.get(&m.location).await?;
+        let metadata: Json = serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt { location: meta_uri.clone(), reason: e.to_string() })?;
+        let table: Option<u64> = metadata["properties"]["blobhouse.table-id"].as_str().and_then(|t| t.parse().ok());
+        let in_force = table.and_then(|t| in_force_by_table.get(&t));
+        for snapshot in metadata["snapshots"].as_array().into_iter().flatten() {
+            let id = snapshot["snapshot-id"].as_u64().unwrap_or(0);
+            if id < horizon && !in_force.is_some_and(|k| k.contains(&id)) {
+                continue;
+            }
+            let Some(list_uri) = snapshot["manifest-list"].as_str() else { continue };
+            if !seen.insert(list_uri.to_string()) {
+                continue;
+            }
+            let Some(list) = fetch(db, &base, list_uri, &meta_uri, &mut missing).await? else { continue };
+            let (_, manifests) = avro::read_file(&list, &list_schema).map_err(|e| StorageError::Corrupt { location: list_uri.to_string(), reason: e.to_string() })?;
+            for manifest in manifests.iter().filter_map(ListEntry::from_avro) {
+                if !seen.insert(manifest.path.clone()) {
+                    continue;
+                }
+                let Some(bytes) = fetch(db, &base, &manifest.path, list_uri, &mut missing).await? else { continue };
+                let (_, entries) = avro::read_file(&bytes, &entry_schema).map_err(|e| StorageError::Corrupt { location: manifest.path.clone(), reason: e.to_string() })?;
+                for entry in &entries {
+                    let Value::Record(fields) = entry else { continue };
+                    let Some(Value::Record(file)) = fields.get(4) else { continue };
+                    let Some(path) = file.get(1).and_then(Value::as_str) else { continue };
+                    if !seen.insert(path.to_string()) {
+                        continue;
+                    }
+                    let relative = path.strip_prefix(&base).unwrap_or(path);
+                    let at = loc.child(relative);
+                    match object_store::ObjectStoreExt::head(loc.store.as_ref(), &at).await {
+                        Ok(_) => {}
+                        Err(object_store::Error::NotFound { .. }) => missing.push(format!("{path}, named by {}", manifest.path)),
+                        Err(e) => return Err(StorageError::store("HEAD", loc.display(&at), e)),
+                    }
+                }
+            }
+        }
+    }
+    Ok(missing)
 }
 
 /// A `manifest_entry` record: an added data file (`content` 0) or position
@@ -425,17 +606,13 @@ fn data_file_entry(content: i32, path: &str, rows: i64, size: i64, referenced: O
 }
 
 /// The snapshots of `ids` a table's metadata keeps listing: those at or
-/// after the GC `horizon`, the one current at the horizon and at each
-/// pinned (blobhouse snapshot) version — what readers may still ask for —
-/// and, of the rest, the newest `max`.
+/// after the GC `horizon`, the one current at each of `pins` (the horizon
+/// itself, when the table exists there; snapshots; restores) — what
+/// readers may still ask for — and, of the rest, the newest `max`.
 pub fn kept(ids: &[u64], horizon: u64, pins: &[u64], max: usize) -> BTreeSet<u64> {
     let sorted: BTreeSet<u64> = ids.iter().copied().collect();
     let current_at = |v: u64| sorted.range(..=v).next_back().copied();
-    let mut keep: BTreeSet<u64> = BTreeSet::new();
-    if horizon > 0 {
-        keep.extend(sorted.range(horizon..));
-        keep.extend(current_at(horizon));
-    }
+    let mut keep: BTreeSet<u64> = sorted.range(horizon..).copied().collect();
     keep.extend(pins.iter().filter_map(|p| current_at(*p)));
     keep.extend(sorted.iter().rev().take(max));
     keep
@@ -523,11 +700,13 @@ mod tests {
     #[test]
     fn kept_snapshots_are_those_readers_may_ask_for() {
         let ids = [1, 3, 5, 8, 9];
-        // No VACUUM yet, room for all: all.
-        assert_eq!(kept(&ids, 0, &[], 100), BTreeSet::from([1, 3, 5, 8, 9]));
-        // Horizon 6: 8, 9 and 5 (current at 6); a snapshot at version 4 pins 3.
-        assert_eq!(kept(&ids, 6, &[4], 0), BTreeSet::from([3, 5, 8, 9]));
-        // Only the newest two of the rest.
-        assert_eq!(kept(&ids, 0, &[], 2), BTreeSet::from([8, 9]));
+        // No VACUUM yet: all.
+        assert_eq!(kept(&ids, 0, &[], 0), BTreeSet::from([1, 3, 5, 8, 9]));
+        // Horizon 6: 8, 9; pinned at 6 (the table exists there): 5; a snapshot at version 4 pins 3.
+        assert_eq!(kept(&ids, 6, &[6, 4], 0), BTreeSet::from([3, 5, 8, 9]));
+        // A table dropped before the horizon: nothing pins it.
+        assert_eq!(kept(&ids, 10, &[], 0), BTreeSet::new());
+        // The newest two of the rest.
+        assert_eq!(kept(&ids, 9, &[], 2), BTreeSet::from([8, 9]));
     }
 }

@@ -28,8 +28,13 @@ async fn delete_and_update_change_exactly_the_rows_they_select(b: Backend) {
             _ => None,
         })
         .collect();
-    let written: usize = puts.iter().map(|(_, b)| b).sum();
-    assert!(written <= 8 << 10 && puts.iter().all(|(p, _)| !p.ends_with(".parquet")), "a 1-row DELETE wrote {puts:?}");
+    // blobhouse's own: a vector and a version; beside them, where the store
+    // is one other engines read, the Iceberg metadata (a position delete
+    // file, its manifest, the manifest list and the metadata file).
+    let (iceberg, ours): (Vec<_>, Vec<_>) = puts.iter().partition(|(p, _)| p.contains("iceberg/"));
+    let written: usize = ours.iter().map(|(_, b)| b).sum();
+    assert!(written <= 8 << 10 && ours.iter().all(|(p, _)| !p.ends_with(".parquet")), "a 1-row DELETE wrote {puts:?}");
+    assert!(iceberg.len() <= 4 && iceberg.iter().map(|(_, b)| b).sum::<usize>() <= 16 << 10, "a 1-row DELETE wrote {puts:?}");
     run(&e, "INSERT INTO t VALUES (1000, 0, 'row 1000')").await;
 
     // A subquery in WHERE, correlated and not.

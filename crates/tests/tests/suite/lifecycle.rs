@@ -21,7 +21,12 @@ on_every_store_encrypted_too!(
 
 /// Every object under `objects/`, relative to the database root.
 pub(crate) async fn stored(db: &TestDb) -> BTreeSet<String> {
-    let prefix = db.location.child("objects");
+    stored_under(db, "objects").await
+}
+
+/// Every object under `dir/`, relative to the database root.
+pub(crate) async fn stored_under(db: &TestDb, dir: &str) -> BTreeSet<String> {
+    let prefix = db.location.child(dir);
     let root = db.location.prefix.to_string();
     let metas: Vec<_> = futures::TryStreamExt::try_collect(db.location.store.list(Some(&prefix))).await.unwrap();
     metas

@@ -15,6 +15,7 @@ mod encryption;
 mod flight;
 mod format;
 mod history;
+mod iceberg;
 mod integrity;
 mod join_estimates;
 mod lifecycle;

@@ -1,0 +1,127 @@
+//! Iceberg metadata (docs/interop.md): written for every commit where
+//! Iceberg is on, switched by ALTER DATABASE, collected by VACUUM by
+//! blobhouse's own rules, never naming a missing object. Other engines
+//! reading it are tested in python/tests/test_iceberg.py (DuckDB,
+//! pyiceberg).
+
+use std::collections::BTreeSet;
+
+use blobhouse_engine::{EngineOptions, Session};
+
+use crate::common::*;
+use crate::on_both_backends;
+
+on_both_backends!(alter_database_switches_iceberg_and_on_writes_what_is_missing, vacuum_collects_iceberg_metadata_by_the_same_rules);
+
+/// Every object under `iceberg/`, relative to the database.
+async fn iceberg_objects(db: &TestDb) -> BTreeSet<String> {
+    crate::lifecycle::stored_under(db, "iceberg").await
+}
+
+/// SHOW TABLES' `iceberg_metadata` of `table` (empty for NULL).
+async fn metadata_of(e: &Session, table: &str) -> String {
+    let found = lines(&run(e, "SHOW TABLES").await).into_iter().find_map(|l| l.strip_prefix(&format!("{table}|")).map(str::to_string));
+    found.filter(|p| p != "NULL").unwrap_or_default()
+}
+
+async fn alter_database_switches_iceberg_and_on_writes_what_is_missing(b: Backend) {
+    let db = TestDb::new(b, "iceberg-switch");
+    let e = db.engine(EngineOptions::default()).await;
+    // A new database has it on: each commit writes the metadata of what it changed.
+    run(&e, "CREATE TABLE t (id BIGINT NOT NULL, name VARCHAR, price DECIMAL(10,2), d DATE)").await;
+    run(&e, "INSERT INTO t VALUES (1, 'a', 1.50, '2020-01-01'), (2, 'b', 2.25, '2021-02-03')").await;
+    let v = e.engine().database().current().version;
+    assert!(metadata_of(&e, "t").await.ends_with(&format!("/metadata/v{v}.metadata.json")), "{}", text(&run(&e, "SHOW TABLES").await));
+
+    // Off: commits write none, and SHOW TABLES no longer names a current one.
+    assert_eq!(lines(&run(&e, "ALTER DATABASE SET iceberg = off").await), Vec::<String>::new());
+    let before = iceberg_objects(&db).await;
+    run(&e, "INSERT INTO t VALUES (3, 'c', 3.00, '2022-03-04')").await;
+    run(&e, "DELETE FROM t WHERE id = 1").await;
+    run(&e, "CREATE TABLE u (at TIMESTAMP, n INT)").await;
+    assert_eq!(iceberg_objects(&db).await, before, "Iceberg off, yet commits wrote Iceberg objects");
+    assert_eq!(metadata_of(&e, "t").await, "", "t's metadata is stale: SHOW TABLES must not name it");
+
+    // On again: every table that can have it gets it now, one that cannot says why.
+    let answer = lines(&run(&e, "ALTER DATABASE SET iceberg = on").await);
+    let now = e.engine().database().current().version;
+    assert_eq!(answer.len(), 2, "{answer:?}");
+    assert!(answer[0].starts_with("t|") && answer[0].contains(&format!("/metadata/v{now}.metadata.json|")), "{answer:?}");
+    assert!(answer[1].starts_with("u|NULL|") && answer[1].contains("column at") && answer[1].contains("nanosecond"), "{answer:?}");
+    assert!(metadata_of(&e, "t").await.ends_with(&format!("v{now}.metadata.json")));
+    assert_eq!(metadata_of(&e, "u").await, "");
+    // Run again, it writes nothing: the metadata is current.
+    let objects = iceberg_objects(&db).await;
+    run(&e, "ALTER DATABASE SET iceberg = on").await;
+    assert_eq!(iceberg_objects(&db).await, objects);
+    // The metadata names the live rows only: 2 and 3 (1 was deleted), and
+    // nothing it names is missing.
+    let meta: serde_json::Value = {
+        let uri = metadata_of(&e, "t").await;
+        let relative = uri.rsplit_once("/iceberg/").map(|(_, r)| format!("iceberg/{r}")).unwrap();
+        let bytes = e.engine().database().get(&db.location.child(&relative)).await.unwrap();
+        serde_json::from_slice(&bytes).unwrap()
+    };
+    assert_eq!(meta["current-snapshot-id"], now);
+    assert_eq!(meta["snapshots"].as_array().unwrap().last().unwrap()["summary"]["blobhouse-live-rows"], "2");
+    assert_eq!(blobhouse_storage::iceberg::dangling(e.engine().database()).await.unwrap(), Vec::<String>::new());
+    // A new handle (a new process) builds on what is there.
+    let e2 = db.engine(EngineOptions::default()).await;
+    run(&e2, "INSERT INTO t VALUES (4, 'd', 4.00, '2023-01-01')").await;
+    let v2 = e2.engine().database().current().version;
+    assert!(metadata_of(&e2, "t").await.ends_with(&format!("v{v2}.metadata.json")));
+    assert_eq!(blobhouse_storage::iceberg::dangling(e2.engine().database()).await.unwrap(), Vec::<String>::new());
+    // Bad input says what is accepted.
+    assert!(fail(&e, "ALTER DATABASE SET iceberg = maybe").await.contains("on or off"));
+    assert!(fail(&e, "ALTER DATABASE SET colour = on").await.contains("iceberg"));
+}
+
+async fn vacuum_collects_iceberg_metadata_by_the_same_rules(b: Backend) {
+    let db = TestDb::new(b, "iceberg-vacuum");
+    let e = db.engine(EngineOptions::default()).await;
+    run(&e, "CREATE TABLE t (id BIGINT NOT NULL, v VARCHAR)").await;
+    run(&e, "CREATE TABLE still (id BIGINT)").await;
+    run(&e, "INSERT INTO still VALUES (1)").await;
+    let still_version = e.engine().database().current().version;
+    for i in 0..4 {
+        run(&e, &format!("INSERT INTO t VALUES ({i}, 'v{i}'), ({}, 'w{i}')", i + 10)).await;
+    }
+    run(&e, "DELETE FROM t WHERE id = 1").await;
+    run(&e, "DELETE FROM t WHERE id = 11").await; // replaces the object's vector
+    run(&e, "CREATE SNAPSHOT keep").await;
+    let kept_version = e.engine().database().current().version;
+    run(&e, "UPDATE t SET v = 'u' WHERE id = 2").await;
+    run(&e, "OPTIMIZE t").await;
+    let (t_id, still_id) = {
+        let v = e.engine().database().current();
+        (v.tables["t"].id, v.tables["still"].id)
+    };
+    run(&e, "DROP TABLE still").await;
+    let newest = e.engine().database().current().version;
+    let before = iceberg_objects(&db).await;
+    run(&e, "VACUUM RETAIN '0 seconds' GRACE '0 seconds'").await;
+    let after = iceberg_objects(&db).await;
+    let meta = |id: u64, v: u64| format!("iceberg/tables/{id:016x}/metadata/v{v}.metadata.json");
+    for kept in [meta(t_id, newest - 1), meta(t_id, kept_version - 1), meta(still_id, still_version)] {
+        assert!(before.contains(&kept), "{kept} was never written: {before:#?}");
+        // t's newest (OPTIMIZE), and what the snapshot reads of t and of the since dropped `still`.
+        assert!(after.contains(&kept), "VACUUM deleted {kept}, which a retained version needs: {after:#?}");
+    }
+    for expired in [meta(t_id, 1), meta(t_id, kept_version - 2), meta(still_id, still_version - 1)] {
+        assert!(before.contains(&expired), "{expired} was never written");
+        assert!(!after.contains(&expired), "VACUUM left {expired}: {after:#?}");
+    }
+    // The replaced vector's position delete file went with it.
+    assert!(after.len() < before.len() && after.iter().filter(|p| p.ends_with(".pos.parquet")).count() < before.iter().filter(|p| p.ends_with(".pos.parquet")).count());
+    // Without the snapshot, nothing of `still` is needed any more.
+    run(&e, "DROP SNAPSHOT keep").await;
+    run(&e, "VACUUM RETAIN '0 seconds' GRACE '0 seconds'").await;
+    let last = iceberg_objects(&db).await;
+    assert!(!last.iter().any(|p| p.contains(&format!("{still_id:016x}/"))), "the dropped table's metadata stayed: {last:#?}");
+    assert!(last.contains(&meta(t_id, newest - 1)));
+    // Whatever remains names nothing missing, and answers as blobhouse.
+    assert_eq!(blobhouse_storage::iceberg::dangling(e.engine().database()).await.unwrap(), Vec::<String>::new());
+    // The next commit builds on it.
+    run(&e, "INSERT INTO t VALUES (100, 'x')").await;
+    assert_eq!(blobhouse_storage::iceberg::dangling(e.engine().database()).await.unwrap(), Vec::<String>::new());
+}
