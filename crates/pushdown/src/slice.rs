@@ -30,7 +30,7 @@ use futures::stream::FuturesUnordered;
 use futures::{StreamExt, TryStreamExt};
 use object_store::{GetOptions, GetRange, ObjectStoreExt};
 use parquet::arrow::ProjectionMask;
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions, ParquetRecordBatchReaderBuilder};
+use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ParquetRecordBatchReaderBuilder};
 use parquet::file::metadata::{FooterTail, ParquetMetaDataReader};
 use roaring::RoaringBitmap;
 
@@ -352,7 +352,8 @@ impl SliceReader {
             let display = self.location.display(&path);
             meta = with_page_index(meta, at.start, bytes, size, &display).map_err(|e| self.error(object, format!("its page index does not decode: {e}")))?;
         }
-        let meta = ArrowReaderMetadata::try_new(Arc::new(meta), ArrowReaderOptions::new()).map_err(|e| self.error(object, e))?;
+        let options = blobhouse_storage::writer::reader_options(&meta);
+        let meta = ArrowReaderMetadata::try_new(Arc::new(meta), options).map_err(|e| self.error(object, e))?;
         self.counters.footer_reads.fetch_add(1, Ordering::Relaxed);
         self.footers.lock().expect("footers").insert(object, meta.clone(), size);
         Ok((meta, size))

@@ -15,11 +15,13 @@ use base64::Engine as _;
 use bytes::Bytes;
 use datafusion::arrow::array::{Array, RecordBatch, StringArray};
 use datafusion::arrow::compute::cast;
-use datafusion::arrow::datatypes::{DataType, SchemaRef};
-use parquet::arrow::ArrowWriter;
+use datafusion::arrow::datatypes::{DataType, Field, Schema, SchemaRef};
+use parquet::arrow::arrow_writer::ArrowWriterOptions;
+use parquet::arrow::{ARROW_SCHEMA_META_KEY, ArrowWriter};
 use parquet::arrow::arrow_reader::statistics::StatisticsConverter;
 use parquet::basic::{Compression, ZstdLevel};
 use parquet::file::metadata::ParquetMetaData;
+use parquet::file::metadata::KeyValue;
 use parquet::file::properties::{EnabledStatistics, WriterProperties};
 use tokio::task::JoinSet;
 
@@ -83,6 +85,8 @@ fn writer_properties(options: &WriteOptions) -> WriterProperties {
 pub struct TableWriter {
     db: Arc<Database>,
     schema: SchemaRef,
+    /// `schema` as the Parquet writer is given it (with field ids).
+    file_schema: SchemaRef,
     options: WriteOptions,
     props: WriterProperties,
     current: Option<ArrowWriter<Vec<u8>>>,
@@ -99,14 +103,84 @@ pub struct TableWriter {
     histograms: Vec<Vec<Option<Vec<String>>>>,
 }
 
+/// The Parquet metadata key of the Arrow schema blobhouse reads its own
+/// objects with (arrow-schema's serde JSON): the table's schema, string
+/// views and all, while the standard `ARROW:schema` says plain strings so
+/// that other readers (pyarrow, pyiceberg, pandas) get the types their
+/// kernels support. [`reader_options`] reads it back.
+pub const OWN_ARROW_SCHEMA_KEY: &str = "blobhouse:arrow_schema";
+
+/// `schema` as other Parquet readers are told it (`ARROW:schema`): view
+/// types as their plain forms, which every Arrow implementation handles.
+fn shared_schema(schema: &Schema) -> Schema {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .map(|f| {
+            let t = match f.data_type() {
+                DataType::Utf8View => DataType::Utf8,
+                DataType::BinaryView => DataType::Binary,
+                other => other.clone(),
+            };
+            f.as_ref().clone().with_data_type(t)
+        })
+        .collect();
+    Schema::new_with_metadata(fields, schema.metadata().clone())
+}
+
+/// `schema` with each top-level column's stable id (`crate::iceberg::schema`:
+/// column `i` is field `i + 1`) as its Parquet field id.
+fn with_field_ids(schema: &Schema) -> Schema {
+    let fields: Vec<Field> = schema
+        .fields()
+        .iter()
+        .enumerate()
+        .map(|(i, f)| {
+            let mut metadata = f.metadata().clone();
+            metadata.insert(crate::iceberg::schema::FIELD_ID_KEY.to_string(), (i + 1).to_string());
+            f.as_ref().clone().with_metadata(metadata)
+        })
+        .collect();
+    Schema::new_with_metadata(fields, schema.metadata().clone())
+}
+
+/// How blobhouse reads one of its data objects: with the Arrow schema kept
+/// under [`OWN_ARROW_SCHEMA_KEY`] when the object has one (objects written
+/// before it, and encrypted ones, are read by their `ARROW:schema`).
+pub fn reader_options(meta: &ParquetMetaData) -> parquet::arrow::arrow_reader::ArrowReaderOptions {
+    let options = parquet::arrow::arrow_reader::ArrowReaderOptions::new();
+    let own = meta.file_metadata().key_value_metadata().and_then(|kv| kv.iter().find(|k| k.key == OWN_ARROW_SCHEMA_KEY)).and_then(|k| k.value.as_deref());
+    match own.and_then(|json| serde_json::from_str::<Schema>(json).ok()) {
+        Some(schema) => options.with_schema(Arc::new(schema)),
+        None => options,
+    }
+}
+
 impl TableWriter {
     /// A writer for a table with `schema`.
     pub fn new(db: Arc<Database>, schema: SchemaRef, options: WriteOptions) -> Self {
-        let props = writer_properties(&options);
+        let mut props = writer_properties(&options);
+        // Plaintext objects: Parquet field ids for Iceberg readers, plain
+        // string types for other Arrow readers, our own schema for us.
+        // (Encrypted objects, which no other engine reads, keep the
+        // standard embedded schema.)
+        let file_schema = match db.keyring() {
+            Some(_) => schema.clone(),
+            None => {
+                let own = serde_json::to_string(schema.as_ref()).expect("schemas serialise");
+                let shared = parquet::arrow::encode_arrow_schema(&shared_schema(&schema));
+                props = props
+                    .into_builder()
+                    .set_key_value_metadata(Some(vec![KeyValue::new(ARROW_SCHEMA_META_KEY.to_string(), shared), KeyValue::new(OWN_ARROW_SCHEMA_KEY.to_string(), own)]))
+                    .build();
+                Arc::new(with_field_ids(&schema))
+            }
+        };
         let sampler = Sampler::new(schema.fields().iter().map(|f| f.data_type().clone()));
         TableWriter {
             db,
             schema,
+            file_schema,
             options,
             props,
             current: None,
@@ -166,7 +240,9 @@ impl TableWriter {
                 }
                 None => self.props.clone(),
             };
-            let w = ArrowWriter::try_new(Vec::with_capacity(self.options.max_object_bytes.min(64 << 20)), self.schema.clone(), Some(props))
+            let own_schema = self.db.keyring().is_none();
+            let options = ArrowWriterOptions::new().with_properties(props).with_skip_arrow_metadata(own_schema);
+            let w = ArrowWriter::try_new_with_options(Vec::with_capacity(self.options.max_object_bytes.min(64 << 20)), self.file_schema.clone(), options)
                 .map_err(|e| self.parquet_err(e))?;
             self.current = Some(w);
         }

@@ -8,7 +8,7 @@ use std::sync::{Arc, Mutex};
 use base64::Engine as _;
 use datafusion::common::{DataFusionError, Result};
 use datafusion::execution::memory_pool::{MemoryConsumer, MemoryPool, MemoryReservation};
-use parquet::arrow::arrow_reader::{ArrowReaderMetadata, ArrowReaderOptions};
+use parquet::arrow::arrow_reader::ArrowReaderMetadata;
 use parquet::file::metadata::ParquetMetaData;
 
 use blobhouse_storage::chunks::with_page_index;
@@ -119,7 +119,8 @@ impl MetadataCache {
     /// Keeps `meta` for `path` (replacing what was kept) if the memory
     /// budget allows, and returns it ready for the Arrow reader.
     fn keep(&self, path: &str, location: &str, meta: ParquetMetaData) -> Result<ArrowReaderMetadata> {
-        let meta = ArrowReaderMetadata::try_new(Arc::new(meta), ArrowReaderOptions::new()).map_err(|e| corrupt(location, e.to_string()))?;
+        let options = blobhouse_storage::writer::reader_options(&meta);
+        let meta = ArrowReaderMetadata::try_new(Arc::new(meta), options).map_err(|e| corrupt(location, e.to_string()))?;
         if self.reservation.try_grow(meta.metadata().memory_size()).is_ok() {
             let old = self.footers.lock().expect("footer cache").insert(path.to_string(), meta.clone());
             if let Some(old) = old {

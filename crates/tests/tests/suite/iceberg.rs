@@ -18,6 +18,21 @@ async fn iceberg_objects(db: &TestDb) -> BTreeSet<String> {
     crate::lifecycle::stored_under(db, "iceberg").await
 }
 
+/// Requests under `iceberg/` since the audit log was cleared: (PUTs,
+/// GETs and HEADs, LISTs).
+fn iceberg_requests(db: &TestDb) -> (usize, usize, usize) {
+    let mut n = (0, 0, 0);
+    for r in db.audit.requests() {
+        match r {
+            blobhouse_testkit::Request::Put { path, .. } if path.contains("iceberg/") => n.0 += 1,
+            blobhouse_testkit::Request::Get { path, .. } if path.contains("iceberg/") => n.1 += 1,
+            blobhouse_testkit::Request::List { prefix } if prefix.contains("iceberg/") => n.2 += 1,
+            _ => {}
+        }
+    }
+    n
+}
+
 /// SHOW TABLES' `iceberg_metadata` of `table` (empty for NULL).
 async fn metadata_of(e: &Session, table: &str) -> String {
     let found = lines(&run(e, "SHOW TABLES").await).into_iter().find_map(|l| l.strip_prefix(&format!("{table}|")).map(str::to_string));
@@ -67,7 +82,16 @@ async fn alter_database_switches_iceberg_and_on_writes_what_is_missing(b: Backen
     assert_eq!(blobhouse_storage::iceberg::dangling(e.engine().database()).await.unwrap(), Vec::<String>::new());
     // A new handle (a new process) builds on what is there.
     let e2 = db.engine(EngineOptions::default()).await;
+    db.audit.clear_requests();
     run(&e2, "INSERT INTO t VALUES (4, 'd', 4.00, '2023-01-01')").await;
+    // Its cost: a data manifest, the manifest list and the metadata file
+    // (3 PUTs); reading back the newest metadata and its manifest list
+    // once per process (1 LIST, 2 GETs), then nothing.
+    let cold = iceberg_requests(&db);
+    assert_eq!(cold, (3, 2, 1), "a new handle's first INSERT: (PUTs, GETs, LISTs) under iceberg/");
+    db.audit.clear_requests();
+    run(&e2, "INSERT INTO t VALUES (5, 'e', 5.00, '2024-01-01')").await;
+    assert_eq!(iceberg_requests(&db), (3, 0, 0), "the next INSERT: (PUTs, GETs, LISTs) under iceberg/");
     let v2 = e2.engine().database().current().version;
     assert!(metadata_of(&e2, "t").await.ends_with(&format!("v{v2}.metadata.json")));
     assert_eq!(blobhouse_storage::iceberg::dangling(e2.engine().database()).await.unwrap(), Vec::<String>::new());
