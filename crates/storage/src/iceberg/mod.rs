@@ -605,16 +605,17 @@ fn data_file_entry(content: i32, path: &str, rows: i64, size: i64, referenced: O
     ])
 }
 
-/// The snapshots of `ids` a table's metadata keeps listing: those at or
-/// after the GC `horizon`, the one current at each of `pins` (the horizon
-/// itself, when the table exists there; snapshots; restores) — what
-/// readers may still ask for — and, of the rest, the newest `max`.
+/// The snapshots of `ids` a table's new metadata file lists: the newest
+/// `max` that have not expired (at or after the GC `horizon`), and the one
+/// current at each of `pins` (the horizon, snapshots) — what readers may
+/// still ask for through the newest file. A file grows with what it lists
+/// and every commit of the table writes one; each older snapshot stays
+/// readable through its own `v<n>.metadata.json` until VACUUM.
 pub fn kept(ids: &[u64], horizon: u64, pins: &[u64], max: usize) -> BTreeSet<u64> {
     let sorted: BTreeSet<u64> = ids.iter().copied().collect();
     let current_at = |v: u64| sorted.range(..=v).next_back().copied();
-    let mut keep: BTreeSet<u64> = sorted.range(horizon..).copied().collect();
+    let mut keep: BTreeSet<u64> = sorted.range(horizon..).rev().take(max).copied().collect();
     keep.extend(pins.iter().filter_map(|p| current_at(*p)));
-    keep.extend(sorted.iter().rev().take(max));
     keep
 }
 
@@ -700,13 +701,11 @@ mod tests {
     #[test]
     fn kept_snapshots_are_those_readers_may_ask_for() {
         let ids = [1, 3, 5, 8, 9];
-        // No VACUUM yet: all.
-        assert_eq!(kept(&ids, 0, &[], 0), BTreeSet::from([1, 3, 5, 8, 9]));
+        // No VACUUM yet: the newest `max`.
+        assert_eq!(kept(&ids, 0, &[], 3), BTreeSet::from([5, 8, 9]));
         // Horizon 6: 8, 9; pinned at 6 (the table exists there): 5; a snapshot at version 4 pins 3.
-        assert_eq!(kept(&ids, 6, &[6, 4], 0), BTreeSet::from([3, 5, 8, 9]));
+        assert_eq!(kept(&ids, 6, &[6, 4], 20), BTreeSet::from([3, 5, 8, 9]));
         // A table dropped before the horizon: nothing pins it.
-        assert_eq!(kept(&ids, 10, &[], 0), BTreeSet::new());
-        // The newest two of the rest.
-        assert_eq!(kept(&ids, 9, &[], 2), BTreeSet::from([8, 9]));
+        assert_eq!(kept(&ids, 10, &[], 20), BTreeSet::new());
     }
 }
