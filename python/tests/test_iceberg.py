@@ -300,3 +300,45 @@ def test_after_vacuum_duckdb_reads_every_retained_version(tmp_path_factory, tmp_
         assert_same_rows(n, a, b["rows"])
     assert ours[0] != [[text(v) for v in row] for row in con.execute(sql[-2]).fetchall()], "the snapshot should differ from now"
     con.close()
+
+
+def test_format_3_deletion_vectors_and_nanosecond_timestamps_read_in_duckdb_and_pyiceberg(tmp_path_factory, tmp_path):
+    """ALTER DATABASE SET iceberg = v3: deletes as Puffin deletion vectors
+    (blobhouse's Roaring bitmaps), TIMESTAMP as timestamp_ns."""
+    from pyiceberg.table import StaticTable
+
+    db = load(tmp_path_factory, "iceberg-v3")
+    con = blobhouse.connect(db, autocommit=True)
+    rows = con.execute("ALTER DATABASE SET iceberg = v3").fetchall()
+    assert sorted(r[0] for r in rows) == TABLES and all(r[1] for r in rows), rows
+    before = con.execute("SHOW VERSIONS 1").fetchone()[0]
+    con.execute("DELETE FROM lineitem WHERE l_orderkey % 7 = 0")
+    con.execute("UPDATE orders SET o_comment = 'updated' WHERE o_orderkey % 5 = 0")
+    con.execute("CREATE TABLE events (id BIGINT NOT NULL, happened TIMESTAMP, note VARCHAR)")
+    con.execute("INSERT INTO events VALUES (1, '2026-01-02 03:04:05.123456789', 'a'), (2, NULL, 'b'), (3, '1999-12-31 23:59:59', 'c')")
+    con.execute("DELETE FROM events WHERE id = 2")
+    paths = metadata_paths(con)
+    for name, path in paths.items():
+        metadata = json.loads(pathlib.Path(path.removeprefix("file://")).read_text())
+        assert metadata["format-version"] == 3 and "next-row-id" in metadata, name
+    assert list(pathlib.Path(db, "iceberg").rglob("*.puffin")), "no deletion vector was written"
+    sql = queries() + [
+        "SELECT count(*), sum(l_quantity), min(l_orderkey % 7) FROM lineitem",
+        "SELECT count(*) FILTER (WHERE o_comment = 'updated'), count(*) FROM orders",
+        "SELECT id, CAST(happened AS VARCHAR), note FROM events ORDER BY id",
+    ]
+    ours = [[[text(v) for v in row] for row in con.execute(q).fetchall()] for q in sql[:-1]]
+    ours.append([["1", "2026-01-02 03:04:05.123456789", "a"], ["3", "1999-12-31 23:59:59", "c"]])
+    theirs = duckdb({n: {"metadata": p} for n, p in paths.items()}, sql, tmp_path)
+    for n, (a, b) in enumerate(zip(ours, theirs), start=1):
+        assert_same_rows(n, a, b["rows"])
+    lineitem = StaticTable.from_metadata(paths["lineitem"])
+    now = lineitem.scan().to_arrow()
+    assert now.num_rows == con.execute("SELECT count(*) FROM lineitem").fetchone()[0]
+    assert all(k % 7 != 0 for k in now.column("l_orderkey").to_pylist())
+    snapshot = max(s.snapshot_id for s in lineitem.metadata.snapshots if s.snapshot_id <= before)
+    assert lineitem.scan(snapshot_id=snapshot).to_arrow().num_rows == con.execute(f"SELECT count(*) FROM lineitem AT(VERSION => {before})").fetchone()[0]
+    events = StaticTable.from_metadata(paths["events"]).scan().to_arrow()
+    assert events.column("id").to_pylist() == [1, 3]
+    assert str(events.column("happened").type) == "timestamp[ns]"
+    con.close()

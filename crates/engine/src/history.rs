@@ -34,10 +34,11 @@ pub(crate) enum History {
     /// `tables`: `None` for the whole database.
     Restore { tables: Option<Vec<String>>, to: AsOf },
     Vacuum { retain: std::time::Duration, grace: std::time::Duration, dry_run: bool },
-    /// `ALTER DATABASE SET iceberg = on|off`: whether commits write Iceberg
-    /// metadata; `on` also writes it for every table that lacks it, and
-    /// answers each table with its metadata's path.
-    SetIceberg { on: bool },
+    /// `ALTER DATABASE SET iceberg = on|off|v2|v3`: whether commits write
+    /// Iceberg metadata, in which format version; on also writes it for
+    /// every table that lacks it, and answers each table with its
+    /// metadata's path.
+    SetIceberg { on: bool, format: Option<u32> },
 }
 
 impl History {
@@ -85,7 +86,7 @@ pub(crate) async fn run(env: &Env<'_>, h: History) -> Result<QueryResult, Engine
             let report = blobhouse_storage::gc::vacuum(engine.database(), retain, grace, dry_run).await?;
             Ok(vacuum_result(&report, dry_run, started))
         }
-        History::SetIceberg { on } => {
+        History::SetIceberg { on, format } => {
             if env.in_transaction {
                 return Err(EngineError::transaction(TxnRule::InProgress, "ALTER DATABASE cannot run inside a transaction block; COMMIT or ROLLBACK first"));
             }
@@ -95,7 +96,7 @@ pub(crate) async fn run(env: &Env<'_>, h: History) -> Result<QueryResult, Engine
                     "an encrypted database cannot be shared as Iceberg: other engines cannot read its objects; COPY its tables into a plaintext database to share them".into(),
                 ));
             }
-            db.commit(&[blobhouse_storage::Change::SetIceberg { on }]).await?;
+            db.commit(&[blobhouse_storage::Change::SetIceberg { on, format }]).await?;
             let rows = if on { blobhouse_storage::iceberg::publish_all(db, db.refresh().await?.as_ref()).await } else { Vec::new() };
             let schema = Arc::new(Schema::new(vec![
                 Field::new("table", DataType::Utf8, false),

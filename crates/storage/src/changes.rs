@@ -84,9 +84,10 @@ pub enum Change {
         tables: BTreeMap<String, Option<TableEntry>>,
         expected: BTreeMap<String, Expected>,
     },
-    /// `ALTER DATABASE SET iceberg = on|off`: whether later commits write
-    /// Iceberg metadata (`crate::iceberg`).
-    SetIceberg { on: bool },
+    /// `ALTER DATABASE SET iceberg = on|off|v2|v3`: whether later commits
+    /// write Iceberg metadata (`crate::iceberg`), and in which format
+    /// version (`None`: unchanged).
+    SetIceberg { on: bool, format: Option<u32> },
 }
 
 /// What a RESTORE expects of a table it replaces: absent, or this id at
@@ -153,7 +154,9 @@ impl Change {
                 let names: Vec<&str> = tables.keys().map(String::as_str).collect();
                 format!("RESTORE {} TO VERSION {target}", names.join(", "))
             }
-            Change::SetIceberg { on } => format!("ALTER DATABASE SET iceberg = {}", if *on { "on" } else { "off" }),
+            Change::SetIceberg { on: false, .. } => "ALTER DATABASE SET iceberg = off".into(),
+            Change::SetIceberg { on: true, format: None } => "ALTER DATABASE SET iceberg = on".into(),
+            Change::SetIceberg { on: true, format: Some(f) } => format!("ALTER DATABASE SET iceberg = v{f}"),
         }
     }
 }
@@ -314,9 +317,12 @@ pub fn apply(version: &mut CatalogVersion, change: &Change) -> Result<bool> {
             version.restores.retain(|r| r.version > gc.horizon);
             Ok(true)
         }
-        Change::SetIceberg { on } => {
-            let changed = version.iceberg != Some(*on);
+        Change::SetIceberg { on, format } => {
+            let changed = version.iceberg != Some(*on) || (format.is_some() && version.iceberg_format != *format);
             version.iceberg = Some(*on);
+            if format.is_some() {
+                version.iceberg_format = *format;
+            }
             Ok(changed)
         }
     }

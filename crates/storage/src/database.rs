@@ -658,7 +658,7 @@ impl Database {
                 tables: base.tables.clone(),
                 snapshots: base.snapshots.clone(),
                 restored_from: None,
-                gc: base.gc.clone(), restores: base.restores.clone(), retired: Retired::default(), iceberg: base.iceberg,
+                gc: base.gc.clone(), restores: base.restores.clone(), retired: Retired::default(), iceberg: base.iceberg, iceberg_format: base.iceberg_format,
                 checkpoint: base.checkpoint.clone(),
             };
             let mut changed = false;

@@ -103,6 +103,9 @@ pub struct CatalogVersion {
     /// `ALTER DATABASE SET iceberg = on|off`, once said: whether commits
     /// write Iceberg metadata (`None`: the marker's default).
     pub iceberg: Option<bool>,
+    /// `ALTER DATABASE SET iceberg = v2|v3`: the Iceberg format version
+    /// written (`None`: 2).
+    pub iceberg_format: Option<u32>,
     /// The checkpoint the next commit writes its delta against; `None`
     /// makes the next commit write a checkpoint (a version-1 version, or
     /// the empty database).
@@ -174,6 +177,9 @@ pub struct VersionFile {
     /// `ALTER DATABASE SET iceberg` (whole, in checkpoints and deltas).
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub iceberg: Option<bool>,
+    /// Its format version, when `v2` or `v3` was said.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub iceberg_format: Option<u32>,
 }
 
 /// Garbage collection's state in the catalog (see `crate::gc`).

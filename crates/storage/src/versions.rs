@@ -132,7 +132,7 @@ pub fn resolve(location: &str, file: VersionFile, bytes: usize, seal: Option<u64
         tables,
         snapshots: file.snapshots,
         restored_from: file.restored_from,
-        gc: file.gc, restores: file.restores, retired: file.retired, iceberg: file.iceberg,
+        gc: file.gc, restores: file.restores, retired: file.retired, iceberg: file.iceberg, iceberg_format: file.iceberg_format,
         checkpoint: Some(checkpoint),
     })
 }
@@ -160,7 +160,7 @@ pub fn encode(next: &mut CatalogVersion, force_checkpoint: bool, seal: &dyn Fn(V
         dropped: Vec::new(),
         snapshots: next.snapshots.clone(),
         restored_from: next.restored_from,
-        gc: next.gc.clone(), restores: next.restores.clone(), retired: next.retired.clone(), iceberg: next.iceberg,
+        gc: next.gc.clone(), restores: next.restores.clone(), retired: next.retired.clone(), iceberg: next.iceberg, iceberg_format: next.iceberg_format,
     };
     let (body, sealed) = seal(serde_json::to_vec(&file).expect("format types always serialise"));
     next.checkpoint = Some(Arc::new(Checkpoint { version: next.version, bytes: body.len(), seal: Some(sealed), tables: next.tables.clone() }));
@@ -195,7 +195,7 @@ fn delta(next: &CatalogVersion, base: &Checkpoint) -> VersionFile {
         dropped: base.tables.keys().filter(|n| !next.tables.contains_key(*n)).cloned().collect(),
         snapshots: next.snapshots.clone(),
         restored_from: next.restored_from,
-        gc: next.gc.clone(), restores: next.restores.clone(), retired: next.retired.clone(), iceberg: next.iceberg,
+        gc: next.gc.clone(), restores: next.restores.clone(), retired: next.retired.clone(), iceberg: next.iceberg, iceberg_format: next.iceberg_format,
     }
 }
 

@@ -9,7 +9,7 @@
 //! RESTORE TABLE t [, u …] TO VERSION n | TIMESTAMP '…' | SNAPSHOT name
 //! VACUUM [RETAIN '7 days'] [GRACE '1 day'] [DRY RUN]
 //! OPTIMIZE [TABLE] t
-//! ALTER DATABASE SET iceberg = on | off
+//! ALTER DATABASE SET iceberg = on | off | v2 | v3
 //! ```
 //!
 //! sqlparser knows none of these (its VACUUM and OPTIMIZE are other
@@ -93,15 +93,20 @@ pub(super) fn parse(p: &mut Parser) -> Result<Option<Statement>, ParserError> {
             let _ = p.parse_keyword(Keyword::TO);
         }
         let value = p.peek_token();
-        let on = match &value.token {
-            Token::Word(w) if w.value.eq_ignore_ascii_case("on") || w.value.eq_ignore_ascii_case("true") => true,
-            Token::Word(w) if w.value.eq_ignore_ascii_case("off") || w.value.eq_ignore_ascii_case("false") => false,
-            Token::SingleQuotedString(v) if v.eq_ignore_ascii_case("on") => true,
-            Token::SingleQuotedString(v) if v.eq_ignore_ascii_case("off") => false,
-            other => return Err(error_at(format!("Expected: on or off for iceberg, found: {other}"), value.span.start)),
+        let said = match &value.token {
+            Token::Word(w) => w.value.to_ascii_lowercase(),
+            Token::SingleQuotedString(v) => v.to_ascii_lowercase(),
+            _ => String::new(),
+        };
+        let (on, format) = match said.as_str() {
+            "on" | "true" => (true, None),
+            "off" | "false" => (false, None),
+            "v2" => (true, Some(2)),
+            "v3" => (true, Some(3)),
+            _ => return Err(error_at(format!("Expected: on, off, v2 or v3 for iceberg, found: {}", value.token), value.span.start)),
         };
         p.next_token();
-        return history(History::SetIceberg { on });
+        return history(History::SetIceberg { on, format });
     }
     if word_at(p, 0, "OPTIMIZE") {
         p.next_token();

@@ -156,9 +156,10 @@ pub fn write_file(schema_text: &str, schema: &Schema, metadata: &[(&str, String)
     Ok(out)
 }
 
-/// Reads an object container file written by [`write_file`] (or any
-/// uncompressed one of the schema): its header metadata and its records.
-pub fn read_file(data: &[u8], schema: &Schema) -> Result<(Vec<(String, Vec<u8>)>, Vec<Value>), AvroError> {
+/// Reads an uncompressed object container file of the types above (as
+/// [`write_file`] writes them): its header metadata and its records,
+/// decoded by the schema its header holds.
+pub fn read_file(data: &[u8]) -> Result<(Vec<(String, Vec<u8>)>, Vec<Value>), AvroError> {
     let mut r = Reader { data, at: 0 };
     if r.take(4)? != MAGIC {
         return Err(AvroError::Damaged("no Avro magic"));
@@ -177,6 +178,9 @@ pub fn read_file(data: &[u8], schema: &Schema) -> Result<(Vec<(String, Vec<u8>)>
     if metadata.iter().any(|(k, v)| k == "avro.codec" && v.as_slice() != b"null") {
         return Err(AvroError::Damaged("a compressed Avro file (only uncompressed files are read)"));
     }
+    let text = metadata.iter().find(|(k, _)| k == "avro.schema").map(|(_, v)| v.as_slice()).ok_or(AvroError::Damaged("no avro.schema in the header"))?;
+    let schema = parse_schema(std::str::from_utf8(text).map_err(|_| AvroError::Damaged("a schema that is not UTF-8"))?)?;
+    let schema = &schema;
     let sync = r.take(16)?.to_vec();
     let mut records = Vec::new();
     while r.at < data.len() {
@@ -326,7 +330,7 @@ mod tests {
         long(&mut v, -1);
         long(&mut v, 300);
         assert_eq!(v, [1, 0xd8, 0x04]);
-        let (meta, back) = read_file(&file, &schema).unwrap();
+        let (meta, back) = read_file(&file).unwrap();
         assert_eq!(back, records);
         assert!(meta.contains(&("avro.schema".into(), text.as_bytes().to_vec())));
         assert!(meta.contains(&("k".into(), b"v".to_vec())));
@@ -334,6 +338,6 @@ mod tests {
         let bad = Value::Record(vec![Value::Int(1), Value::none(), Value::Array(vec![]), Value::Bytes(vec![]), Value::Boolean(false)]);
         assert!(matches!(write_file(text, &schema, &[], &[bad], [0; 16]), Err(AvroError::Mismatch(_))));
         // A cut file is named damaged.
-        assert!(matches!(read_file(&file[..file.len() - 3], &schema), Err(AvroError::Damaged(_))));
+        assert!(matches!(read_file(&file[..file.len() - 3]), Err(AvroError::Damaged(_))));
     }
 }

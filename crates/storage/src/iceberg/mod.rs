@@ -42,20 +42,28 @@
 //! versions — onto Iceberg's, which no library knows.
 
 pub mod avro;
+mod collect;
 pub mod deletes;
+mod publish;
+pub mod puffin;
 pub mod schema;
+
+pub use collect::dangling;
+pub(crate) use collect::collect;
+pub use publish::publish_all;
+pub(crate) use publish::publish_commit;
 
 use std::collections::{BTreeSet, HashMap};
 use std::sync::{Arc, Mutex};
 
 use bytes::Bytes;
 use futures::TryStreamExt;
-use serde_json::{Value as Json, json};
+use serde_json::Value as Json;
 use twox_hash::XxHash3_64;
 
 use crate::database::Database;
 use crate::error::{Result, StorageError};
-use crate::format::{CatalogVersion, DataObject, TableEntry};
+use crate::format::CatalogVersion;
 use crate::keys::object_name;
 use avro::Value;
 
@@ -133,11 +141,13 @@ struct ListEntry {
     added_snapshot: i64,
     files: i32,
     rows: i64,
+    /// Format 3: the row id of the manifest's first row (data manifests).
+    first_row_id: Option<i64>,
 }
 
 impl ListEntry {
-    fn to_avro(&self) -> Value {
-        Value::Record(vec![
+    fn to_avro(&self, format: u32) -> Value {
+        let mut fields = vec![
             Value::String(self.path.clone()),
             Value::Long(self.length),
             Value::Int(0),
@@ -153,7 +163,11 @@ impl ListEntry {
             Value::Long(0),
             Value::some(Value::Array(Vec::new())),
             Value::none(),
-        ])
+        ];
+        if format >= 3 {
+            fields.push(self.first_row_id.map_or_else(Value::none, |r| Value::some(Value::Long(r))));
+        }
+        Value::Record(fields)
     }
 
     fn from_avro(v: &Value) -> Option<ListEntry> {
@@ -167,6 +181,7 @@ impl ListEntry {
             added_snapshot: int(6)?,
             files: int(7)? as i32,
             rows: int(10)?,
+            first_row_id: int(15),
         })
     }
 }
@@ -178,6 +193,12 @@ impl Database {
     /// read.
     pub fn iceberg_enabled(&self, version: &CatalogVersion) -> bool {
         self.keyring().is_none() && version.iceberg.unwrap_or(self.iceberg.default_on)
+    }
+
+    /// The Iceberg format version commits on top of `version` write (2
+    /// unless `ALTER DATABASE SET iceberg = v3` said otherwise).
+    pub fn iceberg_format(&self, version: &CatalogVersion) -> u32 {
+        version.iceberg_format.unwrap_or(2)
     }
 
     /// The last failure to write Iceberg metadata (see [`Publisher`]).
@@ -192,418 +213,15 @@ impl Database {
     }
 }
 
-/// After version `next` was committed on `base`: writes the Iceberg
-/// metadata of every table whose content changed (of every table, when
-/// this commit turned Iceberg on). Failures are kept, not returned: the
-/// commit stands either way.
-pub(crate) async fn publish_commit(db: &Database, base: &CatalogVersion, next: &CatalogVersion) {
-    if !db.iceberg_enabled(next) {
-        return;
-    }
-    let all = !db.iceberg_enabled(base);
-    let mut failure = None;
-    for (name, entry) in &next.tables {
-        let same = base.tables.get(name).is_some_and(|b| b.id == entry.id && b.table_version == entry.table_version);
-        if same && !all {
-            continue;
-        }
-        if let Err(e) = publish_table(db, next, name, entry).await {
-            failure = Some(e.to_string());
-        }
-    }
-    *db.iceberg.last_error.lock().expect("iceberg error") = failure;
-}
-
-/// Writes the Iceberg metadata of every table of `version` that has none
-/// for its current content (a database that had Iceberg off, or a crash
-/// between a commit and its metadata). Returns each table with the path of
-/// its metadata, or why it has none.
-pub async fn publish_all(db: &Database, version: &CatalogVersion) -> Vec<(String, std::result::Result<String, String>)> {
-    let mut out = Vec::new();
-    for (name, entry) in &version.tables {
-        let r = publish_table(db, version, name, entry).await.map(|s| db.object_uri(&s.path)).map_err(|e| e.to_string());
-        out.push((name.clone(), r));
-    }
-    out
-}
-
 /// The Iceberg metadata of table `name` at `version`, if it was written
 /// for the table's content at that version. `Err` says why it cannot have
 /// any (a column without an Iceberg type).
 pub async fn current(db: &Database, version: &CatalogVersion, name: &str) -> Result<Option<Arc<TableState>>> {
     let Some(entry) = version.tables.get(name) else { return Err(StorageError::TableNotFound(name.to_string())) };
-    schema::table_schema(&entry.schema).map_err(|reason| StorageError::Iceberg { table: name.to_string(), reason })?;
+    schema::table_schema(&entry.schema, db.iceberg_format(version)).map_err(|reason| StorageError::Iceberg { table: name.to_string(), reason })?;
     Ok(previous(db, entry.id, version.version + 1).await.filter(|s| s.table_version == entry.table_version))
 }
 
-/// Writes the metadata of table `name` (`entry`) as snapshot
-/// `version.version`, unless its newest metadata already shows this
-/// content.
-async fn publish_table(db: &Database, version: &CatalogVersion, name: &str, entry: &TableEntry) -> Result<Arc<TableState>> {
-    let fail = |reason: String| StorageError::Iceberg { table: name.to_string(), reason };
-    let table_schema = schema::table_schema(&entry.schema).map_err(&fail)?;
-    let v = version.version;
-    let prev = previous(db, entry.id, v + 1).await;
-    if let Some(p) = &prev
-        && (p.table_version == entry.table_version || p.version == v)
-    {
-        return Ok(p.clone());
-    }
-    let carried: HashMap<&str, &ListEntry> = prev.iter().flat_map(|p| p.list.iter().map(|e| (e.path.as_str(), e))).collect();
-    let header = |content: &str| {
-        vec![
-            ("schema", table_schema.to_string()),
-            ("schema-id", "0".to_string()),
-            ("partition-spec", "[]".to_string()),
-            ("partition-spec-id", "0".to_string()),
-            ("format-version", "2".to_string()),
-            ("content", content.to_string()),
-        ]
-    };
-    let entry_schema = avro::parse_schema(schema::MANIFEST_ENTRY).map_err(|e| fail(e.to_string()))?;
-    let data = db.table_data(entry).await?;
-    let seq = v as i64;
-    let mut list = Vec::new();
-    let (mut added_files, mut added_deletes) = (0, 0);
-
-    // Data: one manifest per blobhouse manifest file with live objects.
-    let mut live: HashMap<u64, Vec<&DataObject>> = HashMap::new();
-    for l in &data.objects {
-        live.entry(l.manifest).or_default().push(data.object(l));
-    }
-    for m in &entry.manifests {
-        let Some(objects) = live.get(&m.key) else { continue };
-        let rel = if objects.len() as u64 == m.objects {
-            mirror(m.key, "m.avro")
-        } else {
-            let keys: Vec<u8> = objects.iter().flat_map(|o| o.key.to_le_bytes()).collect();
-            let name = object_name(m.key, "m.avro");
-            format!("{DIR}/{}-r{:016x}.m.avro", name.trim_end_matches(".m.avro"), XxHash3_64::oneshot(&keys))
-        };
-        let uri = db.object_uri(&rel);
-        if let Some(e) = carried.get(uri.as_str()) {
-            list.push((*e).clone());
-            continue;
-        }
-        let records: Vec<Value> = objects.iter().map(|o| data_file_entry(0, &db.object_uri(&o.path), o.rows as i64, o.size as i64, None)).collect();
-        let bytes = avro::write_file(schema::MANIFEST_ENTRY, &entry_schema, &header("data"), &records, sync_marker(&rel)).map_err(|e| fail(e.to_string()))?;
-        let length = put_derived(db, &rel, bytes).await?;
-        added_files += objects.len();
-        list.push(ListEntry { path: uri, length, content: 0, sequence: seq, added_snapshot: seq, files: objects.len() as i32, rows: objects.iter().map(|o| o.rows as i64).sum() });
-    }
-
-    // Deletes: a position delete file and its manifest per deletion vector.
-    for l in &data.objects {
-        let (Some(d), Some(deleted)) = (l.vector, &l.deleted) else { continue };
-        let rel = mirror(d.key, "d.avro");
-        let uri = db.object_uri(&rel);
-        if let Some(e) = carried.get(uri.as_str()) {
-            list.push((*e).clone());
-            continue;
-        }
-        let target = db.object_uri(&data.object(l).path);
-        let file = deletes::position_delete_file(&target, deleted).map_err(|e| fail(format!("position delete file: {e}")))?;
-        let file_rel = mirror(d.key, "pos.parquet");
-        let size = put_derived(db, &file_rel, file).await?;
-        let record = data_file_entry(1, &db.object_uri(&file_rel), deleted.len() as i64, size, Some(&target));
-        let bytes = avro::write_file(schema::MANIFEST_ENTRY, &entry_schema, &header("deletes"), &[record], sync_marker(&rel)).map_err(|e| fail(e.to_string()))?;
-        let length = put_derived(db, &rel, bytes).await?;
-        added_deletes += 1;
-        list.push(ListEntry { path: uri, length, content: 1, sequence: seq, added_snapshot: seq, files: 1, rows: deleted.len() as i64 });
-    }
-
-    // The manifest list.
-    let parent = prev.as_ref().map(|p| p.version);
-    let list_rel = list_path(entry.id, v);
-    let list_schema = avro::parse_schema(schema::MANIFEST_FILE).map_err(|e| fail(e.to_string()))?;
-    let list_header = vec![
-        ("snapshot-id", v.to_string()),
-        ("parent-snapshot-id", parent.map_or("null".to_string(), |p| p.to_string())),
-        ("sequence-number", v.to_string()),
-        ("format-version", "2".to_string()),
-    ];
-    let records: Vec<Value> = list.iter().map(ListEntry::to_avro).collect();
-    let bytes = avro::write_file(schema::MANIFEST_FILE, &list_schema, &list_header, &records, sync_marker(&list_rel)).map_err(|e| fail(e.to_string()))?;
-    put_derived(db, &list_rel, bytes).await?;
-
-    // The table metadata.
-    let operation = match (added_files > 0, added_deletes > 0) {
-        (true, false) => "append",
-        (false, true) => "delete",
-        _ => "overwrite",
-    };
-    let live_rows: i64 = data.rows() as i64;
-    let snapshot = json!({
-        "snapshot-id": v,
-        "sequence-number": v,
-        "timestamp-ms": version.committed_at_ms,
-        "manifest-list": db.object_uri(&list_rel),
-        "summary": {
-            "operation": operation,
-            "added-data-files": added_files.to_string(),
-            "added-position-delete-files": added_deletes.to_string(),
-            "total-records": (live_rows + data.objects.iter().map(|l| l.vector.map_or(0, |d| d.rows as i64)).sum::<i64>()).to_string(),
-            "total-data-files": data.objects.len().to_string(),
-            "total-position-deletes": data.objects.iter().map(|l| l.vector.map_or(0, |d| d.rows)).sum::<u64>().to_string(),
-            "blobhouse-version": v.to_string(),
-            "blobhouse-live-rows": live_rows.to_string(),
-        },
-        "schema-id": 0,
-    });
-    let mut snapshot = snapshot;
-    if let Some(p) = parent {
-        snapshot["parent-snapshot-id"] = json!(p);
-    }
-    let mut snapshots: Vec<Json> = prev.as_ref().and_then(|p| p.metadata["snapshots"].as_array().cloned()).unwrap_or_default();
-    snapshots.push(snapshot);
-    let ids: Vec<u64> = snapshots.iter().filter_map(|s| s["snapshot-id"].as_u64()).collect();
-    let pins: Vec<u64> = version.snapshots.values().map(|s| s.version).chain([version.gc.horizon]).collect();
-    let keep = kept(&ids, version.gc.horizon, &pins, MAX_SNAPSHOTS);
-    snapshots.retain(|s| s["snapshot-id"].as_u64().is_some_and(|id| keep.contains(&id)));
-    let log: Vec<Json> = snapshots.iter().map(|s| json!({"snapshot-id": s["snapshot-id"], "timestamp-ms": s["timestamp-ms"]})).collect();
-    let metadata = json!({
-        "format-version": 2,
-        "table-uuid": table_uuid(db, entry.id),
-        "location": db.object_uri(&table_dir(entry.id)),
-        "last-sequence-number": v,
-        "last-updated-ms": version.committed_at_ms,
-        "last-column-id": entry.schema.fields().len(),
-        "current-schema-id": 0,
-        "schemas": [table_schema],
-        "default-spec-id": 0,
-        "partition-specs": [{"spec-id": 0, "fields": []}],
-        "last-partition-id": 999,
-        "default-sort-order-id": 0,
-        "sort-orders": [{"order-id": 0, "fields": []}],
-        "properties": {
-            "schema.name-mapping.default": schema::name_mapping(&entry.schema),
-            "blobhouse.table": name,
-            "blobhouse.table-id": entry.id.to_string(),
-            "blobhouse.table-version": entry.table_version.to_string(),
-        },
-        "current-snapshot-id": v,
-        "refs": {"main": {"snapshot-id": v, "type": "branch"}},
-        "snapshots": snapshots,
-        "snapshot-log": log,
-        "metadata-log": [],
-    });
-    crate::failpoint::hit("iceberg.before_metadata")?;
-    let path = metadata_path(entry.id, v);
-    let body = serde_json::to_vec(&metadata).expect("JSON values serialise");
-    put_derived(db, &path, body).await?;
-    let state = Arc::new(TableState { version: v, table_version: entry.table_version, path, metadata, list });
-    let mut tables = db.iceberg.tables.lock().expect("iceberg tables");
-    if tables.get(&entry.id).is_none_or(|s| s.version < v) {
-        tables.insert(entry.id, state.clone());
-    }
-    Ok(state)
-}
-
-/// VACUUM's part for Iceberg, by blobhouse's own rules: a table's
-/// metadata (and manifest list) of snapshot N is deleted when N is before
-/// the GC `horizon` and is not the table's snapshot current at a version
-/// still readable (`protecting`: the horizon, restores, snapshots);
-/// manifests and delete files mirroring a manifest or deletion vector go
-/// with it (`dead`: the keys VACUUM deletes). Metadata goes first, so that
-/// no metadata file ever names a deleted object. Returns what it deleted,
-/// with why.
-pub(crate) async fn collect(db: &Database, horizon: u64, protecting: &[Arc<CatalogVersion>], dead: &std::collections::HashSet<u64>) -> Result<Vec<(String, String)>> {
-    let loc = db.location();
-    let root = loc.prefix.to_string();
-    let relative = |m: &object_store::ObjectMeta| {
-        let p = m.location.to_string();
-        if root.is_empty() { p } else { p.strip_prefix(&format!("{root}/")).map(str::to_string).unwrap_or(p) }
-    };
-    let list = |dir: String| async move {
-        let path = loc.child(&dir);
-        loc.store.list(Some(&path)).try_collect::<Vec<_>>().await.map_err(|e| StorageError::store("LIST", loc.display(&path), e))
-    };
-    let mut out = Vec::new();
-    // Table metadata: (table id, snapshot) → its files.
-    let mut snapshots: HashMap<u64, BTreeSet<u64>> = HashMap::new();
-    for m in list(format!("{DIR}/tables")).await? {
-        let rel = relative(&m);
-        let mut parts = rel.split('/').skip(2);
-        let (Some(table), Some("metadata"), Some(file)) = (parts.next(), parts.next(), parts.next()) else { continue };
-        let Ok(table) = u64::from_str_radix(table, 16) else { continue };
-        let snapshot = file.strip_prefix('v').and_then(|f| f.strip_suffix(".metadata.json")).or_else(|| file.strip_prefix("snap-").and_then(|f| f.strip_suffix(".avro")));
-        if let Some(Ok(n)) = snapshot.map(str::parse::<u64>) {
-            snapshots.entry(table).or_default().insert(n);
-        }
-    }
-    let (mut metadata, mut lists) = (Vec::new(), Vec::new());
-    for (table, ids) in &snapshots {
-        let keep = in_force(db, *table, ids, horizon, protecting).await?;
-        for n in ids.iter().filter(|n| **n < horizon && !keep.contains(n)) {
-            metadata.push((metadata_path(*table, *n), format!("Iceberg metadata of snapshot {n}, expired (before {horizon})")));
-            lists.push((list_path(*table, *n), format!("Iceberg manifest list of snapshot {n}, expired (before {horizon})")));
-        }
-    }
-    // Mirrors of what VACUUM deletes: `<key:016x>[-r…].<ext>`.
-    let mut mirrors = Vec::new();
-    if !dead.is_empty() {
-        for m in list(format!("{DIR}/objects")).await? {
-            let rel = relative(&m);
-            let Some(name) = rel.rsplit('/').next() else { continue };
-            let Some(key) = name.get(..16).and_then(|k| u64::from_str_radix(k, 16).ok()) else { continue };
-            if dead.contains(&key) {
-                mirrors.push((rel.clone(), format!("Iceberg mirror of {key:016x}, which VACUUM deletes")));
-            }
-        }
-    }
-    for batch in [metadata, lists, mirrors] {
-        let paths: Vec<String> = batch.iter().map(|(p, _)| p.clone()).collect();
-        crate::gc::delete_paths(db, paths).await?;
-        out.extend(batch);
-    }
-    Ok(out)
-}
-
-/// The metadata files (by snapshot) of table `table` still in force, of
-/// those there are (`ids`): every one at or after the GC `horizon`, and
-/// the one that shows the table as it is at each version of `protecting`
-/// (the horizon, RESTOREs, snapshots) that has it — the newest at or
-/// before that version, if it shows that table version: after commits
-/// whose metadata was never written (a crash between a commit and its
-/// metadata) it shows an older state, whose objects VACUUM may delete.
-async fn in_force(db: &Database, table: u64, ids: &BTreeSet<u64>, horizon: u64, protecting: &[Arc<CatalogVersion>]) -> Result<BTreeSet<u64>> {
-    let mut keep: BTreeSet<u64> = ids.range(horizon..).copied().collect();
-    for v in protecting {
-        let Some(entry) = v.tables.values().find(|t| t.id == table) else { continue };
-        let Some(n) = ids.range(..=v.version).next_back().copied() else { continue };
-        if keep.contains(&n) {
-            continue;
-        }
-        let path = db.location().child(&metadata_path(table, n));
-        let bytes = match db.get(&path).await {
-            Ok(b) => b,
-            Err(StorageError::Store { source: object_store::Error::NotFound { .. }, .. }) => continue,
-            Err(e) => return Err(e),
-        };
-        let shows: Option<u64> = serde_json::from_slice::<Json>(&bytes).ok().and_then(|m| m["properties"]["blobhouse.table-version"].as_str()?.parse().ok());
-        if shows == Some(entry.table_version) {
-            keep.insert(n);
-        }
-    }
-    Ok(keep)
-}
-
-/// Every object that Iceberg metadata still in force names and that is
-/// missing, each with the metadata naming it: of every metadata file, the
-/// snapshots at or after the GC horizon and those still in force
-/// ([`in_force`]) — the manifest list, its manifests, their data and
-/// delete files. Other snapshots are expired, as blobhouse's own versions
-/// before the horizon are. Empty when other engines can read every snapshot they
-/// may ask for.
-pub async fn dangling(db: &Database) -> Result<Vec<String>> {
-    let version = db.refresh().await?;
-    let horizon = version.gc.horizon;
-    // What VACUUM protects: the horizon, RESTOREs after it, snapshots.
-    let mut protecting = Vec::new();
-    let pinned = version.snapshots.values().map(|s| s.version).chain(version.restores.iter().map(|r| r.version).filter(|v| *v > horizon));
-    for v in [horizon].into_iter().filter(|h| *h > 0).chain(pinned) {
-        protecting.push(Arc::new(if v == version.version { (*version).clone() } else { db.read_version(v).await? }));
-    }
-    let mut in_force_by_table: HashMap<u64, BTreeSet<u64>> = HashMap::new();
-    let loc = db.location();
-    let base = db.object_uri("");
-    let dir = loc.child(&format!("{DIR}/tables"));
-    let metas: Vec<object_store::ObjectMeta> = loc.store.list(Some(&dir)).try_collect().await.map_err(|e| StorageError::store("LIST", loc.display(&dir), e))?;
-    let entry_schema = avro::parse_schema(schema::MANIFEST_ENTRY).map_err(|e| StorageError::InvalidData(e.to_string()))?;
-    let list_schema = avro::parse_schema(schema::MANIFEST_FILE).map_err(|e| StorageError::InvalidData(e.to_string()))?;
-    let mut missing = Vec::new();
-    let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
-    // The bytes at `uri`, or `None` (noted as missing) when it is not there.
-    async fn fetch(db: &Database, base: &str, uri: &str, named_by: &str, missing: &mut Vec<String>) -> Result<Option<Bytes>> {
-        let relative = uri.strip_prefix(base).unwrap_or(uri);
-        match db.get(&db.location().child(relative)).await {
-            Ok(b) => Ok(Some(b)),
-            Err(StorageError::Store { source: object_store::Error::NotFound { .. }, .. }) => {
-                missing.push(format!("{uri}, named by {named_by}"));
-                Ok(None)
-            }
-            Err(e) => Err(e),
-        }
-    }
-    let mut files: HashMap<u64, BTreeSet<u64>> = HashMap::new();
-    for m in metas.iter().filter(|m| m.location.as_ref().ends_with(".metadata.json")) {
-        let mut parts = m.location.as_ref().rsplit('/');
-        let (Some(file), Some(_), Some(table)) = (parts.next(), parts.next(), parts.next()) else { continue };
-        if let (Ok(table), Some(Ok(n))) = (u64::from_str_radix(table, 16), file.strip_prefix('v').and_then(|f| f.strip_suffix(".metadata.json")).map(str::parse::<u64>)) {
-            files.entry(table).or_default().insert(n);
-        }
-    }
-    for (table, ids) in &files {
-        in_force_by_table.insert(*table, in_force(db, *table, ids, horizon, &protecting).await?);
-    }
-    for m in metas.iter().filter(|m| m.location.as_ref().ends_with(".metadata.json")) {
-        let meta_uri = loc.display(&m.location);
-        let bytes = db.get(&m.location).await?;
-        let metadata: Json = serde_json::from_slice(&bytes).map_err(|e| StorageError::Corrupt { location: meta_uri.clone(), reason: e.to_string() })?;
-        let table: Option<u64> = metadata["properties"]["blobhouse.table-id"].as_str().and_then(|t| t.parse().ok());
-        let in_force = table.and_then(|t| in_force_by_table.get(&t));
-        for snapshot in metadata["snapshots"].as_array().into_iter().flatten() {
-            let id = snapshot["snapshot-id"].as_u64().unwrap_or(0);
-            if id < horizon && !in_force.is_some_and(|k| k.contains(&id)) {
-                continue;
-            }
-            let Some(list_uri) = snapshot["manifest-list"].as_str() else { continue };
-            if !seen.insert(list_uri.to_string()) {
-                continue;
-            }
-            let Some(list) = fetch(db, &base, list_uri, &meta_uri, &mut missing).await? else { continue };
-            let (_, manifests) = avro::read_file(&list, &list_schema).map_err(|e| StorageError::Corrupt { location: list_uri.to_string(), reason: e.to_string() })?;
-            for manifest in manifests.iter().filter_map(ListEntry::from_avro) {
-                if !seen.insert(manifest.path.clone()) {
-                    continue;
-                }
-                let Some(bytes) = fetch(db, &base, &manifest.path, list_uri, &mut missing).await? else { continue };
-                let (_, entries) = avro::read_file(&bytes, &entry_schema).map_err(|e| StorageError::Corrupt { location: manifest.path.clone(), reason: e.to_string() })?;
-                for entry in &entries {
-                    let Value::Record(fields) = entry else { continue };
-                    let Some(Value::Record(file)) = fields.get(4) else { continue };
-                    let Some(path) = file.get(1).and_then(Value::as_str) else { continue };
-                    if !seen.insert(path.to_string()) {
-                        continue;
-                    }
-                    let relative = path.strip_prefix(&base).unwrap_or(path);
-                    let at = loc.child(relative);
-                    match object_store::ObjectStoreExt::head(loc.store.as_ref(), &at).await {
-                        Ok(_) => {}
-                        Err(object_store::Error::NotFound { .. }) => missing.push(format!("{path}, named by {}", manifest.path)),
-                        Err(e) => return Err(StorageError::store("HEAD", loc.display(&at), e)),
-                    }
-                }
-            }
-        }
-    }
-    Ok(missing)
-}
-
-/// A `manifest_entry` record: an added data file (`content` 0) or position
-/// delete file (1) whose sequence numbers and snapshot come from its
-/// manifest's entry in the manifest list.
-fn data_file_entry(content: i32, path: &str, rows: i64, size: i64, referenced: Option<&str>) -> Value {
-    Value::Record(vec![
-        Value::Int(1),
-        Value::none(),
-        Value::none(),
-        Value::none(),
-        Value::Record(vec![
-            Value::Int(content),
-            Value::String(path.to_string()),
-            Value::String("PARQUET".into()),
-            Value::Record(Vec::new()),
-            Value::Long(rows),
-            Value::Long(size),
-            Value::none(),
-            Value::none(),
-            Value::none(),
-            Value::none(),
-            referenced.map_or_else(Value::none, |r| Value::some(Value::String(r.to_string()))),
-        ]),
-    ])
-}
 
 /// The snapshots of `ids` a table's new metadata file lists: the newest
 /// `max` that have not expired (at or after the GC `horizon`), and the one
@@ -641,8 +259,7 @@ async fn previous(db: &Database, table_id: u64, before: u64) -> Option<Arc<Table
     let metadata: Json = serde_json::from_slice(&db.get(&loc.child(&path)).await.ok()?).ok()?;
     let table_version = metadata["properties"]["blobhouse.table-version"].as_str()?.parse().ok()?;
     let list_bytes = db.get(&loc.child(&list_path(table_id, newest))).await.ok()?;
-    let list_schema = avro::parse_schema(schema::MANIFEST_FILE).ok()?;
-    let (_, records) = avro::read_file(&list_bytes, &list_schema).ok()?;
+    let (_, records) = avro::read_file(&list_bytes).ok()?;
     let list = records.iter().map(ListEntry::from_avro).collect::<Option<Vec<_>>>()?;
     let state = Arc::new(TableState { version: newest, table_version, path, metadata, list });
     let mut tables = db.iceberg.tables.lock().expect("iceberg tables");

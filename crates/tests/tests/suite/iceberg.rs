@@ -96,7 +96,7 @@ async fn alter_database_switches_iceberg_and_on_writes_what_is_missing(b: Backen
     assert!(metadata_of(&e2, "t").await.ends_with(&format!("v{v2}.metadata.json")));
     assert_eq!(blobhouse_storage::iceberg::dangling(e2.engine().database()).await.unwrap(), Vec::<String>::new());
     // Bad input says what is accepted.
-    assert!(fail(&e, "ALTER DATABASE SET iceberg = maybe").await.contains("on or off"));
+    assert!(fail(&e, "ALTER DATABASE SET iceberg = maybe").await.contains("on, off, v2 or v3"));
     assert!(fail(&e, "ALTER DATABASE SET colour = on").await.contains("iceberg"));
 }
 
