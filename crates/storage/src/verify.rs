@@ -168,6 +168,11 @@ pub async fn verify(db: &Database, progress: &(dyn Fn(VerifyProgress) + Sync)) -
     }
     // Every delta over a damaged checkpoint names it again.
     let mut seen = std::collections::HashSet::new();
+    // What other engines read: Iceberg metadata in force names only
+    // objects that are there.
+    for (object, named_by) in crate::iceberg::dangling(db).await? {
+        report.damaged.push(Damage { object, reason: format!("missing, yet the Iceberg metadata {named_by} names it: other engines reading that snapshot will fail") });
+    }
     report.damaged.retain(|d| seen.insert(d.clone()));
     Ok(report)
 }

@@ -104,13 +104,13 @@ async fn in_force(db: &Database, table: u64, ids: &BTreeSet<u64>, horizon: u64, 
 }
 
 /// Every object that Iceberg metadata still in force names and that is
-/// missing, each with the metadata naming it: of every metadata file, the
+/// missing, each with the metadata naming it (both full URIs): of every metadata file, the
 /// snapshots at or after the GC horizon and those still in force
 /// ([`in_force`]) — the manifest list, its manifests, their data and
 /// delete files. Other snapshots are expired, as blobhouse's own versions
 /// before the horizon are. Empty when other engines can read every snapshot they
 /// may ask for.
-pub async fn dangling(db: &Database) -> Result<Vec<String>> {
+pub async fn dangling(db: &Database) -> Result<Vec<(String, String)>> {
     let version = db.refresh().await?;
     let horizon = version.gc.horizon;
     // What VACUUM protects: the horizon, RESTOREs after it, snapshots.
@@ -127,12 +127,12 @@ pub async fn dangling(db: &Database) -> Result<Vec<String>> {
     let mut missing = Vec::new();
     let mut seen: std::collections::HashSet<String> = std::collections::HashSet::new();
     // The bytes at `uri`, or `None` (noted as missing) when it is not there.
-    async fn fetch(db: &Database, base: &str, uri: &str, named_by: &str, missing: &mut Vec<String>) -> Result<Option<Bytes>> {
+    async fn fetch(db: &Database, base: &str, uri: &str, named_by: &str, missing: &mut Vec<(String, String)>) -> Result<Option<Bytes>> {
         let relative = uri.strip_prefix(base).unwrap_or(uri);
         match db.get(&db.location().child(relative)).await {
             Ok(b) => Ok(Some(b)),
             Err(StorageError::Store { source: object_store::Error::NotFound { .. }, .. }) => {
-                missing.push(format!("{uri}, named by {named_by}"));
+                missing.push((uri.to_string(), named_by.to_string()));
                 Ok(None)
             }
             Err(e) => Err(e),
@@ -183,7 +183,7 @@ pub async fn dangling(db: &Database) -> Result<Vec<String>> {
                     let at = loc.child(relative);
                     match object_store::ObjectStoreExt::head(loc.store.as_ref(), &at).await {
                         Ok(_) => {}
-                        Err(object_store::Error::NotFound { .. }) => missing.push(format!("{path}, named by {}", manifest.path)),
+                        Err(object_store::Error::NotFound { .. }) => missing.push((path.to_string(), manifest.path.clone())),
                         Err(e) => return Err(StorageError::store("HEAD", loc.display(&at), e)),
                     }
                 }

@@ -79,7 +79,7 @@ async fn alter_database_switches_iceberg_and_on_writes_what_is_missing(b: Backen
     };
     assert_eq!(meta["current-snapshot-id"], now);
     assert_eq!(meta["snapshots"].as_array().unwrap().last().unwrap()["summary"]["blobhouse-live-rows"], "2");
-    assert_eq!(blobhouse_storage::iceberg::dangling(e.engine().database()).await.unwrap(), Vec::<String>::new());
+    assert_eq!(blobhouse_storage::iceberg::dangling(e.engine().database()).await.unwrap(), Vec::<(String, String)>::new());
     // A new handle (a new process) builds on what is there.
     let e2 = db.engine(EngineOptions::default()).await;
     db.audit.clear_requests();
@@ -94,7 +94,7 @@ async fn alter_database_switches_iceberg_and_on_writes_what_is_missing(b: Backen
     assert_eq!(iceberg_requests(&db), (3, 0, 0), "the next INSERT: (PUTs, GETs, LISTs) under iceberg/");
     let v2 = e2.engine().database().current().version;
     assert!(metadata_of(&e2, "t").await.ends_with(&format!("v{v2}.metadata.json")));
-    assert_eq!(blobhouse_storage::iceberg::dangling(e2.engine().database()).await.unwrap(), Vec::<String>::new());
+    assert_eq!(blobhouse_storage::iceberg::dangling(e2.engine().database()).await.unwrap(), Vec::<(String, String)>::new());
     // Bad input says what is accepted.
     assert!(fail(&e, "ALTER DATABASE SET iceberg = maybe").await.contains("on, off, v2 or v3"));
     assert!(fail(&e, "ALTER DATABASE SET colour = on").await.contains("iceberg"));
@@ -144,8 +144,19 @@ async fn vacuum_collects_iceberg_metadata_by_the_same_rules(b: Backend) {
     assert!(!last.iter().any(|p| p.contains(&format!("{still_id:016x}/"))), "the dropped table's metadata stayed: {last:#?}");
     assert!(last.contains(&meta(t_id, newest - 1)));
     // Whatever remains names nothing missing, and answers as blobhouse.
-    assert_eq!(blobhouse_storage::iceberg::dangling(e.engine().database()).await.unwrap(), Vec::<String>::new());
+    assert_eq!(blobhouse_storage::iceberg::dangling(e.engine().database()).await.unwrap(), Vec::<(String, String)>::new());
     // The next commit builds on it.
     run(&e, "INSERT INTO t VALUES (100, 'x')").await;
-    assert_eq!(blobhouse_storage::iceberg::dangling(e.engine().database()).await.unwrap(), Vec::<String>::new());
+    assert_eq!(blobhouse_storage::iceberg::dangling(e.engine().database()).await.unwrap(), Vec::<(String, String)>::new());
+    // An object the metadata names, lost: `verify` names it and what names it.
+    let verify = |e: &Session| {
+        let db = e.engine().database().clone();
+        async move { blobhouse_storage::verify::verify(&db, &|_| {}).await.unwrap() }
+    };
+    assert!(verify(&e).await.damaged.is_empty());
+    let manifest = iceberg_objects(&db).await.into_iter().find(|p| p.ends_with(".m.avro")).unwrap();
+    object_store::ObjectStoreExt::delete(db.location.store.as_ref(), &db.location.child(&manifest)).await.unwrap();
+    let damaged = verify(&e).await.damaged;
+    assert_eq!(damaged.len(), 1, "{damaged:?}");
+    assert!(damaged[0].object.ends_with(&manifest) && damaged[0].reason.contains("snap-"), "{damaged:?}");
 }
