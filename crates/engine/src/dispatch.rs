@@ -119,7 +119,9 @@ async fn scoped(conn: &Conn<'_>, sql: &str, parsed: Parsed, started: Instant, st
     let txn = slot.lock().await.take();
     match (result, txn) {
         (Ok(mut r), Some(txn)) => {
-            txn.commit().await?;
+            if let blobhouse_storage::CommitOutcome::Committed(v) = txn.commit().await? {
+                r.notices.extend(crate::interop::iceberg_notice(engine.database(), v.version));
+            }
             // The statement's time includes its commit.
             r.elapsed = started.elapsed();
             Ok(Answer::Done(r))

@@ -1,6 +1,7 @@
 //! What other engines see of the database: each table's Iceberg metadata
 //! (`blobhouse_storage::iceberg`), which SHOW TABLES shows beside its
-//! name so that DuckDB, Spark or pyiceberg can be pointed at it.
+//! name so that DuckDB, Spark or pyiceberg can be pointed at it, and the
+//! warning a client gets when a commit's metadata could not be written.
 
 use std::sync::Arc;
 
@@ -10,7 +11,21 @@ use datafusion::common::DataFusionError;
 
 use crate::EngineError;
 use crate::env::Env;
-use crate::result::QueryResult;
+use crate::result::{Notice, QueryResult};
+
+/// The warning for a commit (version `version`) whose Iceberg metadata
+/// could not be written: the commit stands, other engines still see the
+/// tables' previous versions.
+pub(crate) fn iceberg_notice(db: &blobhouse_storage::Database, version: u64) -> Option<Notice> {
+    let why = db.iceberg_failure(version)?;
+    Some(Notice {
+        severity: "WARNING",
+        sqlstate: "01000",
+        message: format!(
+            "committed as version {version}, but its Iceberg metadata was not written ({why}): other engines still see the previous version; ALTER DATABASE SET iceberg = on writes it"
+        ),
+    })
+}
 
 /// SHOW TABLES' rows (`name`) with `iceberg_metadata`: the full URI of the
 /// table's newest Iceberg metadata file, or NULL when it has none (Iceberg

@@ -255,7 +255,7 @@ impl Session {
     /// statement (nothing is committed then). Without a transaction: nothing
     /// to do.
     pub async fn commit(&self) -> Result<(), EngineError> {
-        self.txn.commit().await
+        self.txn.commit().await.map(|_| ())
     }
 
     /// Rolls the transaction back (`ROLLBACK`): deletes what it uploaded.

@@ -101,16 +101,19 @@ impl TxnState {
     /// COMMIT. A serialization failure or conflict rolls it back and is
     /// returned; so is an earlier failed statement (nothing is committed
     /// then). Without a transaction: nothing to do.
-    pub(crate) async fn commit(&self) -> Result<(), EngineError> {
+    /// Returns the version it committed, if it changed anything.
+    pub(crate) async fn commit(&self) -> Result<Option<u64>, EngineError> {
         let mode = std::mem::replace(&mut *self.mode(), Mode::Autocommit);
         match mode {
-            Mode::Autocommit => Ok(()),
+            Mode::Autocommit => Ok(None),
             Mode::Explicit(slot) => {
                 let txn = slot.lock().await.take();
-                if let Some(txn) = txn {
-                    txn.commit().await?;
+                if let Some(txn) = txn
+                    && let blobhouse_storage::CommitOutcome::Committed(v) = txn.commit().await?
+                {
+                    return Ok(Some(v.version));
                 }
-                Ok(())
+                Ok(None)
             }
             Mode::Aborted(slot, cause) => {
                 if let Some(txn) = slot.lock().await.take() {
@@ -207,7 +210,8 @@ impl TxnState {
             }
             Control::Begin => self.begin(db).await?,
             Control::Commit => match self.commit().await {
-                Ok(()) => {}
+                Ok(Some(version)) => result.notices.extend(crate::interop::iceberg_notice(db, version)),
+                Ok(None) => {}
                 // COMMIT of an aborted transaction rolls it back and says
                 // so, as PostgreSQL does; it is not an error.
                 Err(EngineError::Transaction { rule: TxnRule::Aborted, message }) => {

@@ -33,8 +33,8 @@
 //!   committed objects; a crash between the two leaves a version without
 //!   Iceberg metadata, which the table's next commit (or `ALTER DATABASE
 //!   SET iceberg = on`) covers. A failure to write it never fails the
-//!   commit: it is kept as [`Publisher::last_error`] and shown by SHOW
-//!   TABLES.
+//!   commit: it is kept ([`Database::iceberg_failure`]), the statement's
+//!   client is warned, and SHOW TABLES shows no metadata for the table.
 //!
 //! Why no crate: iceberg-rust's releases need another arrow and DataFusion
 //! than ours (arrow 58 / DataFusion 53), and what is written here is a
@@ -101,7 +101,9 @@ pub struct Publisher {
     /// (its marker's `iceberg`).
     default_on: bool,
     tables: Mutex<HashMap<u64, Arc<TableState>>>,
-    last_error: Mutex<Option<String>>,
+    /// The version whose Iceberg metadata the last commit failed to write,
+    /// and why.
+    last_error: Mutex<Option<(u64, String)>>,
 }
 
 impl Publisher {
@@ -110,8 +112,9 @@ impl Publisher {
     }
 
     /// The last failure to write Iceberg metadata after a commit (the
-    /// commit itself stood), until a later write succeeds.
-    pub fn last_error(&self) -> Option<String> {
+    /// commit itself stood): its version and why; cleared by the next
+    /// commit that writes it.
+    pub fn last_error(&self) -> Option<(u64, String)> {
         self.last_error.lock().expect("iceberg error").clone()
     }
 }
@@ -201,9 +204,11 @@ impl Database {
         version.iceberg_format.unwrap_or(2)
     }
 
-    /// The last failure to write Iceberg metadata (see [`Publisher`]).
-    pub fn iceberg_error(&self) -> Option<String> {
-        self.iceberg.last_error()
+    /// Why the Iceberg metadata of committed version `version` could not
+    /// be written (`None`: it was, or Iceberg is off): what a client is
+    /// warned of after its commit.
+    pub fn iceberg_failure(&self, version: u64) -> Option<String> {
+        self.iceberg.last_error().filter(|(v, _)| *v == version).map(|(_, why)| why)
     }
 
     /// The full URI of an object of the database, as Iceberg metadata

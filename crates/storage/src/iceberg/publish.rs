@@ -35,7 +35,7 @@ pub(crate) async fn publish_commit(db: &Database, base: &CatalogVersion, next: &
             failure = Some(e.to_string());
         }
     }
-    *db.iceberg.last_error.lock().expect("iceberg error") = failure;
+    *db.iceberg.last_error.lock().expect("iceberg error") = failure.map(|why| (next.version, why));
 }
 
 /// Writes the Iceberg metadata of every table of `version` that has none

@@ -13,6 +13,38 @@ use crate::on_both_backends;
 
 on_both_backends!(alter_database_switches_iceberg_and_on_writes_what_is_missing, vacuum_collects_iceberg_metadata_by_the_same_rules);
 
+/// A commit whose Iceberg metadata cannot be written stands, and its
+/// client is warned with what to run; the next ALTER DATABASE writes it.
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn a_failed_iceberg_write_warns_the_client_and_the_commit_stands() {
+    let db = TestDb::new(Backend::Local, "iceberg-failure");
+    let e = db.engine(EngineOptions::default()).await;
+    run(&e, "CREATE TABLE t (id BIGINT)").await;
+    // A file where the table folders go: every Iceberg write fails.
+    let dir = std::path::PathBuf::from(db.url.strip_prefix("file://").unwrap_or(&db.url));
+    std::fs::remove_dir_all(dir.join("iceberg/tables")).unwrap();
+    std::fs::write(dir.join("iceberg/tables"), b"in the way").unwrap();
+    let r = run(&e, "INSERT INTO t VALUES (1), (2)").await;
+    let v = e.engine().database().current().version;
+    assert_eq!(r.notices.len(), 1, "{:?}", r.notices);
+    let notice = &r.notices[0].message;
+    assert!(notice.contains(&format!("committed as version {v}")) && notice.contains("ALTER DATABASE SET iceberg = on"), "{notice}");
+    assert_eq!(scalar(&run(&e, "SELECT count(*) FROM t").await), "2");
+    // In an explicit transaction, COMMIT carries the warning.
+    run(&e, "BEGIN").await;
+    run(&e, "INSERT INTO t VALUES (3)").await;
+    let r = run(&e, "COMMIT").await;
+    assert!(r.notices.iter().any(|n| n.message.contains("Iceberg metadata was not written")), "{:?}", r.notices);
+    assert_eq!(metadata_of(&e, "t").await, "");
+    // Out of the way: ALTER DATABASE writes what is missing; later commits warn no more.
+    std::fs::remove_file(dir.join("iceberg/tables")).unwrap();
+    let answer = lines(&run(&e, "ALTER DATABASE SET iceberg = on").await);
+    assert!(answer[0].starts_with("t|file://"), "{answer:?}");
+    let r = run(&e, "INSERT INTO t VALUES (4)").await;
+    assert!(r.notices.is_empty(), "{:?}", r.notices);
+    assert!(!metadata_of(&e, "t").await.is_empty());
+}
+
 /// Every object under `iceberg/`, relative to the database.
 async fn iceberg_objects(db: &TestDb) -> BTreeSet<String> {
     crate::lifecycle::stored_under(db, "iceberg").await
