@@ -9,7 +9,7 @@ from typing import TYPE_CHECKING, Any, Iterable, Iterator, Optional, Sequence
 import pyarrow as _pa
 
 from . import _blobhouse
-from ._blobhouse import InterfaceError, ProgrammingError, Warning
+from ._blobhouse import InterfaceError, ProgrammingError
 from ._convert import _rows
 from ._params import _bind, _bind_many
 
@@ -208,7 +208,9 @@ class Cursor:
         self._answer = answer
         self._rowcount = answer.rowcount
         for severity, code, message in answer.notices:
-            _warnings.warn(f"{severity} {code}: {message}", Warning, stacklevel=3)
+            # The server's notices (PostgreSQL's NOTICE/WARNING) as Python
+            # warnings; PEP 249's `Warning` is an exception, not a category.
+            _warnings.warn(f"{severity} {code}: {message}", UserWarning, stacklevel=3)
         if answer.returns_rows:
             schema = answer.schema
             self._description = [

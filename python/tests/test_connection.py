@@ -110,3 +110,19 @@ def test_a_forked_child_is_told_to_connect_itself(tmp_path):
     assert os.WEXITSTATUS(status) == 0, os.WEXITSTATUS(status)
     assert con.execute("SELECT 2").fetchone() == (2,)
     con.close()
+
+
+def test_the_engines_notices_arrive_as_python_warnings(tmp_path):
+    con = blobhouse.connect(str(tmp_path / "db"), autocommit=True)
+    con.execute("BEGIN")
+    with pytest.warns(UserWarning, match="25001: there is already a transaction in progress"):
+        con.execute("BEGIN")
+    con.execute("ROLLBACK")
+    # A table with a type Iceberg format 2 lacks is no failure: no warning.
+    import warnings
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        con.execute("CREATE TABLE ev (at TIMESTAMP)")
+        con.execute("INSERT INTO ev VALUES ('2026-01-01 00:00:00')")
+    con.close()
