@@ -4,7 +4,9 @@ Rust suite), and the paths of the repository's queries and answers."""
 
 import os
 import pathlib
+import socket
 import subprocess
+import time
 
 import pytest
 
@@ -30,3 +32,25 @@ def tpch_db(tmp_path_factory) -> str:
     db = tmp_path_factory.mktemp("tpch") / "sf0.01"
     subprocess.run([str(blobhouse_binary()), "load", "tpch", "--sf", "0.01", "--db", str(db)], check=True, capture_output=True)
     return str(db)
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now."""
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def wait_listening(child: subprocess.Popen, port: int, what: str, within: float = 30) -> None:
+    """Waits until `child` (a `blobhouse` process) accepts connections on
+    `port`; fails naming `what` if it exits or takes longer than `within`
+    seconds."""
+    started = time.monotonic()
+    while True:
+        try:
+            socket.create_connection(("127.0.0.1", port), timeout=1).close()
+            return
+        except OSError:
+            assert child.poll() is None, f"{what} exited with {child.returncode}"
+            assert time.monotonic() - started < within, f"{what} did not listen within {within:.0f} s"
+            time.sleep(0.05)

@@ -2,14 +2,12 @@
 with the answers of one process."""
 
 import os
-import socket
 import subprocess
-import time
 
 import pytest
 
 import blobhouse
-from conftest import blobhouse_binary
+from conftest import blobhouse_binary, free_port, wait_listening
 
 TOKEN = "python-cluster-test-token"
 
@@ -35,9 +33,7 @@ def db(tmp_path) -> str:
 
 @pytest.fixture
 def worker(db):
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    port = free_port()
     env = dict(os.environ, BLOBHOUSE_CLUSTER_TOKEN=TOKEN)
     child = subprocess.Popen(
         [str(blobhouse_binary()), "worker", "--db", db, "--listen", f"127.0.0.1:{port}", "--threads", "2", "--memory-limit", "1G"],
@@ -45,14 +41,7 @@ def worker(db):
         stdout=subprocess.DEVNULL,
         stderr=subprocess.DEVNULL,
     )
-    started = time.monotonic()
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", port), timeout=1).close()
-            break
-        except OSError:
-            assert time.monotonic() - started < 30, "the worker did not listen within 30 s"
-            time.sleep(0.05)
+    wait_listening(child, port, "the worker")
     yield child, f"http://127.0.0.1:{port}"
     child.kill()
     child.wait()

@@ -12,7 +12,7 @@ import sys
 import pytest
 
 import blobhouse
-from conftest import ANSWERS, QUERIES, blobhouse_binary
+from conftest import ANSWERS, QUERIES, blobhouse_binary, free_port, wait_listening
 
 TABLES = ["customer", "lineitem", "nation", "orders", "part", "partsupp", "region", "supplier"]
 READER = pathlib.Path(__file__).with_name("iceberg_reader.py")
@@ -181,21 +181,11 @@ def test_after_delete_pyiceberg_sees_no_deleted_row_now_and_every_row_before(cha
     con.close()
 
 
-def free_port() -> int:
-    import socket
-
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 @pytest.fixture
 def served(changed):
     """`blobhouse serve` on the changed database, its HTTP listener (and
     so its Iceberg REST catalog) behind a bearer token."""
     import os
-    import socket
-    import time
 
     db, before = changed
     http = free_port()
@@ -203,17 +193,9 @@ def served(changed):
     child = subprocess.Popen(
         [str(blobhouse_binary()), "serve", "--db", db, "--pg-listen", f"127.0.0.1:{free_port()}", "--flight-listen", "off",
          "--metrics-listen", f"127.0.0.1:{http}", "--metrics-token-env", "CATALOG_TOKEN"],
-        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE,
+        env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
     )
-    started = time.monotonic()
-    while True:
-        try:
-            socket.create_connection(("127.0.0.1", http), timeout=1).close()
-            break
-        except OSError:
-            assert child.poll() is None, f"serve exited: {child.stderr.read().decode()[-2000:]}"
-            assert time.monotonic() - started < 60, "serve did not listen within 60 s"
-            time.sleep(0.05)
+    wait_listening(child, http, "blobhouse serve", within=60)
     yield db, before, f"http://127.0.0.1:{http}"
     child.kill()
     child.wait()

@@ -363,16 +363,9 @@ pub async fn audit(db: &Database) -> Result<(Vec<String>, Vec<String>)> {
     }
     referenced.extend(newest.gc.list.map(|k| object_name(k, LIST_EXT)));
     let dir = db.location().child(OBJECTS_DIR);
-    let root = db.location().prefix.to_string();
     let metas: Vec<object_store::ObjectMeta> =
         futures::TryStreamExt::try_collect(db.store().list(Some(&dir))).await.map_err(|e| StorageError::store("LIST", db.location().display(&dir), e))?;
-    let stored: BTreeSet<String> = metas
-        .iter()
-        .map(|m| {
-            let p = m.location.to_string();
-            if root.is_empty() { p } else { p.strip_prefix(&format!("{root}/")).map(str::to_string).unwrap_or(p) }
-        })
-        .collect();
+    let stored: BTreeSet<String> = metas.iter().map(|m| db.location().relative(&m.location)).collect();
     Ok((referenced.difference(&stored).cloned().collect(), stored.difference(&referenced).cloned().collect()))
 }
 
@@ -431,14 +424,10 @@ impl Orphans {
 /// is listed.
 async fn orphan_sweep(db: &Database, protecting: &[Arc<CatalogVersion>], quiet: Duration, report: &mut VacuumReport) -> Result<Orphans> {
     let dir = db.location().child(KEYS_DIR);
-    let root = db.location().prefix.to_string();
     let metas: Vec<object_store::ObjectMeta> =
         futures::TryStreamExt::try_collect(db.store().list(Some(&dir))).await.map_err(|e| StorageError::store("LIST", db.location().display(&dir), e))?;
     report.gets += 1 + metas.len() as u64 / 1000;
-    let relative = |m: &object_store::ObjectMeta| {
-        let p = m.location.to_string();
-        if root.is_empty() { p } else { p.strip_prefix(&format!("{root}/")).map(str::to_string).unwrap_or(p) }
-    };
+    let relative = |m: &object_store::ObjectMeta| db.location().relative(&m.location);
     let blocks: Vec<KeyBlock> = metas.iter().filter_map(|m| KeyBlock::parse(&relative(m))).collect();
     let leases: Vec<(u64, String)> = metas
         .iter()

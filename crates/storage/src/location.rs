@@ -168,6 +168,14 @@ impl Location {
         matches!(self.url.split("://").next(), Some("s3" | "s3a" | "gs"))
     }
 
+    /// The path of a stored object relative to the database (as listed:
+    /// `objects/…`, `iceberg/…`), the inverse of [`Location::child`].
+    pub fn relative(&self, path: &Path) -> String {
+        let p = path.to_string();
+        let root = self.prefix.as_ref();
+        if root.is_empty() { p } else { p.strip_prefix(&format!("{root}/")).map(str::to_string).unwrap_or(p) }
+    }
+
     /// A full URL of an object, for messages.
     pub fn display(&self, path: &Path) -> String {
         let base = self.url.trim_end_matches('/');

@@ -24,11 +24,7 @@ use crate::format::CatalogVersion;
 /// with why.
 pub(crate) async fn collect(db: &Database, horizon: u64, protecting: &[Arc<CatalogVersion>], dead: &std::collections::HashSet<u64>) -> Result<Vec<(String, String)>> {
     let loc = db.location();
-    let root = loc.prefix.to_string();
-    let relative = |m: &object_store::ObjectMeta| {
-        let p = m.location.to_string();
-        if root.is_empty() { p } else { p.strip_prefix(&format!("{root}/")).map(str::to_string).unwrap_or(p) }
-    };
+    let relative = |m: &object_store::ObjectMeta| loc.relative(&m.location);
     let list = |dir: String| async move {
         let path = loc.child(&dir);
         loc.store.list(Some(&path)).try_collect::<Vec<_>>().await.map_err(|e| StorageError::store("LIST", loc.display(&path), e))
