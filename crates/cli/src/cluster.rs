@@ -102,8 +102,14 @@ impl ClusterArgs {
         };
         let ca = self.worker_ca.as_ref().map(|p| read(p, "--worker-ca")).transpose()?;
         let cluster = Cluster::new(&urls, token, ca.as_deref()).context("--worker")?;
-        for url in cluster.probe().await {
-            eprintln!("warning: worker {url} does not answer; statements run on the others until it does");
+        // Workers given by URL are probed once here; local ones were just
+        // waited for until each served (`LocalWorkers::start`), and probing
+        // them again only adds a moment in which a busy machine can miss
+        // an answer and mark a serving worker down.
+        if local.is_none() {
+            for url in cluster.probe().await {
+                eprintln!("warning: worker {url} does not answer; statements run on the others until it does");
+            }
         }
         cluster.install(engine);
         Ok(local)
