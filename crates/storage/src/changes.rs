@@ -24,7 +24,7 @@ use std::collections::BTreeMap;
 use datafusion::arrow::datatypes::Schema;
 
 use crate::error::{Result, StorageError};
-use crate::format::{CatalogVersion, DeleteRef, GcState, ManifestRef, RestoreRecord, Retired, SnapshotEntry, TableEntry};
+use crate::format::{CatalogVersion, DeleteRef, ExternalTable, GcState, ManifestRef, RestoreRecord, Retired, SnapshotEntry, TableEntry};
 
 /// One change of a transaction. Every object it names is uploaded already.
 #[derive(Debug, Clone)]
@@ -88,6 +88,9 @@ pub enum Change {
     /// write Iceberg metadata (`crate::iceberg`), and in which format
     /// version (`None`: unchanged).
     SetIceberg { on: bool, format: Option<u32> },
+    /// `CREATE EXTERNAL TABLE`: a definition of files read in place; the
+    /// name must be free among tables and external tables alike.
+    CreateExternalTable { name: String, table: ExternalTable, if_not_exists: bool },
 }
 
 /// What a RESTORE expects of a table it replaces: absent, or this id at
@@ -157,6 +160,7 @@ impl Change {
             Change::SetIceberg { on: false, .. } => "ALTER DATABASE SET iceberg = off".into(),
             Change::SetIceberg { on: true, format: None } => "ALTER DATABASE SET iceberg = on".into(),
             Change::SetIceberg { on: true, format: Some(f) } => format!("ALTER DATABASE SET iceberg = v{f}"),
+            Change::CreateExternalTable { name, table, .. } => format!("CREATE EXTERNAL TABLE {name} at {}", table.location),
         }
     }
 }
@@ -167,9 +171,23 @@ impl Change {
 /// copy.
 pub fn apply(version: &mut CatalogVersion, change: &Change) -> Result<bool> {
     let tables = &mut version.tables;
+    let external = &mut version.external;
     match change {
+        Change::CreateExternalTable { name, table, if_not_exists } => {
+            if tables.contains_key(name) || external.contains_key(name) {
+                return if *if_not_exists { Ok(false) } else { Err(StorageError::TableExists(name.clone())) };
+            }
+            external.insert(name.clone(), table.clone());
+            Ok(true)
+        }
+        // An external table is dropped by name (it has no id to tell a
+        // re-created one apart: it holds no data).
+        Change::DropTable { name, id: None, .. } if !tables.contains_key(name) && external.contains_key(name) => {
+            external.remove(name);
+            Ok(true)
+        }
         Change::CreateTable { name, id, schema, if_not_exists, manifest } => {
-            if tables.contains_key(name) {
+            if tables.contains_key(name) || external.contains_key(name) {
                 return if *if_not_exists { Ok(false) } else { Err(StorageError::TableExists(name.clone())) };
             }
             let mut entry = TableEntry {

@@ -656,6 +656,7 @@ impl Database {
                 committed_at_ms: now_ms(),
                 operation: describe(changes),
                 tables: base.tables.clone(),
+                external: base.external.clone(),
                 snapshots: base.snapshots.clone(),
                 restored_from: None,
                 gc: base.gc.clone(), restores: base.restores.clone(), retired: Retired::default(), iceberg: base.iceberg, iceberg_format: base.iceberg_format,

@@ -88,6 +88,9 @@ pub struct CatalogVersion {
     pub operation: String,
     /// The tables of this version, by name (each with all its manifests).
     pub tables: BTreeMap<String, TableEntry>,
+    /// External tables (`CREATE EXTERNAL TABLE`): files outside the
+    /// database, read in place. Their names share the namespace of `tables`.
+    pub external: BTreeMap<String, ExternalTable>,
     /// Named snapshots: versions kept readable until dropped.
     pub snapshots: BTreeMap<String, SnapshotEntry>,
     /// When this version is a RESTORE: the version it restored.
@@ -158,6 +161,10 @@ pub struct VersionFile {
     /// Delta only: tables of the checkpoint that no longer exist.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub dropped: Vec<String>,
+    /// External tables, all of them (checkpoint and delta alike: the list
+    /// is small). Absent in databases that never had one.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub external: BTreeMap<String, ExternalTable>,
     /// Named snapshots, all of them (checkpoint and delta alike: the list
     /// is small).
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
@@ -240,6 +247,30 @@ impl Retired {
         self.objects.extend(&other.objects);
         self.vectors.extend(&other.vectors);
     }
+}
+
+/// An external table: files somewhere else (a local directory, any
+/// bucket), read in place by every statement that names it. The database
+/// holds only this definition — never the files, which other writers may
+/// change between two statements (each statement lists them anew).
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+pub struct ExternalTable {
+    /// Where the files are: a directory (ending in `/`), one file, or a
+    /// glob (`s3://bucket/sales/*.parquet`).
+    pub location: String,
+    /// `parquet` or `csv`.
+    pub format: String,
+    /// The format's options as given (`header`, `delimiter`).
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub options: BTreeMap<String, String>,
+    /// The columns: those in the files, then the partition columns.
+    pub schema: Schema,
+    /// How many of the schema's last columns come from the path
+    /// (`year=2024/…`, hive partitioning) rather than the files.
+    #[serde(default)]
+    pub partition_columns: usize,
+    /// When it was created, milliseconds since the Unix epoch.
+    pub created_at_ms: u64,
 }
 
 /// A named snapshot: a version kept readable (and restorable) until the

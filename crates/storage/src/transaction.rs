@@ -85,7 +85,7 @@ impl Transaction {
     /// become the transaction's) when there are any.
     pub async fn create_table(&mut self, name: &str, schema: Schema, if_not_exists: bool, objects: Vec<DataObject>) -> Result<bool> {
         self.record_uploads(objects.iter().map(|o| o.path.clone()));
-        if self.view.tables.contains_key(name) {
+        if self.view.tables.contains_key(name) || self.view.external.contains_key(name) {
             return if if_not_exists { Ok(false) } else { Err(StorageError::TableExists(name.to_string())) };
         }
         let id = self.db.new_table_id().await?;
@@ -93,10 +93,18 @@ impl Transaction {
         self.stage(Change::CreateTable { name: name.to_string(), id, schema, if_not_exists, manifest })
     }
 
-    /// Stages DROP TABLE `name` (the table of that name in the view).
+    /// Stages CREATE EXTERNAL TABLE `name`: a definition only, no object
+    /// is written.
+    pub fn create_external_table(&mut self, name: &str, table: crate::format::ExternalTable, if_not_exists: bool) -> Result<bool> {
+        self.stage(Change::CreateExternalTable { name: name.to_string(), table, if_not_exists })
+    }
+
+    /// Stages DROP TABLE `name` (the table of that name in the view, or
+    /// the external table).
     pub fn drop_table(&mut self, name: &str, if_exists: bool) -> Result<bool> {
         let id = match self.view.tables.get(name) {
             Some(t) => Some(t.id),
+            None if self.view.external.contains_key(name) => None,
             None if if_exists => return Ok(false),
             None => return Err(StorageError::TableNotFound(name.to_string())),
         };
