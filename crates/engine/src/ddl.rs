@@ -1,12 +1,14 @@
-//! CREATE TABLE [AS SELECT] and DROP TABLE: changes to the catalog that
-//! become part of the statement's transaction (one atomic commit with
-//! the table's first data objects), not of an in-memory catalog.
+//! CREATE TABLE [AS SELECT], CREATE EXTERNAL TABLE and DROP TABLE:
+//! changes to the catalog that become part of the statement's transaction
+//! (one atomic commit with the table's first data objects), not of an
+//! in-memory catalog.
 
 use std::collections::HashSet;
 use std::sync::Arc;
 
 use datafusion::arrow::datatypes::{DataType, Schema};
-use datafusion::logical_expr::{CreateMemoryTable, DropTable};
+use datafusion::arrow::datatypes::Field;
+use datafusion::logical_expr::{CreateExternalTable, CreateMemoryTable, DropTable};
 use datafusion::physical_plan::execute_stream;
 
 use blobhouse_storage::StorageError;
@@ -55,6 +57,82 @@ pub(crate) async fn create_table(env: &Env<'_>, create: CreateMemoryTable) -> Re
     }
     txn.create_table(&name, schema.as_ref().clone(), create.if_not_exists, objects).await?;
     Ok(rows)
+}
+
+/// `CREATE [OR REPLACE] EXTERNAL TABLE [IF NOT EXISTS] t [(columns)]
+/// STORED AS PARQUET|CSV [PARTITIONED BY (keys)] LOCATION '…' [OPTIONS
+/// (…)]`: the files are listed once now, to find their columns (or check
+/// the ones given) and their partition directories; the definition is
+/// committed, the files are read by each statement that names the table.
+pub(crate) async fn create_external_table(env: &Env<'_>, create: CreateExternalTable) -> Result<(), EngineError> {
+    let name = table_name(&create.name)?;
+    let refuse = |what: &str| Err(EngineError::Unsupported(format!("CREATE EXTERNAL TABLE {name}: {what} is not supported")));
+    if create.temporary {
+        return refuse("TEMPORARY");
+    }
+    if create.unbounded {
+        return refuse("UNBOUNDED");
+    }
+    if !create.order_exprs.is_empty() {
+        return refuse("WITH ORDER");
+    }
+    if !create.column_defaults.is_empty() {
+        return refuse("a column DEFAULT");
+    }
+    let [location] = create.locations.as_slice() else {
+        return refuse("more than one LOCATION");
+    };
+    crate::files::FileAccess::of(env.ctx.state().config()).check(location)?;
+    let option = |keys: &[&str]| keys.iter().find_map(|k| create.options.get(*k).cloned());
+    let format = match create.file_type.to_ascii_lowercase().as_str() {
+        "parquet" => crate::files::Format::Parquet,
+        "csv" => crate::files::Format::Csv {
+            header: option(&["format.has_header", "has_header", "header"]).is_none_or(|h| h.eq_ignore_ascii_case("true")),
+            delimiter: match option(&["format.delimiter", "delimiter"]) {
+                None => b',',
+                Some(d) if d.len() == 1 && d.is_ascii() => d.as_bytes()[0],
+                Some(d) => return Err(EngineError::Unsupported(format!("CREATE EXTERNAL TABLE {name}: the delimiter must be one ASCII character, not '{d}'"))),
+            },
+        },
+        other => return refuse(&format!("STORED AS {other} (external tables read PARQUET or CSV files)")),
+    };
+    let view = &env.scope.view;
+    let exists = view.tables.contains_key(&name) || view.external.contains_key(&name);
+    if exists && create.if_not_exists {
+        return Ok(());
+    }
+    if exists && !create.or_replace {
+        return Err(StorageError::TableExists(name).into());
+    }
+    let given_keys = &create.table_partition_cols;
+    let hive = if given_keys.is_empty() { None } else { Some(true) };
+    let mut table = crate::files::define(&env.ctx.state(), location, &format, hive).await?;
+    let fields = table.schema.fields().clone();
+    let split = fields.len() - table.partition_columns;
+    let found_keys: Vec<String> = fields[split..].iter().map(|f| f.name().clone()).collect();
+    if !given_keys.is_empty() && *given_keys != found_keys {
+        return Err(EngineError::Files {
+            location: location.clone(),
+            message: format!("PARTITIONED BY ({}), but the files' directories are partitioned by ({})", given_keys.join(", "), found_keys.join(", ")),
+        });
+    }
+    let given = create.schema.as_arrow();
+    if !given.fields().is_empty() {
+        // The columns given: those of the files (checked against what the
+        // files hold), the partition keys with the type given or found.
+        let file_fields: Vec<Field> = given.fields().iter().filter(|f| !found_keys.contains(f.name())).map(|f| f.as_ref().clone()).collect();
+        crate::files::check_columns(location, &Schema::new(file_fields.clone()), &Schema::new(fields[..split].to_vec()))?;
+        let keys: Vec<Field> = fields[split..].iter().map(|f| given.field_with_name(f.name()).map(|g| g.as_ref().clone()).unwrap_or_else(|_| f.as_ref().clone())).collect();
+        table.schema = Schema::new(file_fields.into_iter().chain(keys).collect::<Vec<_>>());
+    }
+    stage(&env.scope, |t| {
+        if exists {
+            t.drop_table(&name, false)?;
+        }
+        t.create_external_table(&name, table, create.if_not_exists)
+    })
+    .await?;
+    Ok(())
 }
 
 /// DROP TABLE [IF EXISTS].

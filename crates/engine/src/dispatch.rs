@@ -77,7 +77,7 @@ async fn scoped(conn: &Conn<'_>, sql: &str, parsed: Parsed, started: Instant, st
                 (txn.view(), txn.snapshot().clone())
             };
             let read = view.version;
-            let scope = Scope { view, snapshot, txn: slot.clone(), past: parsed.past.clone() };
+            let scope = Scope { view, snapshot, txn: slot.clone(), past: parsed.past.clone(), files: parsed.files.clone() };
             let result = run_streaming(conn, parsed, scope, started, stream).await;
             engine.explain_expiry(result, read).await
         }
@@ -105,7 +105,7 @@ async fn scoped(conn: &Conn<'_>, sql: &str, parsed: Parsed, started: Instant, st
     };
     let slot: TxnSlot = Arc::new(tokio::sync::Mutex::new(Some(Transaction::begin(engine.database(), snapshot.clone()))));
     let read = snapshot.version;
-    let scope = Scope { view: snapshot.clone(), snapshot, txn: slot.clone(), past: parsed.past.clone() };
+    let scope = Scope { view: snapshot.clone(), snapshot, txn: slot.clone(), past: parsed.past.clone(), files: parsed.files.clone() };
     if stream && query {
         // A query changes nothing: its transaction ends without a commit.
         let result = run_streaming(conn, parsed, scope, started, true).await;
@@ -159,7 +159,7 @@ async fn plan_while_refreshing(conn: &Conn<'_>, parsed: &Parsed, started: Instan
     let Statement::Sql(statement) = &parsed.statement else { return Ok(Refreshed::Newer(engine.database().refresh().await?)) };
     let known = engine.database().current();
     let slot: TxnSlot = Arc::new(tokio::sync::Mutex::new(Some(Transaction::begin(engine.database(), known.clone()))));
-    let scope = Scope { view: known.clone(), snapshot: known.clone(), txn: slot.clone(), past: parsed.past.clone() };
+    let scope = Scope { view: known.clone(), snapshot: known.clone(), txn: slot.clone(), past: parsed.past.clone(), files: parsed.files.clone() };
     let (newest, planned) = tokio::join!(engine.database().refresh(), plan(conn, (**statement).clone(), &scope));
     let newest = newest?;
     if newest.version != known.version {
@@ -203,7 +203,23 @@ async fn run_streaming(conn: &Conn<'_>, parsed: Parsed, scope: Scope, started: I
 /// Runs a statement in `scope`: the family's entry point.
 async fn in_scope(conn: &Conn<'_>, statement: Statement, scope: Scope, started: Instant) -> Result<QueryResult, EngineError> {
     let ctx = conn.engine.statement_context(&conn.ctx.state(), &scope, conn.registered).await?;
+    let external = scope.view.external.keys().cloned().collect::<Vec<_>>();
     let env = Env { engine: conn.engine, ctx, scope, started, in_transaction: conn.txn.in_transaction() };
+    family(conn, statement, env).await.map_err(|e| read_only_external(e, &external))
+}
+
+/// A change to an external table was refused as "no such table" (its
+/// name is not among the stored tables): say what it is instead.
+fn read_only_external(e: EngineError, external: &[String]) -> EngineError {
+    match &e {
+        EngineError::Storage(blobhouse_storage::StorageError::TableNotFound(name)) if external.contains(name) => EngineError::Unsupported(crate::files::read_only(name)),
+        _ => e,
+    }
+}
+
+/// The family's entry point for `statement`.
+async fn family(conn: &Conn<'_>, statement: Statement, env: Env<'_>) -> Result<QueryResult, EngineError> {
+    let started = env.started;
     let count = |rows: u64| count_result(rows, started);
     match statement {
         Statement::Sql(statement) => query::run(&env, *statement, conn.ctx).await,

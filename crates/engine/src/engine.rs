@@ -41,7 +41,6 @@ struct Shared {
     /// the schemas an embedder adds beside the tables.
     base: SessionContext,
     options: Arc<EngineOptions>,
-    store_options: StoreOptions,
     source: DataSource,
     memory: MemoryBudget,
     /// The tables; each statement gets a copy bound to its [`Scope`].
@@ -53,6 +52,9 @@ struct Shared {
     /// The metadata scans keep (footers, zone maps), shared with workers'
     /// scans decoded in this process.
     metadata: Arc<MetadataCache>,
+    /// The stores of files queried in place, opened on first use
+    /// ([`crate::files::store`]).
+    files: Arc<crate::files::FileStores>,
 }
 
 impl Engine {
@@ -108,7 +110,23 @@ impl Engine {
             }
             None => DiskManagerMode::OsTmpDirectory,
         };
+        let tiers = crate::tiers::Tiers::new(&options.cache, options.memory_limit, &memory.pool(), options.requests.clone());
+        if let Some(t) = &tiers {
+            let weak: std::sync::Weak<dyn crate::memory::Reclaim> = Arc::downgrade(t) as std::sync::Weak<dyn crate::memory::Reclaim>;
+            memory.set_reclaimer(weak);
+            if t.ssd().is_some() {
+                db.observe_uploads(Arc::new(crate::tiers::WriteThrough { tiers: t.clone(), location: db.location().clone() }));
+            }
+        }
+        let source = source.with_tiers(tiers);
+        let metadata = Arc::new(MetadataCache::new(&memory.pool()));
+        db.account_caches_in(&memory.pool());
+        let log = options.record_file_requests.then(crate::files::store::RequestLog::default);
+        let files = Arc::new(crate::files::FileStores::new(&store_options, source.clone(), log));
+        // Workers' tasks run on this runtime too: they read files in place
+        // through the same stores (their counters go nowhere).
         let runtime = RuntimeEnvBuilder::new()
+            .with_object_store_registry(Arc::new(crate::files::store::StatementFiles::new(files.clone(), Arc::default())))
             .with_memory_pool(memory.pool())
             .with_disk_manager_builder(DiskManagerBuilder::default().with_mode(spill_mode).with_max_temp_directory_size(options.spill.max_bytes));
         let pushdown = match &options.pushdown {
@@ -145,20 +163,9 @@ impl Engine {
         rules.push(Arc::new(crate::adaptive_filter::AdaptiveFilterRule));
         state = state.with_physical_optimizer_rules(rules);
         let base = SessionContext::new_with_state(state.build());
-        let tiers = crate::tiers::Tiers::new(&options.cache, options.memory_limit, &memory.pool(), options.requests.clone());
-        if let Some(t) = &tiers {
-            let weak: std::sync::Weak<dyn crate::memory::Reclaim> = Arc::downgrade(t) as std::sync::Weak<dyn crate::memory::Reclaim>;
-            memory.set_reclaimer(weak);
-            if t.ssd().is_some() {
-                db.observe_uploads(Arc::new(crate::tiers::WriteThrough { tiers: t.clone(), location: db.location().clone() }));
-            }
-        }
-        let source = source.with_tiers(tiers);
-        let metadata = Arc::new(MetadataCache::new(&memory.pool()));
-        db.account_caches_in(&memory.pool());
         let tables = Arc::new(BlobSchemaProvider::new(db.clone(), options.clone(), metadata.clone(), source.clone()));
         base.catalog(CATALOG).expect("the default catalog exists").register_schema("public", tables.clone())?;
-        Ok(Engine { shared: Arc::new(Shared { db, base, options, store_options, source, memory, tables, pushdown, extension: Default::default(), metadata }) })
+        Ok(Engine { shared: Arc::new(Shared { db, base, options, source, memory, tables, pushdown, extension: Default::default(), metadata, files }) })
     }
 
     /// The DataFusion context sessions start from. Embedders extend it
@@ -195,6 +202,18 @@ impl Engine {
         )
     }
 
+    /// Every request sent for files queried in place so far, when
+    /// [`EngineOptions::record_file_requests`] is set.
+    pub fn file_requests(&self) -> Vec<crate::files::FileRequest> {
+        self.shared.files.requests()
+    }
+
+    /// The stores of files queried in place (DataFusion's object store
+    /// registry of every statement).
+    pub(crate) fn file_stores(&self) -> &Arc<crate::files::FileStores> {
+        &self.shared.files
+    }
+
     /// The storage handle.
     pub fn database(&self) -> &Arc<Database> {
         &self.shared.db
@@ -203,11 +222,6 @@ impl Engine {
     /// The options it was opened with.
     pub fn options(&self) -> &EngineOptions {
         &self.shared.options
-    }
-
-    /// The store options, for the other stores a statement opens (COPY).
-    pub(crate) fn store_options(&self) -> &StoreOptions {
-        &self.shared.store_options
     }
 
     /// The engine's memory budget (limit, what is reserved, peaks).
@@ -272,6 +286,10 @@ impl Engine {
                 }
             }
         }
+        let files = Arc::new(datafusion::catalog::MemorySchemaProvider::new());
+        if !scope.files.is_empty() {
+            catalog.register_schema(crate::files::FILES_SCHEMA, files.clone()).expect("memory catalog registers");
+        }
         for at in &scope.past {
             let version = self.past_version(scope, at).await?;
             catalog.register_schema(&at.schema(), Arc::new(tables.at(version))).expect("memory catalog registers");
@@ -281,7 +299,15 @@ impl Engine {
         // The statement's operators take from the engine's budget through a
         // pool of its own, so that one statement over its share of a spent
         // budget fails rather than the others (memory::StatementPool).
-        let runtime = RuntimeEnvBuilder::from_runtime_env(session.runtime_env()).with_memory_pool(self.shared.memory.statement_pool()).build_arc()?;
+        let counters = Arc::new(crate::files::store::FileCounters::default());
+        // Files in place are read through the engine's stores, and each
+        // statement lists them anew: its own list-files cache (DataFusion's
+        // default one keeps listings forever and would hide new files).
+        let mut runtime = RuntimeEnvBuilder::from_runtime_env(session.runtime_env())
+            .with_memory_pool(self.shared.memory.statement_pool())
+            .with_object_store_registry(Arc::new(crate::files::store::StatementFiles::new(self.shared.files.clone(), counters.clone())));
+        runtime.cache_manager.list_files_cache = None;
+        let runtime = runtime.build_arc()?;
         let mut builder = SessionStateBuilder::new_from_existing(session.clone()).with_catalog_list(Arc::new(catalogs)).with_runtime_env(runtime);
         let extension = self.shared.extension.read().expect("not poisoned").clone();
         if let Some(extension) = extension {
@@ -289,6 +315,17 @@ impl Engine {
         }
         let mut state = builder.build();
         state.config_mut().options_mut().execution.sort_spill_reservation_bytes = sort_merge_reservation(self.shared.memory.limit());
+        // A directory of files in place is read with its subdirectories,
+        // as Spark and Hive write tables (`crate::files`).
+        state.config_mut().options_mut().execution.listing_table_ignore_subdirectory = false;
+        // What its reads of files cost, for its result (`query::run_planned`).
+        state.config_mut().set_extension(counters);
+        // (`listing_table` checks each location against the session's
+        // `FileAccess`, carried in the configuration.)
+        for (n, scan) in scope.files.iter().enumerate() {
+            let table = crate::files::listing_table(&state, scan).await?;
+            datafusion::catalog::SchemaProvider::register_table(files.as_ref(), crate::files::table_name(n), table)?;
+        }
         Ok(SessionContext::new_with_state(state))
     }
 

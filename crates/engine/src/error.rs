@@ -21,6 +21,10 @@ pub enum EngineError {
     Copy { table: String, source_url: String, message: String },
     #[error("COPY … TO '{target}' failed: {message}")]
     CopyTo { target: String, message: String },
+    /// Files queried in place (`read_parquet`, external tables) could not
+    /// be read as asked.
+    #[error("files at '{location}': {message}")]
+    Files { location: String, message: String },
     #[error("{0}")]
     Unsupported(String),
     /// A statement names a column its table does not have.

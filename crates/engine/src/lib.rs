@@ -23,6 +23,8 @@
 //! - `ddl`: CREATE TABLE [AS SELECT], DROP TABLE.
 //! - `dml`: DELETE and UPDATE as queries of row ids.
 //! - [`copy`]: `COPY … FROM` and `COPY … TO`.
+//! - [`files`]: Parquet and CSV files queried in place — `read_parquet`,
+//!   `read_csv`, external tables — through the download manager and tiers.
 //! - `transaction`: BEGIN, COMMIT, ROLLBACK, SAVEPOINT; a session's
 //!   transaction state.
 //! - `history`: snapshots, versions, RESTORE, VACUUM, SHOW STORAGE.
@@ -97,6 +99,7 @@ mod engine;
 mod env;
 pub mod error;
 pub mod extension;
+pub mod files;
 mod history;
 pub mod hybrid;
 mod interop;
@@ -133,6 +136,7 @@ pub use chunks::RequestPolicy;
 pub use engine::Engine;
 pub use error::{EngineError, TxnRule};
 pub use extension::{RemoteRun, StatementExtension};
+pub use files::{FileAccess, FileRequest};
 pub use memory::MemoryBudget;
 pub use options::{CATALOG, EngineOptions, SpillOptions, scan_download_options};
 pub use result::{Answer, Described, MemoryUse, Notice, QueryResult, RowStream};

@@ -54,6 +54,10 @@ pub struct EngineOptions {
     /// no: a mistyped URL then fails, naming it, instead of creating an
     /// empty database that answers every query with "no such table".
     pub create_missing: bool,
+    /// Keep a log of every request sent for files queried in place
+    /// ([`crate::Engine::file_requests`]): tests and benchmarks count them.
+    /// Off by default (the log grows with every request).
+    pub record_file_requests: bool,
 }
 
 /// The local directory that sorts, aggregations and sort-merge joins spill
@@ -98,6 +102,7 @@ impl Default for EngineOptions {
             cache: crate::tiers::CacheOptions::default(),
             pushdown: None,
             create_missing: true,
+            record_file_requests: false,
         }
     }
 }

@@ -51,6 +51,9 @@ pub(crate) struct Scope {
     pub txn: Arc<tokio::sync::Mutex<Option<Transaction>>>,
     /// The past versions the statement reads tables at ([`crate::time_travel`]).
     pub past: Vec<crate::time_travel::AsOf>,
+    /// The files the statement reads in place (`read_parquet(…)`), one
+    /// table each in its `blobhouse_files` schema ([`crate::files`]).
+    pub files: Vec<crate::files::FileScan>,
 }
 
 /// The tables of a database as one statement sees them: with a [`Scope`],
@@ -133,11 +136,19 @@ impl SchemaProvider for BlobSchemaProvider {
         if self.row_ids {
             return Vec::new();
         }
-        self.version().tables.keys().cloned().collect()
+        let version = self.version();
+        version.tables.keys().chain(version.external.keys()).cloned().collect()
     }
 
     async fn table(&self, name: &str) -> Result<Option<Arc<dyn TableProvider>>> {
         let version = self.version();
+        if let Some(external) = version.external.get(name).filter(|_| !version.tables.contains_key(name)) {
+            if self.row_ids {
+                return Ok(None);
+            }
+            let table = crate::files::external_table(name, external).map_err(|e| DataFusionError::External(Box::new(e)))?;
+            return Ok(Some(Arc::new(crate::files::ReadOnly::new(name, &external.location, table))));
+        }
         let Some(entry) = version.tables.get(name) else { return Ok(None) };
         let data = self.db.table_data(entry).await.map_err(external)?;
         let mut schema = entry.schema.clone();
@@ -170,7 +181,8 @@ impl SchemaProvider for BlobSchemaProvider {
     }
 
     fn table_exist(&self, name: &str) -> bool {
-        self.version().tables.contains_key(name)
+        let version = self.version();
+        version.tables.contains_key(name) || (!self.row_ids && version.external.contains_key(name))
     }
 }
 

@@ -66,12 +66,16 @@ pub(crate) async fn run(env: &Env<'_>, statement: DFStatement, session: &Session
             };
             Ok(count_result(rows, started))
         }
+        LogicalPlan::Ddl(DdlStatement::CreateExternalTable(create)) => {
+            crate::ddl::create_external_table(env, *create).await?;
+            Ok(empty_result(started))
+        }
         LogicalPlan::Ddl(DdlStatement::DropTable(drop)) => {
             crate::ddl::drop_table(env, &drop).await?;
             Ok(empty_result(started))
         }
         LogicalPlan::Ddl(other) => Err(EngineError::Unsupported(format!(
-            "{} is not supported yet; blobhouse supports CREATE TABLE [AS SELECT], DROP TABLE, INSERT, DELETE, UPDATE, COPY … FROM and queries",
+            "{} is not supported yet; blobhouse supports CREATE TABLE [AS SELECT], CREATE EXTERNAL TABLE, DROP TABLE, INSERT, DELETE, UPDATE, COPY … FROM and queries",
             other.name()
         ))),
         LogicalPlan::DescribeTable(describe) => Ok(describe_result(&describe, started)),
@@ -81,6 +85,11 @@ pub(crate) async fn run(env: &Env<'_>, statement: DFStatement, session: &Session
             Ok(empty_result(started))
         }
         plan => {
+            // DataFusion's own `COPY … TO … STORED AS` writes outside the
+            // database like ours does.
+            if let LogicalPlan::Copy(copy) = &plan {
+                crate::files::FileAccess::of(env.ctx.state().config()).check(&copy.output_url)?;
+            }
             let analyze = matches!(plan, LogicalPlan::Analyze(_));
             let explained = match (&plan, env.engine.statement_extension()) {
                 (LogicalPlan::Explain(e), Some(ext)) => Some((e.plan.as_ref().clone(), ext)),
@@ -230,6 +239,7 @@ pub(crate) fn stream_planned(planned: Planned) -> Result<RowStream, EngineError>
 /// finding the newest version) counts as its planning time.
 pub(crate) async fn run_planned(planned: Planned, started: Instant) -> Result<QueryResult, DataFusionError> {
     let Planned { task, mut physical, cluster, rerun, logical } = planned;
+    let files = task.session_config().get_extension::<crate::files::store::FileCounters>();
     let planning = started.elapsed();
     let schema = physical.schema();
     let mut notices = Vec::new();
@@ -248,10 +258,15 @@ pub(crate) async fn run_planned(planned: Planned, started: Instant) -> Result<Qu
         Some(c) => c.executed(&physical).await,
         None => None,
     };
-    let (scan, processes) = match remote {
+    let (mut scan, processes) = match remote {
         Some(run) => (run.scan, run.processes),
         None => (collect_scan_metrics(&physical), Vec::new()),
     };
+    // Files read in place (`read_parquet`, external tables) count beside
+    // the tables' scans.
+    if let Some(files) = files {
+        scan += files.scan_metrics();
+    }
     Ok(QueryResult {
         schema,
         batches,

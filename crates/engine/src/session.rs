@@ -69,6 +69,14 @@ impl Session {
         &self.engine
     }
 
+    /// Limits the files outside the database this session's statements
+    /// may read and write (`read_parquet`, external tables, COPY): a
+    /// server's clients get only what its operator allows
+    /// ([`crate::files::FileAccess`]).
+    pub fn set_file_access(&self, access: crate::files::FileAccess) {
+        self.ctx.state_ref().write().config_mut().set_extension(std::sync::Arc::new(access));
+    }
+
     /// The session's own DataFusion context (its `datafusion.*` settings).
     pub fn context(&self) -> &SessionContext {
         &self.ctx
@@ -212,7 +220,7 @@ impl Session {
             }
         };
         let slot: TxnSlot = Arc::new(tokio::sync::Mutex::new(None));
-        let ctx = self.engine.statement_context(&self.ctx.state(), &Scope { view, snapshot, txn: slot, past: parsed.past }, &self.registered).await?;
+        let ctx = self.engine.statement_context(&self.ctx.state(), &Scope { view, snapshot, txn: slot, past: parsed.past, files: parsed.files }, &self.registered).await?;
         // A statement that returns rows must plan here; one that does not
         // may be one DataFusion cannot plan but blobhouse runs (DELETE and
         // UPDATE are rewritten before planning).

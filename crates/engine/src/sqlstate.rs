@@ -28,6 +28,7 @@ impl EngineError {
             EngineError::Query(e) => query(e),
             EngineError::Copy { .. } => "22P04",
             EngineError::CopyTo { .. } => "58030",
+            EngineError::Files { .. } => "58030",
             EngineError::Unsupported(_) => "0A000",
             EngineError::UnknownColumn { .. } => "42703",
             EngineError::DownloadManager(_) | EngineError::SpillDir { .. } => "58000",

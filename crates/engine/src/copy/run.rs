@@ -9,14 +9,15 @@ use datafusion::common::{Column, DataFusionError};
 use datafusion::logical_expr::{Expr, cast};
 use datafusion::physical_plan::SendableRecordBatchStream;
 use datafusion::physical_plan::stream::RecordBatchStreamAdapter;
-use datafusion::prelude::{CsvReadOptions, ParquetReadOptions, SessionConfig, SessionContext};
+use datafusion::prelude::{SessionConfig, SessionContext};
 use datafusion::sql::parser::Statement as DFStatement;
 use datafusion::sql::sqlparser::ast;
 
-use blobhouse_storage::{StorageError, open_location};
+use blobhouse_storage::StorageError;
 
 use super::{CopyFormat, CopyFrom, CopyQuery, CopyTo};
 use crate::env::Env;
+use crate::files::{FileScan, Format};
 use crate::error::describe_df;
 use crate::provider::write_stream;
 use crate::transaction::joined;
@@ -28,18 +29,16 @@ use crate::EngineError;
 /// store URL `--db` accepts. Returns the rows written.
 pub(crate) async fn copy_to(env: &Env<'_>, copy: &CopyTo) -> Result<u64, EngineError> {
     let fail = |message: String| EngineError::CopyTo { target: copy.target.clone(), message };
+    crate::files::FileAccess::of(env.ctx.state().config()).check(&copy.target)?;
     let db_url = env.engine.database().location().url.trim_end_matches('/');
     let db_url = db_url.strip_prefix("file://").unwrap_or(db_url).to_string();
     let target = copy.target.strip_prefix("file://").unwrap_or(&copy.target);
     if target == db_url || target.starts_with(&format!("{db_url}/")) {
         return Err(fail("the file would be inside the database, whose objects blobhouse never overwrites; export elsewhere".into()));
     }
+    // The statement's stores ([`crate::files::FileStores`]) open the
+    // target's bucket with the engine's store options.
     let ctx = &env.ctx;
-    if let Some((scheme_host, _)) = split_url(&copy.target) {
-        let loc = open_location(&scheme_host, env.engine.store_options())?;
-        let url = url::Url::parse(&scheme_host).map_err(|e| fail(e.to_string()))?;
-        ctx.register_object_store(&url, loc.store);
-    }
     let df = match &copy.query {
         CopyQuery::Table(name) => ctx.table(name.to_string()).await?,
         CopyQuery::Query(q) => {
@@ -68,21 +67,21 @@ pub(crate) async fn copy_from(env: &Env<'_>, copy: &CopyFrom) -> Result<u64, Eng
     let entry = scope.view.tables.get(&copy.table).cloned().ok_or_else(|| StorageError::TableNotFound(copy.table.clone()))?;
     let fail = |message: String| EngineError::Copy { table: copy.table.clone(), source_url: copy.source.clone(), message };
     let schema = Arc::new(entry.schema.clone());
+    crate::files::FileAccess::of(env.ctx.state().config()).check(&copy.source)?;
     if copy.format == CopyFormat::Text {
         let stream = text_stream(copy, &schema).map_err(fail)?;
         return append_stream(env, copy, entry.id, &schema, stream).await;
     }
     // One partition, no splitting of files: errors keep whole-file line numbers.
-    let config = SessionConfig::new().with_target_partitions(1).with_repartition_file_scans(false);
-    let reader = SessionContext::new_with_config(config);
-    if let Some((scheme_host, _)) = split_url(&copy.source) {
-        let loc = open_location(&scheme_host, env.engine.store_options())?;
-        let url = url::Url::parse(&scheme_host).map_err(|e| fail(e.to_string()))?;
-        reader.register_object_store(&url, loc.store);
-    }
+    let mut config = SessionConfig::new().with_target_partitions(1).with_repartition_file_scans(false);
+    config.options_mut().execution.listing_table_ignore_subdirectory = false;
+    // The source — a file, a directory or a glob — is read through the
+    // engine's stores of files in place (download manager, tiers).
+    let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(crate::files::store::StatementFiles::new(env.engine.file_stores().clone(), Default::default()))).build_arc()?;
+    let reader = SessionContext::new_with_config_rt(config, runtime);
     // CSV's columns are matched by position, Parquet's by name.
     let csv = copy.format == CopyFormat::Csv;
-    let df = if csv {
+    let table = if csv {
         // Read strings as Utf8 (the CSV reader's native type), cast below.
         let read_schema = Schema::new(
             schema
@@ -94,12 +93,14 @@ pub(crate) async fn copy_from(env: &Env<'_>, copy: &CopyFrom) -> Result<u64, Eng
                 })
                 .collect::<Vec<_>>(),
         );
-        let opts = CsvReadOptions::new().schema(&read_schema).has_header(copy.header).delimiter(copy.delimiter);
-        reader.read_csv(copy.source.as_str(), opts).await
+        let scan = FileScan { locations: vec![copy.source.clone()], format: Format::Csv { header: copy.header, delimiter: copy.delimiter }, hive: Some(false) };
+        crate::files::listing_table_as(&reader.state(), &scan, Some(Arc::new(read_schema))).await
     } else {
-        reader.read_parquet(copy.source.as_str(), ParquetReadOptions::default()).await
+        let scan = FileScan { locations: vec![copy.source.clone()], format: Format::Parquet, hive: Some(false) };
+        crate::files::listing_table(&reader.state(), &scan).await
     }
-    .map_err(|e| fail(describe_df(&e)))?;
+    .map_err(|e| fail(e.to_string()))?;
+    let df = reader.read_table(table).map_err(|e| fail(describe_df(&e)))?;
     let source_fields: Vec<String> = df.schema().fields().iter().map(|f| f.name().clone()).collect();
     let mut exprs = Vec::with_capacity(schema.fields().len());
     for (i, f) in schema.fields().iter().enumerate() {

@@ -14,6 +14,7 @@
 //! into a read-only schema of the statement's own catalog.
 
 pub(crate) mod dialect;
+mod files;
 mod ours;
 mod versions;
 
@@ -64,6 +65,10 @@ pub(crate) struct Parsed {
     /// (`t AT(VERSION => 3)`); their tables were renamed into the schema
     /// of each ([`AsOf::schema`]).
     pub past: Vec<AsOf>,
+    /// Every `read_parquet(…)`/`read_csv(…)` call, in order; each became
+    /// table `f<n>` of the statement's `blobhouse_files` schema
+    /// ([`files`]).
+    pub files: Vec<crate::files::FileScan>,
 }
 
 impl Parsed {
@@ -91,8 +96,9 @@ pub(crate) fn parse(sql: &str, dialect_name: &str, recursion_limit: usize) -> Re
     if next.token != Token::EOF {
         return Err(syntax(error_at(format!("Expected: end of statement, found: {}", next.token), next.span.start)));
     }
-    let mut parsed = Parsed { statement, past: Vec::new() };
+    let mut parsed = Parsed { statement, past: Vec::new(), files: Vec::new() };
     versions::resolve_versions(&mut parsed)?;
+    files::resolve_files(&mut parsed)?;
     Ok(parsed)
 }
 

@@ -15,18 +15,7 @@ use crate::time_travel::{AsOf, FORMS, as_of};
 /// past-version schema (see the module docs) and lists the points in time.
 pub(super) fn resolve_versions(parsed: &mut Parsed) -> Result<(), EngineError> {
     let mut found = Found { past: Vec::new(), error: None };
-    match &mut parsed.statement {
-        Statement::Sql(s) => visit_df(s, &mut found),
-        Statement::Dml(s) => {
-            let _ = s.visit(&mut found);
-        }
-        Statement::CopyTo(copy) => {
-            if let crate::copy::CopyQuery::Query(q) = &mut copy.query {
-                let _ = q.visit(&mut found);
-            }
-        }
-        _ => {}
-    }
+    visit_tables(&mut parsed.statement, &mut found);
     if let Some(e) = found.error {
         return Err(EngineError::Unsupported(e));
     }
@@ -34,7 +23,24 @@ pub(super) fn resolve_versions(parsed: &mut Parsed) -> Result<(), EngineError> {
     Ok(())
 }
 
-fn visit_df(s: &mut DFStatement, found: &mut Found) {
+/// Runs `visitor` over every table reference of a statement that reads
+/// tables: queries and EXPLAIN, DELETE and UPDATE, `COPY (query) TO`.
+pub(super) fn visit_tables<V: VisitorMut<Break = ()>>(statement: &mut Statement, visitor: &mut V) {
+    match statement {
+        Statement::Sql(s) => visit_df(s, visitor),
+        Statement::Dml(s) => {
+            let _ = s.visit(visitor);
+        }
+        Statement::CopyTo(copy) => {
+            if let crate::copy::CopyQuery::Query(q) = &mut copy.query {
+                let _ = q.visit(visitor);
+            }
+        }
+        _ => {}
+    }
+}
+
+fn visit_df<V: VisitorMut<Break = ()>>(s: &mut DFStatement, found: &mut V) {
     match s {
         DFStatement::Statement(s) => {
             let _ = s.visit(found);

@@ -12,6 +12,7 @@ mod cache;
 mod concurrency;
 mod dml;
 mod encryption;
+mod files;
 mod flight;
 mod format;
 mod history;
