@@ -92,6 +92,14 @@ fn parse(text: &str, flags: &[(String, bool)]) -> Result<ServeConfig> {
             let known: Vec<&str> = flags.iter().map(|(f, _)| f.as_str()).filter(|f| *f != "config").collect();
             bail!("line {at}: unknown setting '{key}'; the settings are serve's flags ({}) and [users]", known.join(", "));
         };
+        // A repeatable flag (`allow-files = ["s3://lake/", "/srv/"]`): once per value.
+        if let Some(values) = item.as_array().filter(|a| *takes_value && a.iter().all(|v| v.as_str().is_some())) {
+            for v in values.iter().filter_map(|v| v.as_str()) {
+                config.args.push(format!("--{flag}").into());
+                config.args.push(v.into());
+            }
+            continue;
+        }
         let value = match (item.as_str(), item.as_integer(), item.as_bool(), item.as_float()) {
             (Some(s), ..) => Some(s.to_string()),
             (_, Some(i), ..) => Some(i.to_string()),
@@ -121,7 +129,15 @@ mod tests {
     use super::*;
 
     fn flags() -> Vec<(String, bool)> {
-        vec![("pg-listen".into(), true), ("max-connections".into(), true), ("allow-http".into(), false), ("config".into(), true)]
+        vec![("pg-listen".into(), true), ("max-connections".into(), true), ("allow-http".into(), false), ("allow-files".into(), true), ("config".into(), true)]
+    }
+
+    #[test]
+    fn a_list_repeats_its_flag() {
+        let c = parse("allow_files = [\"s3://lake/\", \"/srv/\"]\n", &flags()).unwrap();
+        let args: Vec<String> = c.args.iter().map(|a| a.to_string_lossy().into_owned()).collect();
+        assert_eq!(args, ["--allow-files", "s3://lake/", "--allow-files", "/srv/"]);
+        assert!(parse("allow_files = [1]\n", &flags()).unwrap_err().to_string().contains("takes a string or a number"));
     }
 
     #[test]

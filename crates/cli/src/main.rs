@@ -391,6 +391,12 @@ struct ServeArgs {
     /// catalog) must send (Authorization: Bearer <token>); required when --metrics-listen is not loopback.
     #[arg(long, value_name = "VAR", requires = "metrics_listen")]
     metrics_token_env: Option<String>,
+    /// Let clients read and write files outside the database under this directory, bucket
+    /// or bucket prefix (read_parquet, read_csv, CREATE EXTERNAL TABLE, COPY … FROM/TO a
+    /// path or URL), e.g. s3://lake/exports/ (repeatable; `*`: anywhere this process can
+    /// reach). Default: nowhere — the server's files and credentials are not its clients'.
+    #[arg(long, value_name = "PREFIX")]
+    allow_files: Vec<String>,
     /// Log statements that take at least this many milliseconds, with their text.
     #[arg(long, default_value_t = 1000, value_name = "MS")]
     slow_query_ms: u64,
@@ -679,6 +685,10 @@ async fn run(cli: Cli, config_users: Vec<(String, String, usize)>) -> Result<Exi
                         _ => anyhow::bail!("--metrics-token-env {var}: the variable is not set; export {var}=<token> (the one your scraper sends)"),
                     },
                     None => None,
+                },
+                files: match args.allow_files.iter().any(|p| p == "*") {
+                    true => blobhouse_engine::FileAccess::anywhere(),
+                    false => blobhouse_engine::FileAccess::only(&args.allow_files),
                 },
             };
             let engine = open(&args.db).await?;

@@ -66,10 +66,11 @@ pub(crate) struct Spool {
 }
 
 impl Spool {
-    pub(crate) fn new(copy: CopyIn) -> std::io::Result<Spool> {
+    /// A spool in `dir` (the connection's own spool directory).
+    pub(crate) fn new(copy: CopyIn, dir: &std::path::Path) -> std::io::Result<Spool> {
         // The engine's CSV reader wants the extension.
         let suffix = if copy.is_csv() { ".csv" } else { ".txt" };
-        Ok(Spool { copy, file: tempfile::Builder::new().prefix("blobhouse-copy-").suffix(suffix).tempfile()?, bytes: 0 })
+        Ok(Spool { copy, file: tempfile::Builder::new().prefix("blobhouse-copy-").suffix(suffix).tempfile_in(dir)?, bytes: 0 })
     }
 
     /// `message` (an error of the load) as the client knows the source: STDIN, not the spool.
@@ -153,7 +154,8 @@ impl Spool {
                 other => return Err(std::io::Error::other(format!("COPY option '{other}' is not supported"))),
             }
         }
-        let mut text = tempfile::Builder::new().prefix("blobhouse-copy-").suffix(".txt").tempfile()?;
+        let dir = self.file.path().parent().unwrap_or(std::path::Path::new("."));
+        let mut text = tempfile::Builder::new().prefix("blobhouse-copy-").suffix(".txt").tempfile_in(dir)?;
         {
             let input = std::io::BufReader::new(self.file.reopen()?);
             let mut out = std::io::BufWriter::new(text.as_file_mut());
@@ -312,31 +314,35 @@ fn write_record(out: &mut impl Write, record: &[Option<Vec<u8>>]) -> std::io::Re
 mod tests {
     use super::*;
 
+    fn spool(copy: CopyIn) -> std::io::Result<Spool> {
+        Spool::new(copy, &std::env::temp_dir())
+    }
+
     #[test]
     fn stdin_copies_load_their_spool_in_the_format_they_name() {
         assert!(parse("COPY t FROM '/data/x.csv'").is_none());
         assert!(parse("COPY t TO STDOUT").is_none());
         assert!(parse("SELECT 1").is_none());
-        let mut text = Spool::new(parse("copy t from stdin").expect("a stdin copy")).expect("a spool");
+        let mut text = spool(parse("copy t from stdin").expect("a stdin copy")).expect("a spool");
         text.write(b"1\tone\n").expect("written");
         let sql = text.statement().expect("flushed");
         assert!(sql.contains(&text.file.path().display().to_string()) && sql.to_ascii_lowercase().contains("format text"), "{sql}");
         assert_eq!(std::fs::read(text.file.path()).expect("spooled"), b"1\tone\n");
         // CSV is rewritten into the text format by PostgreSQL's CSV rules,
         // in the same file (its header line kept, so line numbers stay).
-        let mut csv = Spool::new(parse("COPY t FROM STDIN WITH (FORMAT csv, HEADER true)").expect("a stdin copy")).expect("a spool");
+        let mut csv = spool(parse("COPY t FROM STDIN WITH (FORMAT csv, HEADER true)").expect("a stdin copy")).expect("a spool");
         csv.write(b"id,name\n1,\"a,b\"\n").expect("written");
         let sql = csv.statement().expect("flushed").to_ascii_lowercase();
         assert!(sql.contains("format text") && !sql.contains("format csv") && sql.contains(".csv'") && sql.contains("header") && !sql.contains("header false"), "{sql}");
         assert_eq!(std::fs::read(csv.file.path()).expect("converted"), b"id\tname\n1\ta,b\n");
-        let sql = Spool::new(parse("COPY t FROM STDIN (FORMAT csv)").expect("a stdin copy")).expect("a spool").statement().expect("flushed").to_ascii_lowercase();
+        let sql = spool(parse("COPY t FROM STDIN (FORMAT csv)").expect("a stdin copy")).expect("a spool").statement().expect("flushed").to_ascii_lowercase();
         assert!(sql.contains("header false"), "{sql}");
         assert_eq!(csv.unspool(&format!("COPY t FROM '{}' failed: line 2", csv.file.path().display())), "COPY t FROM STDIN failed: line 2");
-        let mut marked = Spool::new(parse("COPY t FROM STDIN (FORMAT csv)").expect("a stdin copy")).expect("a spool");
+        let mut marked = spool(parse("COPY t FROM STDIN (FORMAT csv)").expect("a stdin copy")).expect("a spool");
         marked.write(b"1,a\n\\.\n").expect("written");
         marked.statement().expect("flushed");
         assert_eq!(std::fs::read(marked.file.path()).expect("spooled"), b"1\ta\n");
-        let mut data = Spool::new(parse("COPY t FROM STDIN (FORMAT csv)").expect("a stdin copy")).expect("a spool");
+        let mut data = spool(parse("COPY t FROM STDIN (FORMAT csv)").expect("a stdin copy")).expect("a spool");
         data.write(b"1,x\\.\n").expect("written");
         data.statement().expect("flushed");
         assert_eq!(std::fs::read(data.file.path()).expect("spooled"), b"1\tx\\\\.\n", "a value ending in \\. is data");

@@ -56,11 +56,23 @@ pub(crate) struct Runner {
     /// a batch that takes a while to compute never delays a cancel request,
     /// a login or another client's messages.
     exec: tokio::runtime::Handle,
+    /// The files outside the database clients may reach.
+    files: blobhouse_engine::FileAccess,
 }
 
 impl Runner {
-    pub(crate) fn new(metrics: Arc<Metrics>, limits: Limits, exec: tokio::runtime::Handle) -> Runner {
-        Runner { metrics, limits, exec }
+    pub(crate) fn new(metrics: Arc<Metrics>, limits: Limits, exec: tokio::runtime::Handle, files: blobhouse_engine::FileAccess) -> Runner {
+        Runner { metrics, limits, exec, files }
+    }
+
+    /// A client's session on `engine`: it reaches the files the server
+    /// allows, and its own spool directory (COPY … FROM STDIN, ingest),
+    /// which is removed with the returned handle.
+    pub(crate) fn connect(&self, engine: &blobhouse_engine::Engine) -> std::io::Result<(blobhouse_engine::Session, tempfile::TempDir)> {
+        let spool = tempfile::Builder::new().prefix("blobhouse-spool-").tempdir()?;
+        let session = engine.connect();
+        session.set_file_access(self.files.clone().and(&spool.path().to_string_lossy()));
+        Ok((session, spool))
     }
 
     /// Runs `sql` in the session `engine` once a slot in the queue is free.

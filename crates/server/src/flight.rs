@@ -99,6 +99,9 @@ struct Prepared {
 struct FlightSession {
     engine: Arc<Session>,
     user: String,
+    /// The session's own directory for ingest spools (the only local
+    /// files it may read unless the server allows more).
+    spool_dir: tempfile::TempDir,
     metrics: Arc<Metrics>,
     state: Mutex<State>,
 }
@@ -319,7 +322,7 @@ impl FlightSql {
         }
         session.check_transaction(command.transaction_id.as_deref())?;
         // Spool the batches as they arrive.
-        let spool = tempfile::Builder::new().prefix("blobhouse-ingest-").suffix(".parquet").tempfile().map_err(|e| Status::internal(context(format!("cannot open a spool file: {e}"))))?;
+        let spool = tempfile::Builder::new().prefix("blobhouse-ingest-").suffix(".parquet").tempfile_in(session.spool_dir.path()).map_err(|e| Status::internal(context(format!("cannot open a spool file: {e}"))))?;
         let mut batches = FlightRecordBatchStream::new_from_flight_data(data.map_err(FlightError::from));
         let mut writer: Option<(datafusion::parquet::arrow::ArrowWriter<std::fs::File>, SchemaRef)> = None;
         let mut rows = 0;
@@ -570,7 +573,8 @@ impl FlightSqlService for FlightSql {
             return Err(Status::unauthenticated(format!("password authentication failed for user \"{user}\"")));
         }
         self.runner.metrics.session_opened();
-        let session = FlightSession { engine: Arc::new(self.engine.connect()), user: user.to_string(), metrics: self.runner.metrics.clone(), state: Mutex::default() };
+        let (engine, spool_dir) = self.runner.connect(&self.engine).map_err(|e| Status::internal(format!("cannot create the session's spool directory: {e}")))?;
+        let session = FlightSession { engine: Arc::new(engine), user: user.to_string(), spool_dir, metrics: self.runner.metrics.clone(), state: Mutex::default() };
         let token = self.sessions.open(session)?;
         let value = MetadataValue::try_from(format!("Bearer {token}")).map_err(|_| Status::internal("the token is not a header value"))?;
         let answer = HandshakeResponse { protocol_version: 0, payload: token.into_bytes().into() };

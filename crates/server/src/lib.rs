@@ -93,6 +93,13 @@ pub struct ServerOptions {
     /// The bearer token `/metrics` and `/healthz` callers must send;
     /// required off loopback (the server does not start without it).
     pub metrics_token: Option<String>,
+    /// Files outside the database clients may read and write
+    /// (`read_parquet`, external tables, COPY … FROM/TO a path or URL).
+    /// Default: none — the server's files and credentials are not its
+    /// clients' (`blobhouse serve --allow-files`). COPY … FROM STDIN and
+    /// Flight SQL ingest still work: each connection spools into a
+    /// directory of its own that only it may read.
+    pub files: blobhouse_engine::FileAccess,
 }
 
 impl ServerOptions {
@@ -109,6 +116,7 @@ impl ServerOptions {
             slow_query: std::time::Duration::from_secs(1),
             metrics_listen: None,
             metrics_token: None,
+            files: blobhouse_engine::FileAccess::only(Vec::<String>::new()),
         }
     }
 }
@@ -174,7 +182,7 @@ impl Server {
         };
         let max_queries = if options.max_queries == 0 { 2 * threads } else { options.max_queries };
         let limits = exec::Limits { queries: Arc::new(Semaphore::new(max_queries)), slow: options.slow_query };
-        let runner = Arc::new(exec::Runner::new(metrics, limits, execution.handle().clone()));
+        let runner = Arc::new(exec::Runner::new(metrics, limits, execution.handle().clone(), options.files.clone()));
         let (flight_addr, flight_task) = match options.flight_listen {
             Some(addr) => {
                 let service = flight::FlightSql::new(engine.clone(), runner.clone(), users.clone(), options.max_connections);

@@ -58,6 +58,9 @@ struct Session {
     engine: Arc<EngineSession>,
     user: String,
     spool: std::sync::Mutex<Option<Spool>>,
+    /// The connection's own directory for spools: the only local files
+    /// its statements may read unless the server allows more.
+    spool_dir: tempfile::TempDir,
     /// Open SQL cursors by name (held across awaits: one connection's
     /// statements run one at a time).
     cursors: tokio::sync::Mutex<HashMap<String, Cursor>>,
@@ -101,7 +104,7 @@ impl Session {
             Described::Rows { schema, .. } => schema.fields().len(),
             _ => 0,
         };
-        let spool = Spool::new(copy).map_err(|e| user_error("58030", format!("COPY FROM STDIN cannot open its spool file: {e}")))?;
+        let spool = Spool::new(copy, self.spool_dir.path()).map_err(|e| user_error("58030", format!("COPY FROM STDIN cannot open its spool file: {e}")))?;
         *self.spool() = Some(spool);
         Ok(Response::CopyIn(CopyResponse::new(0, columns, stream::empty())))
     }
@@ -120,7 +123,7 @@ pub(crate) struct Handlers {
 
 impl Handlers {
     pub(crate) fn new(engine: Arc<Engine>, runner: Arc<Runner>, users: Arc<Users>, iterations: usize, require_tls: bool) -> Handlers {
-        let sessions = Arc::new(Sessions { engine, metrics: runner.metrics.clone(), by_key: std::sync::Mutex::new(HashMap::new()) });
+        let sessions = Arc::new(Sessions { engine, runner: runner.clone(), by_key: std::sync::Mutex::new(HashMap::new()) });
         Handlers {
             backend: Arc::new(Backend { sessions: sessions.clone(), runner, parser: Arc::new(Parser { introspection: Introspection::new(), sessions }) }),
             users,
@@ -162,7 +165,7 @@ impl PgWireServerHandlers for Handlers {
 /// connection that logged in ([`LoggedIn`]).
 struct Sessions {
     engine: Arc<Engine>,
-    metrics: Arc<Metrics>,
+    runner: Arc<Runner>,
     /// Each connection's session by its cancel key (process id and
     /// secret), for cancel requests, which come on a connection of their own.
     by_key: std::sync::Mutex<HashMap<(i32, Vec<u8>), std::sync::Weak<Session>>>,
@@ -186,17 +189,18 @@ impl Sessions {
         if let Some(session) = client.session_extensions().get::<Session>() {
             return Ok(session);
         }
+        let (engine, spool_dir) = self.runner.connect(&self.engine).map_err(|e| user_error("58030", format!("cannot create the connection's spool directory: {e}")))?;
         let session = client.session_extensions().get_or_insert_with(|| {
-            self.metrics.session_opened();
-            let engine = self.engine.connect();
+            self.runner.metrics.session_opened();
             engine.set_settings(login.settings.clone());
             Session {
                 engine: Arc::new(engine),
                 user: login.user.clone(),
                 spool: std::sync::Mutex::new(None),
+                spool_dir,
                 cursors: tokio::sync::Mutex::new(HashMap::new()),
                 streaming: std::sync::Mutex::new(None),
-                metrics: self.metrics.clone(),
+                metrics: self.runner.metrics.clone(),
             }
         });
         let (pid, secret) = client.pid_and_secret_key();

@@ -107,6 +107,52 @@ async fn psql_runs_ddl_dml_transactions_and_queries_in_its_own_session(backend: 
     assert!(!stderr.contains("wrong password"), "{stderr}");
 }
 
+/// Clients reach no file outside the database unless the operator allows
+/// its location (`--allow-files`): not the server's files, not its
+/// buckets. COPY … FROM STDIN still loads (through the connection's own
+/// spool directory).
+#[tokio::test(flavor = "multi_thread", worker_threads = 2)]
+async fn clients_reach_only_the_files_the_server_allows() {
+    let db = TestDb::new(Backend::Local, "server-files");
+    let dir = tempfile::tempdir().expect("tempdir");
+    let allowed = dir.path().join("allowed");
+    std::fs::create_dir_all(&allowed).expect("mkdir");
+    std::fs::write(allowed.join("a.csv"), "id,name\n1,one\n2,two\n").expect("write");
+    std::fs::write(dir.path().join("secret.csv"), "key\nhunter2\n").expect("write");
+    let secret = dir.path().join("secret.csv").display().to_string();
+    let engine = db.engine(EngineOptions::default()).await.engine().clone();
+
+    // The default: nothing outside the database.
+    let server = Server::start(engine.clone(), alice_on_loopback()).await.expect("the server starts");
+    for sql in [
+        format!("SELECT * FROM read_csv('{secret}')"),
+        format!("CREATE EXTERNAL TABLE s STORED AS CSV LOCATION '{secret}'"),
+        format!("COPY (SELECT 1 AS x) TO '{}/out.csv'", dir.path().display()),
+        "CREATE TABLE t (id INT, name VARCHAR)".to_string(),
+        format!("COPY t FROM '{secret}'"),
+    ] {
+        let out = psql(&server, PASSWORD, &["-c", &sql]).await;
+        let stderr = String::from_utf8_lossy(&out.stderr);
+        if sql.starts_with("CREATE TABLE") {
+            assert!(out.status.success(), "{stderr}");
+            continue;
+        }
+        assert!(!out.status.success() && stderr.contains("--allow-files"), "{sql}: {stderr}");
+        assert!(!String::from_utf8_lossy(&out.stdout).contains("hunter2"));
+    }
+    assert!(!dir.path().join("out.csv").exists(), "nothing was written");
+    let out = psql(&server, PASSWORD, &["-c", "COPY t FROM STDIN WITH (FORMAT csv)"]).await;
+    assert!(out.status.success(), "COPY … FROM STDIN loads through the connection's spool: {}", String::from_utf8_lossy(&out.stderr));
+
+    // An allowed directory is read; a path climbing out of it is not.
+    let options = ServerOptions { files: blobhouse_engine::FileAccess::only([allowed.display().to_string()]), ..alice_on_loopback() };
+    let server = Server::start(engine, options).await.expect("the server starts");
+    let out = psql(&server, PASSWORD, &["-t", "-c", &format!("SELECT sum(id) FROM read_csv('{}/*.csv')", allowed.display())]).await;
+    assert!(out.status.success() && String::from_utf8_lossy(&out.stdout).trim() == "3", "{}", String::from_utf8_lossy(&out.stderr));
+    let out = psql(&server, PASSWORD, &["-c", &format!("SELECT * FROM read_csv('{}/../secret.csv')", allowed.display())]).await;
+    assert!(!out.status.success() && String::from_utf8_lossy(&out.stderr).contains("outside the locations this server allows"), "{}", String::from_utf8_lossy(&out.stderr));
+}
+
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 async fn psycopg_binds_parameters_and_prepares_statements() {
     let db = TestDb::new(Backend::Local, "server-psycopg");
