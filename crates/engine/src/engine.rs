@@ -125,7 +125,11 @@ impl Engine {
         let files = Arc::new(crate::files::FileStores::new(&store_options, source.clone(), log));
         // Workers' tasks run on this runtime too: they read files in place
         // through the same stores (their counters go nowhere).
-        let runtime = RuntimeEnvBuilder::new()
+        let mut runtime = RuntimeEnvBuilder::new();
+        // Listings are the statement's ([`crate::files::store`]): none is
+        // kept across statements, where files come and go.
+        runtime.cache_manager.list_files_cache_limit = 0;
+        let runtime = runtime
             .with_object_store_registry(Arc::new(crate::files::store::StatementFiles::new(files.clone(), Arc::default())))
             .with_memory_pool(memory.pool())
             .with_disk_manager_builder(DiskManagerBuilder::default().with_mode(spill_mode).with_max_temp_directory_size(options.spill.max_bytes));
@@ -301,12 +305,14 @@ impl Engine {
         // budget fails rather than the others (memory::StatementPool).
         let counters = Arc::new(crate::files::store::FileCounters::default());
         // Files in place are read through the engine's stores, and each
-        // statement lists them anew: its own list-files cache (DataFusion's
-        // default one keeps listings forever and would hide new files).
+        // statement lists them anew, keeping its listings for itself
+        // (`files::store`): DataFusion's list-files cache is off (its
+        // default keeps listings forever, which would hide new files).
         let mut runtime = RuntimeEnvBuilder::from_runtime_env(session.runtime_env())
             .with_memory_pool(self.shared.memory.statement_pool())
             .with_object_store_registry(Arc::new(crate::files::store::StatementFiles::new(self.shared.files.clone(), counters.clone())));
         runtime.cache_manager.list_files_cache = None;
+        runtime.cache_manager.list_files_cache_limit = 0;
         let runtime = runtime.build_arc()?;
         let mut builder = SessionStateBuilder::new_from_existing(session.clone()).with_catalog_list(Arc::new(catalogs)).with_runtime_env(runtime);
         let extension = self.shared.extension.read().expect("not poisoned").clone();

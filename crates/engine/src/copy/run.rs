@@ -77,7 +77,9 @@ pub(crate) async fn copy_from(env: &Env<'_>, copy: &CopyFrom) -> Result<u64, Eng
     config.options_mut().execution.listing_table_ignore_subdirectory = false;
     // The source — a file, a directory or a glob — is read through the
     // engine's stores of files in place (download manager, tiers).
-    let runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new().with_object_store_registry(Arc::new(crate::files::store::StatementFiles::new(env.engine.file_stores().clone(), Default::default()))).build_arc()?;
+    let mut runtime = datafusion::execution::runtime_env::RuntimeEnvBuilder::new();
+    runtime.cache_manager.list_files_cache_limit = 0;
+    let runtime = runtime.with_object_store_registry(Arc::new(crate::files::store::StatementFiles::new(env.engine.file_stores().clone(), Default::default()))).build_arc()?;
     let reader = SessionContext::new_with_config_rt(config, runtime);
     // CSV's columns are matched by position, Parquet's by name.
     let csv = copy.format == CopyFormat::Csv;

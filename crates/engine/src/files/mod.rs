@@ -4,16 +4,17 @@
 //! `read_parquet(…)` / `read_csv(…)` in a FROM clause, by `CREATE EXTERNAL
 //! TABLE … LOCATION …` tables, and by `COPY t FROM '<glob>'`.
 //!
-//! DataFusion's listing tables do the planning: globs, listing (in
-//! parallel, one LIST per partition directory), partition pruning from the
-//! path before any file is opened, and row-group pruning from each
-//! footer's statistics. Every byte they read comes through [`store`]: our
-//! caching tiers and download manager, as the database's own objects do.
-//! A statement's listings are cached for the statement only (its own
-//! DataFusion list-files cache, `crate::engine`), so the next statement
-//! sees files added or removed meanwhile.
+//! DataFusion's listing tables do the planning: globs, listing, partition
+//! pruning from the path before any file is opened, and row-group pruning
+//! from each footer's statistics. On a bucket the listing is a walk of
+//! the directories, several at once (`store::walk`). Every byte they read
+//! comes through [`store`]: our caching tiers and download manager, as the
+//! database's own objects do.
+//! A statement's listings are kept for the statement only
+//! (`store::Listings`), so the next statement sees files added or
+//! removed meanwhile.
 //!
-//! As in DuckDB: the columns are the first file's (in listing order), and
+//! As in DuckDB: the columns are the first file's (by path), and
 //! partition columns are typed from the values in the paths — all
 //! integers → BIGINT, all dates → DATE, otherwise VARCHAR.
 
@@ -124,7 +125,7 @@ fn split(location: &str) -> Result<(ListingTableUrl, Option<String>), EngineErro
 struct Resolved {
     url: ListingTableUrl,
     files: Vec<Vec<String>>,
-    /// The first matching file (in listing order).
+    /// The first matching file (by path).
     first: object_store::ObjectMeta,
 }
 
@@ -144,6 +145,9 @@ async fn resolve(state: &dyn Session, location: &str, extension: &str) -> Result
     let compiled = pattern.as_deref().map(glob::Pattern::new).transpose().map_err(|e| named(e.to_string()))?;
     let mut files = Vec::new();
     let mut first = None;
+    // By path: a listing's order is the store's (or the walk's).
+    let mut listed = listed;
+    listed.sort_by(|a, b| a.location.cmp(&b.location));
     for meta in &listed {
         if meta.size == 0 {
             continue;

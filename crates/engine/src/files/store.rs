@@ -33,7 +33,7 @@ use async_trait::async_trait;
 use bytes::Bytes;
 use datafusion::execution::object_store::ObjectStoreRegistry;
 use futures::stream::BoxStream;
-use futures::StreamExt;
+use futures::{StreamExt, TryStreamExt};
 use object_store::path::Path;
 use object_store::{
     CopyOptions, GetOptions, GetRange, GetResult, GetResultPayload, ListResult, MultipartUpload, ObjectMeta, ObjectStore, PutMultipartOptions,
@@ -176,13 +176,15 @@ impl FileStores {
 pub struct StatementFiles {
     stores: Arc<FileStores>,
     counters: Arc<FileCounters>,
+    /// The statement's listings, by `scheme://host` and prefix.
+    listings: Listings,
     /// Stores an embedder registered for this statement (as they are).
     registered: RwLock<HashMap<String, Arc<dyn ObjectStore>>>,
 }
 
 impl StatementFiles {
     pub fn new(stores: Arc<FileStores>, counters: Arc<FileCounters>) -> StatementFiles {
-        StatementFiles { stores, counters, registered: RwLock::default() }
+        StatementFiles { stores, counters, listings: Listings::default(), registered: RwLock::default() }
     }
 }
 
@@ -197,13 +199,42 @@ impl ObjectStoreRegistry for StatementFiles {
             return Ok(s.clone());
         }
         let opened = self.stores.opened(&key)?;
-        Ok(Arc::new(FileStore { opened, counters: self.counters.clone(), log: self.stores.log.clone() }))
+        Ok(Arc::new(FileStore { opened, counters: self.counters.clone(), listings: self.listings.clone(), log: self.stores.log.clone() }))
     }
 
     fn deregister_store(&self, url: &Url) -> datafusion::common::Result<Arc<dyn ObjectStore>> {
         let key = url_key(url);
         self.registered.write().expect("not poisoned").remove(&key).ok_or_else(|| datafusion::common::DataFusionError::Execution(format!("no store is registered for {key}")))
     }
+}
+
+/// One statement's recursive listings: (`scheme://host`, prefix) → the
+/// objects below it.
+#[derive(Debug, Clone, Default)]
+struct Listings(Arc<Mutex<Vec<(String, Option<Path>, Arc<Vec<ObjectMeta>>)>>>);
+
+impl Listings {
+    /// The objects below `prefix`, if a listing of it or of a prefix
+    /// above it was kept.
+    fn below(&self, base: &str, prefix: Option<&Path>) -> Option<Vec<ObjectMeta>> {
+        let kept = self.0.lock().expect("not poisoned");
+        let (_, above, objects) = kept.iter().find(|(b, p, _)| b == base && is_within(prefix, p.as_ref()))?;
+        if *above == prefix.cloned() {
+            return Some(objects.as_ref().clone());
+        }
+        Some(objects.iter().filter(|m| is_within(Some(&m.location), prefix)).cloned().collect())
+    }
+
+    fn keep(&self, base: &str, prefix: Option<Path>, objects: &[ObjectMeta]) {
+        self.0.lock().expect("not poisoned").push((base.to_string(), prefix, Arc::new(objects.to_vec())));
+    }
+}
+
+/// Whether `path` is `prefix` or below it, on `/` boundaries.
+fn is_within(path: Option<&Path>, prefix: Option<&Path>) -> bool {
+    let Some(prefix) = prefix.map(|p| p.as_ref()).filter(|p| !p.is_empty()) else { return true };
+    let path = path.map_or("", |p| p.as_ref());
+    path == prefix || path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('/'))
 }
 
 /// `scheme://host[:port]`, as DataFusion keys its stores.
@@ -217,6 +248,7 @@ fn url_key(url: &Url) -> String {
 pub struct FileStore {
     opened: Arc<Opened>,
     counters: Arc<FileCounters>,
+    listings: Listings,
     log: Option<RequestLog>,
 }
 
@@ -371,10 +403,31 @@ impl ObjectStore for FileStore {
         self.opened.inner.delete_stream(locations)
     }
 
+    /// A recursive listing, done once per statement: a later listing of
+    /// the same prefix, or of one below a prefix listed already, is
+    /// answered from it. (DataFusion's own list-files cache always lists
+    /// a table's whole location, which would undo the listing of only the
+    /// partitions a filter keeps; it is off in statements.)
     fn list(&self, prefix: Option<&Path>) -> BoxStream<'static, Result<ObjectMeta>> {
-        self.record("LIST", prefix.map_or("", |p| p.as_ref()), None);
-        let seen = self.opened.seen.clone();
-        self.opened.inner.list(prefix).inspect(move |m| if let Ok(m) = m { remember(&seen, m) }).boxed()
+        if let Some(known) = self.listings.below(&self.opened.base, prefix) {
+            return futures::stream::iter(known.into_iter().map(Ok)).boxed();
+        }
+        let listing = if self.opened.base.starts_with("file://") {
+            self.record("LIST", prefix.map_or("", |p| p.as_ref()), None);
+            let seen = self.opened.seen.clone();
+            self.opened.inner.list(prefix).inspect(move |m| if let Ok(m) = m { remember(&seen, m) }).boxed()
+        } else {
+            let log = self.log.clone().map(|l| (l, self.opened.base.trim_end_matches('/').to_string()));
+            walk(self.opened.inner.clone(), prefix.cloned(), self.opened.seen.clone(), self.counters.clone(), log)
+        };
+        let (listings, base, prefix) = (self.listings.clone(), self.opened.base.clone(), prefix.cloned());
+        futures::stream::once(async move {
+            let all: Vec<ObjectMeta> = listing.try_collect().await?;
+            listings.keep(&base, prefix, &all);
+            Ok::<_, object_store::Error>(futures::stream::iter(all.into_iter().map(Ok)))
+        })
+        .try_flatten()
+        .boxed()
     }
 
     fn list_with_offset(&self, prefix: Option<&Path>, offset: &Path) -> BoxStream<'static, Result<ObjectMeta>> {
@@ -407,4 +460,82 @@ fn remember(seen: &Mutex<HashMap<Path, ObjectMeta>>, meta: &ObjectMeta) {
         seen.clear();
     }
     seen.insert(meta.location.clone(), meta.clone());
+}
+
+/// Directories listed at once by a [`FileStore`]'s recursive listing.
+const LIST_CONCURRENCY: usize = 16;
+
+/// A recursive listing of `prefix` as a walk of its directories, up to
+/// [`LIST_CONCURRENCY`] listed at once: a store pages one recursive
+/// LIST sequentially (1,000 keys a page on S3), while a hive dataset's
+/// partition directories can be listed side by side. Objects come in no
+/// particular order.
+fn walk(inner: Arc<dyn ObjectStore>, prefix: Option<Path>, seen: Arc<Mutex<HashMap<Path, ObjectMeta>>>, counters: Arc<FileCounters>, log: Option<(RequestLog, String)>) -> BoxStream<'static, Result<ObjectMeta>> {
+    type Listing = futures::future::BoxFuture<'static, Result<ListResult>>;
+    struct Walk {
+        inner: Arc<dyn ObjectStore>,
+        queue: std::collections::VecDeque<Option<Path>>,
+        running: futures::stream::FuturesUnordered<Listing>,
+        ready: std::collections::VecDeque<ObjectMeta>,
+        seen: Arc<Mutex<HashMap<Path, ObjectMeta>>>,
+        counters: Arc<FileCounters>,
+        log: Option<(RequestLog, String)>,
+    }
+    let state = Walk { inner, queue: [prefix].into(), running: Default::default(), ready: Default::default(), seen, counters, log };
+    futures::stream::unfold(state, |mut w| async move {
+        loop {
+            if let Some(m) = w.ready.pop_front() {
+                return Some((Ok(m), w));
+            }
+            while w.running.len() < LIST_CONCURRENCY {
+                let Some(dir) = w.queue.pop_front() else { break };
+                FileCounters::add(&w.counters.lists, 1);
+                if let Some((log, base)) = &w.log {
+                    let at = dir.as_ref().map_or(String::new(), |d| d.to_string());
+                    log.lock().expect("not poisoned").push(FileRequest { method: "LIST", url: format!("{base}/{at}"), range: None });
+                }
+                let inner = w.inner.clone();
+                w.running.push(Box::pin(async move { inner.list_with_delimiter(dir.as_ref()).await }));
+            }
+            match w.running.next().await? {
+                Ok(listed) => {
+                    for m in &listed.objects {
+                        remember(&w.seen, m);
+                    }
+                    w.ready.extend(listed.objects);
+                    w.queue.extend(listed.common_prefixes.into_iter().map(Some));
+                }
+                Err(e) => {
+                    // One error ends the walk.
+                    w.queue.clear();
+                    w.running = Default::default();
+                    return Some((Err(e), w));
+                }
+            }
+        }
+    })
+    .boxed()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn meta(path: &str) -> ObjectMeta {
+        ObjectMeta { location: Path::from(path), last_modified: Default::default(), size: 1, e_tag: None, version: None }
+    }
+
+    #[test]
+    fn a_statement_answers_a_listing_below_one_it_made() {
+        let p = |s: &str| Some(Path::from(s));
+        assert!(is_within(p("a/b/c").as_ref(), p("a/b").as_ref()) && is_within(p("a/b").as_ref(), p("a/b").as_ref()) && is_within(p("x").as_ref(), None));
+        assert!(!is_within(p("a/bc").as_ref(), p("a/b").as_ref()) && !is_within(p("a").as_ref(), p("a/b").as_ref()));
+        let listings = Listings::default();
+        let objects = [meta("t/year=1/a.parquet"), meta("t/year=2/b.parquet"), meta("t/year=10/c.parquet")];
+        listings.keep("s3://b", p("t"), &objects);
+        let below = listings.below("s3://b", p("t/year=1").as_ref()).expect("answered from the listing of t");
+        assert_eq!(below.iter().map(|m| m.location.to_string()).collect::<Vec<_>>(), ["t/year=1/a.parquet"]);
+        assert_eq!(listings.below("s3://b", p("t").as_ref()).map(|v| v.len()), Some(3));
+        assert!(listings.below("s3://b", p("u").as_ref()).is_none() && listings.below("s3://other", p("t/year=1").as_ref()).is_none());
+    }
 }

@@ -132,6 +132,10 @@ async fn files_in_place_answer_as_duckdb_and_skip_what_filters_exclude(backend: 
     eprintln!("files, one partition: {} GETs, {} bytes", gets.len(), read_bytes(&gets, 0));
     assert!(!gets.is_empty() && gets.iter().all(|g| g.url.contains("/sales/year=2023/region=us/")), "{gets:#?}");
     assert_eq!(r.scan.get_requests, gets.len() as u64, "the statement reports its file GETs");
+    // Only the partition's directory was listed.
+    let lists: Vec<String> = cold.engine().file_requests().into_iter().filter(|r| r.method == "LIST").map(|r| r.url).collect();
+    eprintln!("files, one partition: LISTs {lists:?}");
+    assert!(!lists.is_empty() && lists.iter().all(|l| l.ends_with("/sales/year=2023/region=us")), "{lists:#?}");
     if let Some(dm) = cold.engine().download_manager().filter(|_| backend == Backend::Minio) {
         // Presigned URLs escape `=`.
         let urls: Vec<String> = dm.request_log().into_iter().map(|q| q.url.replace("%3D", "=")).filter(|u| u.contains("/sales/")).collect();
@@ -147,6 +151,15 @@ async fn files_in_place_answer_as_duckdb_and_skip_what_filters_exclude(backend: 
     let read = read_bytes(&gets, size);
     eprintln!("files, row groups pruned: {} GETs, {read} of {size} bytes", gets.len());
     assert!(read * 4 < size, "read {read} of {size} bytes: {gets:#?}");
+    // A whole dataset on a bucket is listed as a walk of its directories,
+    // several at once (one LIST per directory), and once per statement:
+    // `read_parquet` lists to find the partitions, its scan reuses that.
+    let before = cold.engine().file_requests().len();
+    run(&cold, &ours(0)).await;
+    let lists: Vec<String> = cold.engine().file_requests().into_iter().skip(before).filter(|r| r.method == "LIST").map(|r| r.url).collect();
+    eprintln!("files, whole dataset: {} LISTs", lists.len());
+    let directories = if backend == Backend::Minio { 1 + 3 + 6 } else { 1 };
+    assert_eq!(lists.len(), directories, "{lists:#?}");
     // Read again: on MinIO the memory tier serves every range (keyed by
     // the object's e_tag from this statement's listing); local files are
     // read from the disk again.
