@@ -122,7 +122,7 @@ impl Engine {
         let metadata = Arc::new(MetadataCache::new(&memory.pool()));
         db.account_caches_in(&memory.pool());
         let log = options.record_file_requests.then(crate::files::store::RequestLog::default);
-        let files = Arc::new(crate::files::FileStores::new(&store_options, source.clone(), log));
+        let files = Arc::new(crate::files::FileStores::new(&db.location().url, &store_options, source.clone(), log));
         // Workers' tasks run on this runtime too: they read files in place
         // through the same stores (their counters go nowhere).
         let mut runtime = RuntimeEnvBuilder::new();

@@ -123,6 +123,9 @@ struct Opened {
 /// Every store of files in place an engine has opened, by `scheme://host`.
 pub struct FileStores {
     options: StoreOptions,
+    /// The scheme of the database's cloud (`s3`, `gs`, `az`…), `None` for
+    /// a local or in-memory database.
+    cloud: Option<String>,
     /// The engine's reader: its download manager and tiers.
     source: DataSource,
     opened: RwLock<HashMap<String, Arc<Opened>>>,
@@ -136,12 +139,24 @@ impl fmt::Debug for FileStores {
 }
 
 impl FileStores {
-    /// Stores opened with `options` (the database's, without its key:
-    /// files in place are plaintext), read through `source`'s download
-    /// manager and tiers; `log` keeps every request when given.
-    pub fn new(options: &StoreOptions, source: DataSource, log: Option<RequestLog>) -> FileStores {
+    /// Stores opened with `options` (the database's at `database`,
+    /// without its key: files in place are plaintext), read through
+    /// `source`'s download manager and tiers; `log` keeps every request
+    /// when given.
+    pub fn new(database: &str, options: &StoreOptions, source: DataSource, log: Option<RequestLog>) -> FileStores {
         let options = StoreOptions { encryption: None, ..options.clone() };
-        FileStores { options, source, opened: RwLock::default(), log }
+        let cloud = database.split_once("://").map(|(s, _)| s.to_string()).filter(|s| !matches!(s.as_str(), "file" | "memory"));
+        FileStores { options, cloud, source, opened: RwLock::default(), log }
+    }
+
+    /// The options a bucket of `scheme` is opened with: the database's,
+    /// unless the database is on another cloud (its endpoint and keys
+    /// would be wrong there; the environment's are used).
+    fn options_for(&self, scheme: &str) -> StoreOptions {
+        match &self.cloud {
+            Some(cloud) if !same_cloud(cloud, scheme) => StoreOptions::default(),
+            _ => self.options.clone(),
+        }
     }
 
     /// The requests recorded so far (empty unless recording).
@@ -158,7 +173,8 @@ impl FileStores {
             let local: Arc<dyn ObjectStore> = Arc::new(object_store::local::LocalFileSystem::new());
             Opened { base: key.to_string(), inner: local.clone(), source: DataSource::store(local), tiers: None, seen: Arc::default() }
         } else {
-            let loc = open_location(key, &self.options).map_err(|e| datafusion::common::DataFusionError::External(Box::new(e)))?;
+            let scheme = key.split_once("://").map_or("", |(s, _)| s);
+            let loc = open_location(key, &self.options_for(scheme)).map_err(|e| datafusion::common::DataFusionError::External(Box::new(e)))?;
             let source = match (self.source.download_manager(), &loc.signer) {
                 (Some(dm), Some(signer)) => DataSource::managed(loc.store.clone(), dm.clone(), signer.clone()),
                 _ => DataSource::store(loc.store.clone()),
@@ -235,6 +251,20 @@ fn is_within(path: Option<&Path>, prefix: Option<&Path>) -> bool {
     let Some(prefix) = prefix.map(|p| p.as_ref()).filter(|p| !p.is_empty()) else { return true };
     let path = path.map_or("", |p| p.as_ref());
     path == prefix || path.strip_prefix(prefix).is_some_and(|rest| rest.starts_with('/'))
+}
+
+/// Whether two URL schemes name the same cloud (`s3` and `s3a`; Azure's
+/// several).
+fn same_cloud(a: &str, b: &str) -> bool {
+    fn family(s: &str) -> &str {
+        match s {
+            "s3" | "s3a" => "s3",
+            "gs" | "gcs" => "gs",
+            "az" | "azure" | "abfs" | "abfss" | "adl" => "az",
+            other => other,
+        }
+    }
+    family(a) == family(b)
 }
 
 /// `scheme://host[:port]`, as DataFusion keys its stores.
@@ -537,5 +567,16 @@ mod tests {
         assert_eq!(below.iter().map(|m| m.location.to_string()).collect::<Vec<_>>(), ["t/year=1/a.parquet"]);
         assert_eq!(listings.below("s3://b", p("t").as_ref()).map(|v| v.len()), Some(3));
         assert!(listings.below("s3://b", p("u").as_ref()).is_none() && listings.below("s3://other", p("t/year=1").as_ref()).is_none());
+    }
+
+    #[test]
+    fn another_clouds_bucket_is_not_opened_with_the_databases_endpoint() {
+        let options = StoreOptions { endpoint: Some("http://127.0.0.1:9000".into()), ..Default::default() };
+        let source = DataSource::store(Arc::new(object_store::memory::InMemory::new()));
+        let on_s3 = FileStores::new("s3://bucket/db", &options, source.clone(), None);
+        assert_eq!(on_s3.options_for("s3a").endpoint, options.endpoint);
+        assert_eq!(on_s3.options_for("gs").endpoint, None);
+        let local = FileStores::new("file:///data/db", &options, source, None);
+        assert_eq!(local.options_for("s3").endpoint, options.endpoint, "flags given with a local database are for the files");
     }
 }
