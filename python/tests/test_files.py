@@ -36,3 +36,17 @@ def test_read_parquet_and_external_tables_answer_as_duckdb(tmp_path, sales):
     with pytest.raises(blobhouse.Error, match="external table"):
         con.execute("DELETE FROM sales WHERE year = 2020")
     con.close()
+
+
+def test_union_by_name_reads_every_files_columns_as_duckdb(tmp_path):
+    for name, select in [("a", "SELECT 1 AS id, 'one' AS x"), ("b", "SELECT 2 AS id, 20 AS y")]:
+        duckdb.sql(f"COPY ({select}) TO '{tmp_path / name}.parquet'")
+    query = "SELECT id, x, y FROM read_parquet('{glob}', union_by_name {op} true) ORDER BY id"
+    glob = f"{tmp_path}/*.parquet"
+    expected = duckdb.sql(query.format(glob=glob, op="=")).fetchall()
+    assert expected == [(1, "one", None), (2, None, 20)]
+    con = blobhouse.connect(str(tmp_path / "db"), autocommit=True)
+    assert con.sql(query.format(glob=glob, op="=>")).fetchall() == expected
+    # Without it, the first file's columns (DuckDB's default too).
+    assert [d[0] for d in con.sql(f"SELECT * FROM read_parquet('{glob}')").description] == ["id", "x"]
+    con.close()

@@ -95,10 +95,10 @@ pub(crate) async fn copy_from(env: &Env<'_>, copy: &CopyFrom) -> Result<u64, Eng
                 })
                 .collect::<Vec<_>>(),
         );
-        let scan = FileScan { locations: vec![copy.source.clone()], format: Format::Csv { header: copy.header, delimiter: copy.delimiter }, hive: Some(false) };
+        let scan = FileScan { locations: vec![copy.source.clone()], format: Format::Csv { header: copy.header, delimiter: copy.delimiter }, hive: Some(false), union_by_name: false };
         crate::files::listing_table_as(&reader.state(), &scan, Some(Arc::new(read_schema))).await
     } else {
-        let scan = FileScan { locations: vec![copy.source.clone()], format: Format::Parquet, hive: Some(false) };
+        let scan = FileScan { locations: vec![copy.source.clone()], format: Format::Parquet, hive: Some(false), union_by_name: false };
         crate::files::listing_table(&reader.state(), &scan).await
     }
     .map_err(|e| fail(e.to_string()))?;

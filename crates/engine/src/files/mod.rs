@@ -101,6 +101,9 @@ pub struct FileScan {
     /// columns, `Some(false)` ignores them, `None` finds out (DuckDB's
     /// default).
     pub hive: Option<bool>,
+    /// `union_by_name => true`: the columns of all files, matched by name
+    /// (a file without one reads NULL there); otherwise the first file's.
+    pub union_by_name: bool,
 }
 
 /// A location split where its glob starts: the directory (or file) URL
@@ -213,6 +216,8 @@ pub(crate) async fn listing_table_as(state: &dyn Session, scan: &FileScan, schem
     // one partition then opens no other partition's file.
     let schema = match schema {
         Some(s) => s,
+        // Every file's footer (or header) is read, and the schemas merged.
+        None if scan.union_by_name => options.infer_schema(state, &first.url).await.map_err(|e| named(crate::error::describe_df(&e)))?,
         None => {
             let store = state.runtime_env().object_store(&first.url)?;
             options.format.infer_schema(state, &store, std::slice::from_ref(&first.first)).await.map_err(|e| named(crate::error::describe_df(&e)))?
@@ -227,7 +232,7 @@ pub(crate) async fn listing_table_as(state: &dyn Session, scan: &FileScan, schem
 /// directories), as `CREATE EXTERNAL TABLE` without a column list stores
 /// them: the definition of an external table.
 pub(crate) async fn define(state: &dyn Session, location: &str, format: &Format, hive: Option<bool>) -> Result<ExternalTable, EngineError> {
-    let scan = FileScan { locations: vec![location.to_string()], format: format.clone(), hive };
+    let scan = FileScan { locations: vec![location.to_string()], format: format.clone(), hive, union_by_name: false };
     let table = listing_table(state, &scan).await?;
     let partition_columns = table.options().table_partition_cols.len();
     let mut options = std::collections::BTreeMap::new();

@@ -6,7 +6,8 @@
 //! not.
 //!
 //! Arguments, as DuckDB takes them: a path, URL or glob, or a list of
-//! them (`['a.parquet', 'b.parquet']`); `hive_partitioning => bool`; for
+//! them (`['a.parquet', 'b.parquet']`); `hive_partitioning => bool`;
+//! `union_by_name => bool` (the columns of all files, by name); for
 //! CSV `header => bool` and `delim => 'c'` (or `delimiter`, `sep`).
 
 use std::ops::ControlFlow;
@@ -80,12 +81,12 @@ fn factor_args_clear(factor: &mut TableFactor) {
 /// The scan a call's arguments ask for.
 fn scan(function: &str, csv: bool, args: &[FunctionArg]) -> Result<FileScan, String> {
     let usage = if csv {
-        "read_csv('path or glob' [, header => true, delim => ',', hive_partitioning => true])"
+        "read_csv('path or glob' [, header => true, delim => ',', hive_partitioning => true, union_by_name => true])"
     } else {
-        "read_parquet('path or glob' [, hive_partitioning => true])"
+        "read_parquet('path or glob' [, hive_partitioning => true, union_by_name => true])"
     };
     let mut locations = None;
-    let (mut hive, mut header, mut delimiter) = (None, true, b',');
+    let (mut hive, mut header, mut delimiter, mut union_by_name) = (None, true, b',', false);
     for arg in args {
         // `name => value`, or DuckDB's `name = value` (which some dialects
         // parse as a comparison).
@@ -103,6 +104,7 @@ fn scan(function: &str, csv: bool, args: &[FunctionArg]) -> Result<FileScan, Str
                 let option = name.value.to_ascii_lowercase();
                 match option.as_str() {
                     "hive_partitioning" => hive = Some(boolean(e).ok_or_else(|| format!("{function}: hive_partitioning takes true or false"))?),
+                    "union_by_name" => union_by_name = boolean(e).ok_or_else(|| format!("{function}: union_by_name takes true or false"))?,
                     "header" if csv => header = boolean(e).ok_or_else(|| format!("{function}: header takes true or false"))?,
                     "delim" | "delimiter" | "sep" if csv => {
                         delimiter = text(e)
@@ -121,7 +123,7 @@ fn scan(function: &str, csv: bool, args: &[FunctionArg]) -> Result<FileScan, Str
         return Err(format!("{function}: the list of files is empty"));
     }
     let format = if csv { Format::Csv { header, delimiter } } else { Format::Parquet };
-    Ok(FileScan { locations, format, hive })
+    Ok(FileScan { locations, format, hive, union_by_name })
 }
 
 fn text(e: &Expr) -> Option<String> {
@@ -165,11 +167,13 @@ mod tests {
         )
         .unwrap();
         assert_eq!(p.files.len(), 2);
-        assert_eq!(p.files[0], FileScan { locations: vec!["s3://b/s/*/*.parquet".into()], format: Format::Parquet, hive: Some(true) });
-        assert_eq!(p.files[1], FileScan { locations: vec!["a.csv".into(), "b.tbl".into()], format: Format::Csv { header: false, delimiter: b'|' }, hive: None });
+        assert_eq!(p.files[0], FileScan { locations: vec!["s3://b/s/*/*.parquet".into()], format: Format::Parquet, hive: Some(true), union_by_name: false });
+        assert_eq!(p.files[1], FileScan { locations: vec!["a.csv".into(), "b.tbl".into()], format: Format::Csv { header: false, delimiter: b'|' }, hive: None, union_by_name: false });
         let crate::parser::Statement::Sql(s) = p.statement else { panic!() };
         let text = s.to_string();
         assert!(text.contains("blobhouse_files.f0 AS read_parquet") && text.contains("blobhouse_files.f1 c "), "{text}");
+        let p = crate::parser::parse("SELECT * FROM read_parquet('x/*.parquet', union_by_name => true)", "generic", 50).unwrap();
+        assert!(p.files[0].union_by_name);
         // Other table functions are DataFusion's.
         assert!(crate::parser::parse("SELECT * FROM generate_series(1, 3)", "generic", 50).unwrap().files.is_empty());
     }
@@ -182,5 +186,6 @@ mod tests {
         assert!(error("SELECT * FROM read_csv('x.csv', delim => ';;')").contains("one ASCII character"));
         assert!(error("SELECT * FROM read_parquet([])").contains("empty"));
         assert!(error("SELECT * FROM read_parquet(hive_partitioning => true)").contains("which files?"));
+        assert!(error("SELECT * FROM read_parquet('x', union_by_name => 'yes')").contains("union_by_name takes true or false"));
     }
 }
