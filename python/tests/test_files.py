@@ -48,5 +48,5 @@ def test_union_by_name_reads_every_files_columns_as_duckdb(tmp_path):
     con = blobhouse.connect(str(tmp_path / "db"), autocommit=True)
     assert con.sql(query.format(glob=glob, op="=>")).fetchall() == expected
     # Without it, the first file's columns (DuckDB's default too).
-    assert [d[0] for d in con.sql(f"SELECT * FROM read_parquet('{glob}')").description] == ["id", "x"]
+    assert [d[0] for d in con.execute(f"SELECT * FROM read_parquet('{glob}')").description] == ["id", "x"]
     con.close()
